@@ -1,0 +1,91 @@
+"""The ``envbuilder`` command line: one parser, one exit path.
+
+Each subcommand lives in ``envbuilder.commands.<name>`` and exposes
+``HELP`` (one line), ``configure(parser)`` and ``run(args) -> int``.
+Commands import their heavy dependencies inside ``run`` so that
+``envbuilder --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from envbuilder import __version__
+from envbuilder.errors import EnvbuilderError
+
+__all__ = ["COMMANDS", "main"]
+
+#: subcommand name -> module; the order is the order of ``--help``.
+COMMANDS: dict[str, str] = {
+    "resolve": "envbuilder.commands.resolve",
+    "matrix": "envbuilder.commands.matrix",
+    "build": "envbuilder.commands.build",
+    "conformance": "envbuilder.commands.conformance",
+    "lock": "envbuilder.commands.lock",
+    "query": "envbuilder.commands.query",
+    "export": "envbuilder.commands.export",
+    "install": "envbuilder.commands.install",
+    "doctor": "envbuilder.commands.doctor",
+    "publish": "envbuilder.commands.publish",
+}
+
+
+def _load(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(COMMANDS[name])
+    except ModuleNotFoundError as e:
+        if e.name == COMMANDS[name]:
+            return None  # not built yet
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="envbuilder",
+        description="Resolve, build, test and publish torch + xformers environments.",
+    )
+    parser.add_argument("--version", action="version", version=f"envbuilder {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks for errors (or set ENVBUILDER_DEBUG=1)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        module = _load(name)
+        if module is None:
+            continue
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        p.add_argument(
+            "-v", "--verbose", action="count", default=0, help="more detail (-vv for debug logs)"
+        )
+        module.configure(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = args.debug or os.environ.get("ENVBUILDER_DEBUG", "") not in ("", "0")
+    level = logging.WARNING
+    if getattr(args, "verbose", 0) >= 2 or debug:
+        level = logging.DEBUG
+    elif getattr(args, "verbose", 0) == 1:
+        level = logging.INFO
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        rc: int = args._module.run(args)
+    except EnvbuilderError as e:
+        if debug:
+            raise
+        print(f"envbuilder {args.command}: error: {e}", file=sys.stderr)
+        return e.return_code
+    except KeyboardInterrupt:
+        print("envbuilder: interrupted", file=sys.stderr)
+        return 130
+    return rc

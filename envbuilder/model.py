@@ -1,0 +1,227 @@
+"""Records that flow between the pipeline's stages.
+
+matrix -> `Combination`; resolve -> `ResolvedCombination` (written to
+``<out>/resolution.json`` and printed by ``envbuilder resolve --json``).
+Every later stage (docker, conformance, lock, publish) reads these records,
+never the resolver's internals.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from envbuilder.errors import InputError
+
+__all__ = [
+    "RESOLUTION_SCHEMA",
+    "BuildRecord",
+    "Combination",
+    "IndexSpec",
+    "Rejection",
+    "Resolution",
+    "ResolvedCombination",
+    "ResolvedTorch",
+    "ResolvedXformers",
+    "Status",
+    "load_resolution",
+]
+
+RESOLUTION_SCHEMA = "envbuilder.resolution/1"
+
+Status = Literal["resolved", "unsatisfiable", "error"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexSpec:
+    """A named package index from ``matrix.toml``.
+
+    ``url`` is a fixed Simple API base or a template containing ``{cuda}``
+    (a PyTorch-style per-CUDA index such as ``<base>/{cuda}``). ``projects``
+    lists the projects it serves; empty means every project. ``url`` is None
+    for the default index, which is taken from the user's pip configuration
+    at run time.
+    """
+
+    name: str
+    url: str | None
+    projects: tuple[str, ...] = ()
+
+    @property
+    def per_cuda(self) -> bool:
+        return self.url is not None and "{cuda}" in self.url
+
+    def url_for(self, cuda: str) -> str | None:
+        if self.url is None:
+            return None
+        return self.url.replace("{cuda}", cuda) if self.per_cuda else self.url
+
+
+@dataclass(frozen=True, kw_only=True)
+class Combination:
+    """One cell of the matrix: the target a set of wheels must fit."""
+
+    id: str
+    python: str  # "3.11"
+    cuda: str  # "cu121" | "default" | "cpu"
+    torch: str  # "2.4.1"
+    xformers: str | None  # "0.0.28.post1"; None = torch alone
+    platform: str = "manylinux_2_28_x86_64"
+    torch_index: str = "default"  # name of an IndexSpec
+    xformers_index: str = "default"
+    add_cuda_runtime: bool = False  # opt in: add the CUDA runtime xformers' build needs
+    base_image: str | None = None
+    runner: tuple[str, ...] = ()  # GitHub runner labels
+    note: str = ""
+
+    def fields_for_labels(self) -> dict[str, str]:
+        return {
+            "id": self.id,
+            "python": self.python,
+            "cuda": self.cuda,
+            "torch": self.torch,
+            "xformers": self.xformers or "",
+            "platform": self.platform,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRecord:
+    """What ``xformers/cpp_lib.json`` says the binary was built with."""
+
+    torch: str | None
+    cuda: str | None  # "12.8"
+    arch_list: str | None  # TORCH_CUDA_ARCH_LIST, e.g. "8.0 9.0+PTX"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedTorch:
+    version: str
+    cuda: str | None  # "12.1", or None for a CPU build
+    cuda_source: str  # "local-label" | "requires-dist" | "none"
+    filename: str
+    url: str
+    sha256: str
+    size: int | None = None
+    index: str = "default"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedXformers:
+    version: str
+    filename: str
+    url: str
+    sha256: str
+    requires_torch: str  # the Requires-Dist specifier, e.g. "==2.5.1" or ">=2.10"
+    built_with: BuildRecord
+    size: int | None = None
+    index: str = "default"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejection:
+    project: str
+    filename: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedCombination:
+    """The resolver's answer for one combination; the JSON of ``resolve --json``."""
+
+    id: str
+    status: Status
+    reason: str
+    python: str
+    cuda: str
+    platform: str
+    torch: ResolvedTorch | None = None
+    xformers: ResolvedXformers | None = None
+    extra_runtime: tuple[str, ...] = ()  # e.g. ("nvidia-cuda-runtime-cu12==12.8.90",)
+    notes: tuple[str, ...] = ()
+    rejected: tuple[Rejection, ...] = ()
+    lock: str | None = None  # path of pylock.<id>.toml, relative to the output's parent
+    lock_sha256: str | None = None
+    requirements: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ResolvedCombination:
+        torch = data.get("torch")
+        xf = data.get("xformers")
+        return cls(
+            id=data["id"],
+            status=data["status"],
+            reason=data.get("reason", ""),
+            python=data["python"],
+            cuda=data["cuda"],
+            platform=data["platform"],
+            torch=ResolvedTorch(**torch) if torch else None,
+            xformers=(
+                ResolvedXformers(
+                    **{k: v for k, v in xf.items() if k != "built_with"},
+                    built_with=BuildRecord(**xf["built_with"]),
+                )
+                if xf
+                else None
+            ),
+            extra_runtime=tuple(data.get("extra_runtime", ())),
+            notes=tuple(data.get("notes", ())),
+            rejected=tuple(Rejection(**r) for r in data.get("rejected", ())),
+            lock=data.get("lock"),
+            lock_sha256=data.get("lock_sha256"),
+            requirements=data.get("requirements"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolution:
+    """The whole output of one ``envbuilder resolve`` run."""
+
+    matrix: str
+    matrix_sha256: str
+    combinations: tuple[ResolvedCombination, ...] = field(default_factory=tuple)
+    schema: str = RESOLUTION_SCHEMA
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "matrix": self.matrix,
+            "matrix_sha256": self.matrix_sha256,
+            "combinations": [c.to_json() for c in self.combinations],
+        }
+
+    def by_id(self) -> dict[str, ResolvedCombination]:
+        return {c.id: c for c in self.combinations}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Resolution:
+        if data.get("schema") != RESOLUTION_SCHEMA:
+            raise InputError(
+                f"unsupported resolution schema {data.get('schema')!r}; expected {RESOLUTION_SCHEMA!r}"
+            )
+        combos: Sequence[Mapping[str, Any]] = data.get("combinations", [])
+        return cls(
+            matrix=data["matrix"],
+            matrix_sha256=data["matrix_sha256"],
+            combinations=tuple(ResolvedCombination.from_json(c) for c in combos),
+        )
+
+
+def load_resolution(path: Path) -> Resolution:
+    """Read ``resolution.json`` written by ``envbuilder resolve``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise InputError(f"{path}: not found; run `nox -s resolve` first") from e
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON ({e})") from e
+    try:
+        return Resolution.from_json(data)
+    except (KeyError, TypeError) as e:
+        raise InputError(f"{path}: not a resolution file ({e!r})") from e

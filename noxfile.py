@@ -1,0 +1,50 @@
+"""Sessions for envbuilder. `nox -l` lists them; expensive ones are not default."""
+
+from __future__ import annotations
+
+import nox
+
+nox.needs_version = ">=2024.10.9"
+nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+
+
+def _install_project(session: nox.Session, *groups: str) -> None:
+    args = ["-e", "."]
+    for group in groups:
+        args += ["--group", group]
+    session.install("--upgrade", "pip>=25.1")
+    session.install(*args)
+
+
+@nox.session(python=PYTHON, tags=["pipeline"])
+def resolve(session: nox.Session) -> None:
+    """Resolve matrix.toml into hash-pinned locks: nox -s resolve -- [SELECTOR...]."""
+    _install_project(session)
+    session.run("envbuilder", "resolve", *session.posargs)
+
+
+@nox.session(python=PYTHON, tags=["check"])
+def lint(session: nox.Session) -> None:
+    """Run ruff over the package, tests and noxfile."""
+    _install_project(session, "lint")
+    session.run("ruff", "check", "envbuilder", "tests", "noxfile.py")
+    session.run("ruff", "format", "--check", "envbuilder", "tests", "noxfile.py")
+
+
+@nox.session(python=PYTHON, tags=["check"])
+def typecheck(session: nox.Session) -> None:
+    """Run mypy --strict over the package, tests and noxfile."""
+    _install_project(session, "lint", "test")
+    session.run("mypy", *session.posargs)
+
+
+@nox.session(python=PYTHON, tags=["check"])
+def tests(session: nox.Session) -> None:
+    """Run the test suite (unit, integration, network, docker, browser): nox -s tests -- [PYTEST ARGS]."""
+    _install_project(session, "test")
+    # The conformance suite's CPU checks need torch; pip's configuration decides where it comes from.
+    session.install("torch==2.13.0")
+    session.run("pytest", *session.posargs)
