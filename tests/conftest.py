@@ -1,0 +1,48 @@
+"""Test-wide rules: markers follow the directory, and unit tests cannot reach
+the network, start subprocesses or talk to Docker (they raise instead)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_MARKER_BY_DIR = {
+    "integration": "integration",
+    "network": "network",
+    "docker": "docker",
+    "gpu": "gpu",
+    "browser": "browser",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        for directory, marker in _MARKER_BY_DIR.items():
+            if directory in parts:
+                item.add_marker(getattr(pytest.mark, marker))
+
+
+class ForbiddenInUnitTests(RuntimeError):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_stay_pure(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "unit" not in Path(str(request.node.fspath)).parts:
+        return
+
+    def no_network(self: socket.socket, address: Any) -> None:
+        if isinstance(address, str):  # unix sockets (e.g. Docker) are forbidden too
+            raise ForbiddenInUnitTests(f"unit tests must not connect to {address!r}")
+        raise ForbiddenInUnitTests(f"unit tests must not connect to {address!r}")
+
+    def no_subprocess(*args: Any, **kwargs: Any) -> Any:
+        raise ForbiddenInUnitTests(f"unit tests must not start subprocesses: {args[:1]!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(subprocess.Popen, "__init__", no_subprocess)
