@@ -49,6 +49,9 @@ class IndexSpec:
     name: str
     url: str | None
     projects: tuple[str, ...] = ()
+    #: "simple" = a Simple Repository API base (PEP 503/691); "find-links" = a flat
+    #: directory or HTML page of files (pip's --find-links), e.g. a local build of torch.
+    kind: Literal["simple", "find-links"] = "simple"
 
     @property
     def per_cuda(self) -> bool:
