@@ -1,0 +1,249 @@
+"""The full dependency closure of a decided combination, computed by uv.
+
+envbuilder decides torch and xformers itself (from the evidence in the
+wheels); the generic part — every other dependency, for a target that is
+not the host — is uv's job. The result is written as a PEP 751
+``pylock.<id>.toml`` and a ``requirements.<id>.txt`` for
+``pip install --require-hashes``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from envbuilder.errors import EnvbuilderError, MissingToolError
+from envbuilder.wheels import Target
+
+__all__ = [
+    "GENERATED_BY",
+    "ClosureError",
+    "IndexArgument",
+    "LockedPackage",
+    "compile_closure",
+    "find_uv",
+    "lock_inputs",
+    "locked_packages",
+    "read_lock_inputs",
+    "requirements_text",
+    "uv_platform",
+    "write_atomic",
+]
+
+logger = logging.getLogger(__name__)
+
+GENERATED_BY = "nox -s resolve (envbuilder resolve)"
+
+
+class ClosureError(EnvbuilderError):
+    """uv could not compute the closure; the message carries uv's own explanation."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexArgument:
+    """An index handed to uv: ``default`` (lowest priority), ``index`` or ``find-links``."""
+
+    role: str  # "default" | "index" | "find-links"
+    url: str
+
+    def argv(self) -> list[str]:
+        flag = {"default": "--default-index", "index": "--index", "find-links": "--find-links"}
+        return [flag[self.role], self.url]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockedPackage:
+    name: str
+    version: str
+    filename: str | None
+    url: str | None
+    sha256: str | None
+    size: int | None
+
+
+def uv_platform(target: Target) -> str:
+    """uv's ``--python-platform`` spelling of the target's platform tag."""
+    platform = target.platform
+    arch = target.arch
+    if platform.startswith("manylinux_"):
+        glibc = platform.removeprefix("manylinux_").removesuffix(f"_{arch}")
+        return f"{arch}-manylinux_{glibc}"
+    legacy = {"manylinux2014": "2_17", "manylinux2010": "2_12", "manylinux1": "2_5"}
+    for prefix, glibc in legacy.items():
+        if platform.startswith(prefix + "_"):
+            return f"{arch}-manylinux_{glibc}"
+    return f"{arch}-unknown-linux-gnu"
+
+
+def find_uv() -> str:
+    """The uv executable: the one installed beside envbuilder, else on PATH."""
+    beside = Path(sys.executable).with_name("uv")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError) as e:
+        raise MissingToolError(
+            "uv is needed to compute dependency closures: `python -m pip install uv`"
+        ) from e
+
+
+def lock_inputs(
+    requirements: Sequence[str], target: Target, indexes: Sequence[IndexArgument]
+) -> dict[str, Any]:
+    """What a lock was computed from; a lock is reused only when this is unchanged."""
+    return {
+        "generated-by": GENERATED_BY,
+        "requirements": list(requirements),
+        "python": target.python,
+        "platform": target.platform,
+        "indexes": [f"{i.role} {i.url}" for i in indexes],
+    }
+
+
+def compile_closure(
+    *,
+    requirements: Sequence[str],
+    target: Target,
+    indexes: Sequence[IndexArgument],
+    cache_dir: Path,
+    uv: str,
+    offline: bool = False,
+    ca_bundle: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """Run ``uv pip compile`` for the target and return the PEP 751 text, with envbuilder's header."""
+    env = dict(os.environ if environ is None else environ)
+    env.update(
+        {
+            "UV_PYTHON_DOWNLOADS": "never",  # else uv hunts for an interpreter of the target version
+            "UV_CACHE_DIR": str(cache_dir),
+            "UV_NO_CONFIG": "1",
+            "NO_COLOR": "1",
+        }
+    )
+    for key in (
+        "UV_INDEX_URL",
+        "UV_EXTRA_INDEX_URL",
+        "UV_INDEX",
+        "UV_DEFAULT_INDEX",
+        "UV_FIND_LINKS",
+    ):
+        env.pop(key, None)
+    if ca_bundle:
+        env["SSL_CERT_FILE"] = ca_bundle
+    with tempfile.TemporaryDirectory(prefix="envbuilder-uv-") as tmp:
+        req_in = Path(tmp) / "requirements.in"
+        req_in.write_text("".join(f"{r}\n" for r in requirements), encoding="utf-8")
+        out = Path(tmp) / "pylock.toml"
+        argv = [
+            uv, "pip", "compile", str(req_in),
+            "--python-version", target.python,
+            "--python-platform", uv_platform(target),
+            "--generate-hashes",
+            "--format", "pylock.toml",
+            "--no-header",
+            "--quiet",
+            "-o", str(out),
+        ]  # fmt: skip
+        for index in indexes:
+            argv += index.argv()
+        if offline:
+            argv.append("--offline")
+        logger.debug("running %s", argv)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            message = (proc.stderr or proc.stdout).strip()
+            raise ClosureError(f"uv could not resolve {', '.join(requirements)}: {message}")
+        body = out.read_text(encoding="utf-8")
+    inputs = lock_inputs(requirements, target, indexes)
+    header = (
+        f"# Generated by {GENERATED_BY}; do not edit.\n"
+        f"# Target: Python {target.python}, {target.platform}.\n"
+    )
+    return header + body.rstrip("\n") + "\n\n" + tomli_w.dumps({"tool": {"envbuilder": inputs}})
+
+
+def read_lock_inputs(text: str) -> dict[str, Any] | None:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return None
+    tool = doc.get("tool", {}).get("envbuilder")
+    return tool if isinstance(tool, dict) else None
+
+
+def locked_packages(text: str) -> list[LockedPackage]:
+    """The packages of a PEP 751 lock, each with its (single, target-specific) wheel."""
+    doc = tomllib.loads(text)
+    out: list[LockedPackage] = []
+    for pkg in doc.get("packages", []):
+        wheels = pkg.get("wheels") or []
+        archive = wheels[0] if wheels else (pkg.get("sdist") or {})
+        url = archive.get("url")
+        filename = archive.get("name") or (url.rsplit("/", 1)[-1] if url else None)
+        out.append(
+            LockedPackage(
+                name=pkg["name"],
+                version=pkg.get("version", ""),
+                filename=filename,
+                url=url,
+                sha256=(archive.get("hashes") or {}).get("sha256"),
+                size=archive.get("size"),
+            )
+        )
+    return out
+
+
+def requirements_text(
+    combination_id: str, packages: Sequence[LockedPackage], indexes: Sequence[IndexArgument]
+) -> str:
+    """``requirements.<id>.txt``: every package pinned with its sha256, for
+    ``pip install --require-hashes --no-deps -r``. Non-default indexes are named
+    so that pip can find files that are not on the user's own index."""
+    lines = [
+        f"# Generated by {GENERATED_BY}; do not edit.",
+        f"# {combination_id}: pip install --require-hashes --no-deps -r <this file>",
+    ]
+    for index in indexes:
+        if index.role == "index":
+            lines.append(f"--extra-index-url {index.url}")
+        elif index.role == "find-links":
+            lines.append(f"--find-links {index.url}")
+    for pkg in sorted(packages, key=lambda p: p.name):
+        if pkg.sha256 is None:
+            raise ClosureError(f"{combination_id}: {pkg.name} has no sha256 in its lock")
+        lines.append(f"{pkg.name}=={pkg.version} \\\n    --hash=sha256:{pkg.sha256}")
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path, data: str) -> str:
+    """Write text via a temporary file and rename; return the sha256 of its bytes."""
+    raw = data.encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return hashlib.sha256(raw).hexdigest()

@@ -1,0 +1,385 @@
+"""Choosing wheels for a *target* (Python version + platform), not for the host.
+
+Everything here is pure: the target is an argument, the evidence (file
+names, core metadata, xformers' build record) is passed in, and each
+decision comes back with the reason for it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from email.message import Message
+from functools import cached_property
+from typing import Generic, Literal, Protocol, TypeVar
+
+from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from envbuilder.model import BuildRecord, Rejection
+
+__all__ = [
+    "CudaComparison",
+    "RankedWheels",
+    "Target",
+    "TorchCuda",
+    "WheelFile",
+    "compare_cuda",
+    "cuda_from_local_label",
+    "cuda_from_requirements",
+    "cuda_tag_to_version",
+    "cuda_version_to_tag",
+    "parse_build_record",
+    "rank_wheels",
+    "requirements_of",
+    "torch_requirement",
+]
+
+_LEGACY_MANYLINUX = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5): "manylinux1"}
+_MANYLINUX_RE = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
+_LEGACY_RE = re.compile(r"^manylinux(1|2010|2014)_(\w+)$")
+_LEGACY_TO_GLIBC = {"1": (2, 5), "2010": (2, 12), "2014": (2, 17)}
+_CUDA_TAG_RE = re.compile(r"^cu(\d+)(\d)$")
+_CUDA_RUNTIME_NAMES = re.compile(r"^(nvidia-cuda-runtime(-cu\d+)?|cuda-toolkit)$")
+
+
+class WheelFile(Protocol):
+    """What ranking needs of a file on an index (``envbuilder.simple.DistributionFile``)."""
+
+    @property
+    def filename(self) -> str: ...
+    @property
+    def yanked(self) -> bool: ...
+    @property
+    def yanked_reason(self) -> str | None: ...
+    @property
+    def requires_python(self) -> str | None: ...
+
+
+def _platform_arch(platform: str) -> tuple[tuple[int, int] | None, str]:
+    if m := _MANYLINUX_RE.match(platform):
+        return (int(m.group(1)), int(m.group(2))), m.group(3)
+    if m := _LEGACY_RE.match(platform):
+        return _LEGACY_TO_GLIBC[m.group(1)], m.group(2)
+    if platform.startswith("linux_"):
+        return None, platform.removeprefix("linux_")
+    raise ValueError(f"unsupported target platform {platform!r}; use e.g. 'manylinux_2_28_x86_64'")
+
+
+F = TypeVar("F", bound=WheelFile)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """The interpreter and platform that wheels must fit."""
+
+    python: str  # "3.11"
+    platform: str = "manylinux_2_28_x86_64"
+
+    @cached_property
+    def python_tuple(self) -> tuple[int, int]:
+        major, minor = self.python.split(".")
+        return int(major), int(minor)
+
+    @cached_property
+    def arch(self) -> str:
+        return _platform_arch(self.platform)[1]
+
+    @cached_property
+    def platforms(self) -> list[str]:
+        """Platform tags the target accepts, most specific first.
+
+        A manylinux_2_N target accepts every older manylinux level (and the
+        legacy aliases of 2_17, 2_12 and 2_5), then plain ``linux_<arch>``,
+        which is how the PyTorch index names many of its wheels.
+        """
+        glibc, arch = _platform_arch(self.platform)
+        tags: list[str] = []
+        if glibc is not None:
+            major, top = glibc
+            for minor in range(top, 4, -1):
+                tags.append(f"manylinux_{major}_{minor}_{arch}")
+                if (major, minor) in _LEGACY_MANYLINUX:
+                    tags.append(f"{_LEGACY_MANYLINUX[major, minor]}_{arch}")
+        tags.append(f"linux_{arch}")
+        return tags
+
+    @cached_property
+    def tags(self) -> list[Tag]:
+        version = self.python_tuple
+        interpreter = f"cp{version[0]}{version[1]}"
+        ordered = list(cpython_tags(version, abis=[interpreter], platforms=self.platforms))
+        ordered += list(compatible_tags(version, interpreter, self.platforms))
+        return ordered
+
+    @cached_property
+    def tag_priority(self) -> dict[Tag, int]:
+        priority: dict[Tag, int] = {}
+        for i, tag in enumerate(self.tags):
+            priority.setdefault(tag, i)
+        return priority
+
+    @cached_property
+    def marker_environment(self) -> dict[str, str]:
+        full = f"{self.python}.0"
+        return {
+            "implementation_name": "cpython",
+            "implementation_version": full,
+            "os_name": "posix",
+            "platform_machine": self.arch,
+            "platform_python_implementation": "CPython",
+            "platform_release": "",
+            "platform_system": "Linux",
+            "platform_version": "",
+            "python_full_version": full,
+            "python_version": self.python,
+            "sys_platform": "linux",
+            "extra": "",
+        }
+
+    def describe(self) -> str:
+        return f"cp{self.python.replace('.', '')} on {self.platform}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankedWheels(Generic[F]):
+    """The files of one release that fit the target, best first, and why others don't."""
+
+    candidates: tuple[F, ...]
+    rejected: tuple[Rejection, ...]
+    notes: tuple[str, ...] = ()
+
+
+def _version_matches(file_version: Version, wanted: Version) -> bool:
+    if wanted.local is not None:
+        return file_version == wanted
+    return file_version.public == wanted.public
+
+
+def rank_wheels(
+    files: Iterable[F],
+    *,
+    project: str,
+    version: str,
+    target: Target,
+    local_label: str | None = None,
+) -> RankedWheels[F]:
+    """Order the wheels of ``project==version`` that fit ``target``.
+
+    ``local_label`` (e.g. ``"cu121"``) keeps only files whose local version
+    label is that one or absent — how a per-CUDA index names its builds.
+    Order follows pip: tag preference first, then the higher build number.
+    Yanked files are used only when nothing else fits the exact pin (PEP 592).
+    """
+    wanted = Version(version)
+    name = canonicalize_name(project)
+    fitting: list[tuple[int, tuple[int, str] | tuple[()], F]] = []
+    yanked: list[tuple[int, tuple[int, str] | tuple[()], F]] = []
+    rejected: list[Rejection] = []
+    notes: list[str] = []
+
+    def reject(file: F, reason: str) -> None:
+        rejected.append(Rejection(project=name, filename=file.filename, reason=reason))
+
+    for file in files:
+        if not file.filename.endswith(".whl"):
+            if _sdist_version(file.filename, name) == wanted.public:
+                reject(file, "source distribution: envbuilder installs wheels only")
+            continue
+        try:
+            wname, wversion, build, wtags = parse_wheel_filename(file.filename)
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        if wname != name or not _version_matches(wversion, wanted):
+            continue
+        if local_label is not None and wversion.local not in (None, local_label):
+            reject(file, f"local label +{wversion.local} is not the requested +{local_label}")
+            continue
+        best = min(
+            (target.tag_priority[t] for t in wtags if t in target.tag_priority), default=None
+        )
+        if best is None:
+            shown = ".".join(sorted({str(t) for t in wtags}))
+            reject(file, f"tags {shown} do not fit the target {target.describe()}")
+            continue
+        if file.requires_python:
+            try:
+                spec = SpecifierSet(file.requires_python)
+            except InvalidSpecifier:
+                reject(file, f"invalid Requires-Python {file.requires_python!r}")
+                continue
+            if not spec.contains(
+                target.marker_environment["python_full_version"], prereleases=True
+            ):
+                reject(
+                    file, f"Requires-Python {file.requires_python} excludes Python {target.python}"
+                )
+                continue
+        entry = (best, build, file)
+        (yanked if file.yanked else fitting).append(entry)
+
+    def order(entries: list[tuple[int, tuple[int, str] | tuple[()], F]]) -> list[F]:
+        # Lower tag priority index is better; a higher build number is better.
+        return [f for _, _, f in sorted(entries, key=lambda e: (e[0], _neg_build(e[1])))]
+
+    if fitting:
+        for _, _, file in yanked:
+            reject(file, f"yanked ({file.yanked_reason or 'no reason given'})")
+        return RankedWheels(candidates=tuple(order(fitting)), rejected=tuple(rejected))
+    if yanked:
+        chosen = order(yanked)
+        notes.append(
+            f"{name} {version} is yanked ({chosen[0].yanked_reason or 'no reason given'}); "
+            "used because the matrix pins this exact version (PEP 592)"
+        )
+        return RankedWheels(candidates=tuple(chosen), rejected=tuple(rejected), notes=tuple(notes))
+    return RankedWheels(candidates=(), rejected=tuple(rejected))
+
+
+def _neg_build(build: tuple[int, str] | tuple[()]) -> tuple[int, str]:
+    if not build:
+        return (1, "")
+    return (-build[0], build[1])
+
+
+def _sdist_version(filename: str, name: str) -> Version | None:
+    for suffix in (".tar.gz", ".zip"):
+        if filename.endswith(suffix):
+            stem = filename[: -len(suffix)]
+            project, _, version = stem.rpartition("-")
+            if canonicalize_name(project) != name:
+                return None
+            try:
+                return Version(version)
+            except InvalidVersion:
+                return None
+    return None
+
+
+def cuda_tag_to_version(tag: str) -> str:
+    """``cu121`` -> ``12.1``; ``cu130`` -> ``13.0``."""
+    m = _CUDA_TAG_RE.match(tag)
+    if not m:
+        raise ValueError(f"not a CUDA tag: {tag!r} (expected e.g. 'cu121')")
+    return f"{int(m.group(1))}.{m.group(2)}"
+
+
+def cuda_version_to_tag(version: str) -> str:
+    """``12.1`` (or ``12.1.105``) -> ``cu121``."""
+    parts = version.split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        raise ValueError(f"not a CUDA version: {version!r} (expected e.g. '12.1')")
+    return f"cu{int(parts[0])}{int(parts[1])}"
+
+
+TorchCuda = tuple[str | None, Literal["local-label", "requires-dist", "none"], str]
+"""(CUDA "major.minor" or None for a CPU build, where it was read, the evidence)."""
+
+
+def cuda_from_local_label(version: Version) -> TorchCuda | None:
+    """A PyTorch-index build names its CUDA in the local label (``2.5.1+cu121``)."""
+    if version.local is None:
+        return None
+    if version.local == "cpu":
+        return None, "local-label", f"+{version.local}"
+    if _CUDA_TAG_RE.match(version.local):
+        return cuda_tag_to_version(version.local), "local-label", f"+{version.local}"
+    return None
+
+
+def requirements_of(metadata: Message) -> list[Requirement]:
+    """The Requires-Dist entries of core metadata; unparsable lines are skipped."""
+    out: list[Requirement] = []
+    for line in metadata.get_all("Requires-Dist") or []:
+        try:
+            out.append(Requirement(line))
+        except InvalidRequirement:
+            continue
+    return out
+
+
+def _applies(req: Requirement, environment: Mapping[str, str]) -> bool:
+    if req.marker is None:
+        return True
+    try:
+        return req.marker.evaluate(dict(environment))
+    except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
+        return False
+
+
+def cuda_from_requirements(requirements: Sequence[Requirement], target: Target) -> TorchCuda:
+    """Read torch's CUDA from the CUDA runtime it pins for the target.
+
+    Public-index builds pin ``nvidia-cuda-runtime-cu12==12.4.127`` or, in
+    newer releases, ``cuda-toolkit[...]==13.0.2``. No such pin: a CPU build.
+    """
+    for req in requirements:
+        if not _CUDA_RUNTIME_NAMES.match(canonicalize_name(req.name)):
+            continue
+        if not _applies(req, target.marker_environment):
+            continue
+        for spec in req.specifier:
+            if spec.operator in ("==", "==="):
+                parts = spec.version.split(".")
+                if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                    return f"{int(parts[0])}.{int(parts[1])}", "requires-dist", str(req)
+    return None, "none", "no CUDA runtime among its requirements"
+
+
+def torch_requirement(requirements: Sequence[Requirement], target: Target) -> Requirement | None:
+    """xformers' requirement on torch for the target, if it has one."""
+    for req in requirements:
+        if canonicalize_name(req.name) == "torch" and _applies(req, target.marker_environment):
+            return req
+    return None
+
+
+def parse_build_record(data: bytes) -> BuildRecord:
+    """Read ``xformers/cpp_lib.json``: the torch, CUDA and architectures it was built with.
+
+    ``version.cuda`` is an int such as 1201 (CUDA 12.1); ``version.torch`` is
+    e.g. ``2.4.1+cu121``; ``env.TORCH_CUDA_ARCH_LIST`` the architectures.
+    """
+    try:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"xformers/cpp_lib.json is not JSON: {e}") from e
+    version = doc.get("version") if isinstance(doc, dict) else None
+    env = doc.get("env") if isinstance(doc, dict) else None
+    version = version if isinstance(version, dict) else {}
+    env = env if isinstance(env, dict) else {}
+    cuda_raw = version.get("cuda")
+    cuda: str | None = None
+    if isinstance(cuda_raw, int) and cuda_raw > 0:
+        cuda = f"{cuda_raw // 100}.{cuda_raw % 100}"
+    elif isinstance(cuda_raw, str) and cuda_raw:
+        cuda = cuda_raw
+    torch = version.get("torch")
+    arch = env.get("TORCH_CUDA_ARCH_LIST")
+    return BuildRecord(
+        torch=torch if isinstance(torch, str) else None,
+        cuda=cuda,
+        arch_list=arch if isinstance(arch, str) else None,
+    )
+
+
+CudaComparison = Literal["same", "minor", "major", "cpu-torch", "no-record"]
+
+
+def compare_cuda(built_with: str | None, torch_cuda: str | None) -> CudaComparison:
+    """How xformers' build CUDA relates to torch's CUDA."""
+    if built_with is None:
+        return "no-record"
+    if torch_cuda is None:
+        return "cpu-torch"
+    b_major, _, b_minor = built_with.partition(".")
+    t_major, _, t_minor = torch_cuda.partition(".")
+    if b_major != t_major:
+        return "major"
+    return "same" if b_minor == t_minor else "minor"
