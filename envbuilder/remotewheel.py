@@ -1,0 +1,237 @@
+"""Read a wheel's METADATA or one member without downloading the wheel.
+
+Order: the PEP 658 ``<url>.metadata`` file when the index advertises it
+(checked against its sha256 when given); otherwise, or when that resource is
+missing, HTTP range requests into the wheel: the tail first (central
+directory), then only the blocks ``zipfile`` asks for. Results are kept in
+the client's content-addressed store, keyed by the wheel's sha256, so a
+warm run needs no network at all.
+"""
+
+from __future__ import annotations
+
+import email.message
+import email.parser
+import email.policy
+import hashlib
+import io
+import logging
+import zipfile
+from collections.abc import Callable
+
+from envbuilder.errors import IndexError_
+from envbuilder.http import HttpClient, HttpNotFound
+from envbuilder.simple import DistributionFile, is_local, local_path
+
+__all__ = [
+    "BLOCK_SIZE",
+    "TAIL_SIZE",
+    "RangeFile",
+    "metadata_member_name",
+    "parse_metadata",
+    "read_core_metadata",
+    "read_member",
+]
+
+logger = logging.getLogger(__name__)
+
+TAIL_SIZE = 64 * 1024
+BLOCK_SIZE = 64 * 1024
+_ABSENT = b"\x00absent"
+_PRESENT = b"\x01"
+
+
+class RangeFile(io.RawIOBase):
+    """A read-only seekable file whose bytes come from ``fetch(start, end)`` on demand.
+
+    Bytes are kept in aligned blocks; adjacent missing blocks are fetched with
+    one request.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        fetch: Callable[[int, int], bytes],
+        *,
+        block_size: int = BLOCK_SIZE,
+        name: str = "<remote>",
+    ) -> None:
+        super().__init__()
+        self._size = size
+        self._fetch = fetch
+        self._block = block_size
+        self._blocks: dict[int, bytes] = {}
+        self._pos = 0
+        self.name = name
+
+    def preload(self, start: int, data: bytes) -> None:
+        """Keep ``data`` (read elsewhere, e.g. the tail) as bytes from ``start``."""
+        end = start + len(data)
+        first = -(-start // self._block)  # only whole blocks
+        for index in range(first, (end // self._block) + 1):
+            lo = index * self._block
+            hi = min(lo + self._block, self._size)
+            if lo >= start and hi <= end and hi > lo:
+                self._blocks[index] = data[lo - start : hi - start]
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self._size + offset
+        else:
+            raise ValueError(f"bad whence {whence!r}")
+        if pos < 0:
+            raise ValueError(f"negative seek position {pos!r}")
+        self._pos = pos
+        return pos
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        n = min(len(buffer), max(0, self._size - self._pos))
+        if n == 0:
+            return 0
+        data = self._read_span(self._pos, self._pos + n)
+        memoryview(buffer)[:n] = data
+        self._pos += n
+        return n
+
+    def _read_span(self, start: int, end: int) -> bytes:
+        first, last = start // self._block, (end - 1) // self._block
+        missing = [i for i in range(first, last + 1) if i not in self._blocks]
+        run: list[int] = []
+        for index in [*missing, None]:
+            if index is not None and (not run or index == run[-1] + 1):
+                run.append(index)
+                continue
+            if run:
+                lo = run[0] * self._block
+                hi = min((run[-1] + 1) * self._block, self._size)
+                data = self._fetch(lo, hi - 1)
+                if len(data) != hi - lo:
+                    raise IndexError_(
+                        f"{self.name}: asked for {hi - lo} bytes at {lo}, got {len(data)}"
+                    )
+                for i in run:
+                    self._blocks[i] = data[
+                        (i - run[0]) * self._block : (i - run[0] + 1) * self._block
+                    ]
+            run = [index] if index is not None else []
+        joined = b"".join(self._blocks[i] for i in range(first, last + 1))
+        offset = first * self._block
+        return joined[start - offset : end - offset]
+
+
+def metadata_member_name(filename: str) -> str:
+    """``<name>-<version>.dist-info/METADATA`` as the wheel's filename spells them."""
+    name, version = filename.split("-")[:2]
+    return f"{name}-{version}.dist-info/METADATA"
+
+
+def parse_metadata(data: bytes) -> email.message.Message:
+    return email.parser.BytesParser(policy=email.policy.compat32).parsebytes(data)
+
+
+def _cache_key(file: DistributionFile, member: str) -> str:
+    identity = f"sha256:{file.sha256}" if file.sha256 else f"url:{file.url}"
+    return f"wheel-member\0{identity}\0{member}"
+
+
+def _metadata_in(names: list[str], filename: str) -> str | None:
+    expected = metadata_member_name(filename)
+    if expected in names:
+        return expected
+    lowered = {n.lower(): n for n in names}
+    if expected.lower() in lowered:
+        return lowered[expected.lower()]
+    candidates = [n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def _from_zip(archive: zipfile.ZipFile, filename: str, member: str | None) -> bytes | None:
+    names = archive.namelist()
+    target = _metadata_in(names, filename) if member is None else member
+    if target is None or target not in names:
+        return None
+    return archive.read(target)
+
+
+def _read_by_ranges(client: HttpClient, file: DistributionFile, member: str | None) -> bytes | None:
+    tail, size = client.get_tail(file.url, TAIL_SIZE)
+    remote = RangeFile(
+        size, lambda start, end: client.get_range(file.url, start, end), name=file.url
+    )
+    remote.preload(size - len(tail), tail)
+    try:
+        with zipfile.ZipFile(remote) as archive:
+            return _from_zip(archive, file.filename, member)
+    except zipfile.BadZipFile as e:
+        raise IndexError_(f"{file.url!r} is not a valid wheel (zip): {e}") from e
+
+
+def _read_local(file: DistributionFile, member: str | None) -> bytes | None:
+    path = local_path(file.url)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return _from_zip(archive, file.filename, member)
+    except FileNotFoundError as e:
+        raise IndexError_(f"wheel {str(path)!r} does not exist") from e
+    except zipfile.BadZipFile as e:
+        raise IndexError_(f"{str(path)!r} is not a valid wheel (zip): {e}") from e
+
+
+def _read_pep658(client: HttpClient, file: DistributionFile) -> bytes | None:
+    url = file.url + ".metadata"
+    try:
+        data = client.get(url).content
+    except HttpNotFound:
+        logger.debug("%s advertised but missing (404); reading the wheel by ranges", url)
+        return None
+    expected = file.core_metadata.get("sha256") if isinstance(file.core_metadata, dict) else None
+    if expected is not None and hashlib.sha256(data).hexdigest() != expected.lower():
+        raise IndexError_(
+            f"{url!r}: sha256 {hashlib.sha256(data).hexdigest()!r} does not match the "
+            f"index's {expected!r}; the index or a proxy is serving a wrong file"
+        )
+    return data
+
+
+def _read(client: HttpClient, file: DistributionFile, member: str | None) -> bytes | None:
+    if not file.is_wheel:
+        raise IndexError_(f"{file.filename!r} is not a wheel; only wheels can be read remotely")
+    if is_local(file.url):
+        return _read_local(file, member)
+    key = _cache_key(file, member or "METADATA")
+    cached = client.cache_get(key)
+    if cached is not None:
+        return None if cached == _ABSENT else cached[len(_PRESENT) :]
+    data: bytes | None = None
+    if member is None and file.core_metadata:
+        data = _read_pep658(client, file)
+    if data is None:
+        data = _read_by_ranges(client, file, member)
+    client.cache_put(key, _ABSENT if data is None else _PRESENT + data)
+    return data
+
+
+def read_core_metadata(client: HttpClient, file: DistributionFile) -> email.message.Message:
+    """The wheel's ``METADATA`` as an email message (``msg.get_all("Requires-Dist")``)."""
+    data = _read(client, file, None)
+    if data is None:
+        raise IndexError_(f"{file.filename!r} ({file.url!r}) has no .dist-info/METADATA")
+    return parse_metadata(data)
+
+
+def read_member(client: HttpClient, file: DistributionFile, member_name: str) -> bytes | None:
+    """One member of the wheel (e.g. ``xformers/cpp_lib.json``), or None if it has none."""
+    return _read(client, file, member_name)

@@ -1,0 +1,445 @@
+"""The Simple Repository API: PEP 691 JSON and PEP 503 HTML into the same records.
+
+Also reads a flat find-links page and a local directory of wheels, since a
+locally built torch may live in one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from envbuilder.errors import IndexError_
+from envbuilder.http import HttpClient, HttpNotFound
+
+__all__ = [
+    "ACCEPT",
+    "DistributionFile",
+    "ProjectPage",
+    "fetch_find_links",
+    "fetch_project_page",
+    "is_local",
+    "list_local_directory",
+    "local_path",
+    "merge_pages",
+    "parse_html_page",
+    "parse_json_page",
+    "parse_project_page",
+    "project_url",
+]
+
+logger = logging.getLogger(__name__)
+
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+HTML_TYPES = frozenset({"application/vnd.pypi.simple.v1+html", "text/html"})
+ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+
+CoreMetadata = bool | dict[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistributionFile:
+    """One file of a project on an index (a wheel or an sdist)."""
+
+    filename: str
+    url: str  # absolute, fragment stripped
+    hashes: dict[str, str] = field(default_factory=dict)
+    requires_python: str | None = None
+    yanked: bool = False
+    yanked_reason: str | None = None
+    core_metadata: CoreMetadata = False  # PEP 658/714: False, True, or {"sha256": ...}
+    size: int | None = None
+    upload_time: str | None = None
+
+    @property
+    def sha256(self) -> str | None:
+        return self.hashes.get("sha256")
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.filename.endswith(".whl")
+
+    @property
+    def project(self) -> str | None:
+        """The normalised project name read from the filename, or None if unparseable."""
+        parsed = _parse_filename(self.filename)
+        return parsed[0] if parsed else None
+
+    @property
+    def version(self) -> Version | None:
+        parsed = _parse_filename(self.filename)
+        return parsed[1] if parsed else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectPage:
+    """A project's files as one index lists them. A project the index lacks has no files."""
+
+    name: str  # PEP 503-normalised
+    url: str
+    files: tuple[DistributionFile, ...] = ()
+    versions: tuple[str, ...] = ()
+    etag: str | None = None
+    last_modified: str | None = None
+
+    def wheels(self) -> tuple[DistributionFile, ...]:
+        return tuple(f for f in self.files if f.is_wheel)
+
+
+def _parse_filename(filename: str) -> tuple[str, Version] | None:
+    try:
+        if filename.endswith(".whl"):
+            name, version, _build, _tags = parse_wheel_filename(filename)
+            return str(name), version
+        name, version = parse_sdist_filename(filename)
+        return str(name), version
+    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+        return None
+
+
+def project_url(index_url: str, project: str) -> str:
+    """``<index>/<normalised name>/`` (PEP 503)."""
+    return f"{index_url.rstrip('/')}/{canonicalize_name(project)}/"
+
+
+def _split_url(url: str, base: str) -> tuple[str, dict[str, str]]:
+    """Absolute URL without fragment, and the hash the fragment names (``#sha256=...``)."""
+    absolute = urllib.parse.urljoin(base, url)
+    clean, fragment = urllib.parse.urldefrag(absolute)
+    hashes: dict[str, str] = {}
+    if fragment:
+        algo, sep, value = fragment.partition("=")
+        if sep and algo in hashlib.algorithms_guaranteed and value:
+            hashes[algo] = value.lower()
+    return clean, hashes
+
+
+def _sorted_versions(values: Iterable[object]) -> tuple[str, ...]:
+    """Versions in PEP 440 order; strings that are not versions go last, as given."""
+    parsed: list[Version] = []
+    other: list[str] = []
+    for value in values:
+        try:
+            parsed.append(Version(str(value)))
+        except InvalidVersion:
+            other.append(str(value))
+    return tuple([str(v) for v in sorted(parsed)] + other)
+
+
+def _versions_from(files: Iterable[DistributionFile]) -> tuple[str, ...]:
+    versions = {f.version for f in files if f.version is not None}
+    return tuple(str(v) for v in sorted(versions))
+
+
+# -- PEP 691 JSON ---------------------------------------------------------------------------
+
+
+def _json_core_metadata(entry: Mapping[str, Any]) -> CoreMetadata:
+    value = entry.get("core-metadata", entry.get("dist-info-metadata", False))
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    return bool(value)
+
+
+def parse_json_page(
+    document: bytes | str | Mapping[str, Any], *, page_url: str, project: str
+) -> ProjectPage:
+    """A PEP 691 JSON project page."""
+    if isinstance(document, Mapping):
+        data: Any = document
+    else:
+        try:
+            data = json.loads(document)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise IndexError_(f"{page_url!r}: not a valid PEP 691 JSON page ({e})") from e
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        raise IndexError_(f"{page_url!r}: PEP 691 JSON page without a 'files' list")
+    files: list[DistributionFile] = []
+    for entry in data["files"]:
+        if not isinstance(entry, dict) or "filename" not in entry or "url" not in entry:
+            logger.debug("skipping malformed file entry on %s: %s", page_url, entry)
+            continue
+        url, fragment_hashes = _split_url(str(entry["url"]), page_url)
+        hashes = {str(k): str(v).lower() for k, v in (entry.get("hashes") or {}).items()}
+        yanked_value = entry.get("yanked", False)
+        size = entry.get("size")
+        files.append(
+            DistributionFile(
+                filename=str(entry["filename"]),
+                url=url,
+                hashes=hashes or fragment_hashes,
+                requires_python=entry.get("requires-python") or None,
+                yanked=bool(yanked_value),
+                yanked_reason=yanked_value
+                if isinstance(yanked_value, str) and yanked_value
+                else None,
+                core_metadata=_json_core_metadata(entry),
+                size=size if isinstance(size, int) else None,
+                upload_time=entry.get("upload-time"),
+            )
+        )
+    name = canonicalize_name(str(data.get("name") or project))
+    versions = data.get("versions")
+    return ProjectPage(
+        name=name,
+        url=page_url,
+        files=tuple(files),
+        versions=_sorted_versions(versions)
+        if isinstance(versions, list)
+        else _versions_from(files),
+    )
+
+
+# -- PEP 503 HTML ---------------------------------------------------------------------------
+
+
+class _AnchorCollector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.base: str | None = None
+        self.anchors: list[tuple[dict[str, str | None], str]] = []
+        self._current: dict[str, str | None] | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "base" and self.base is None:
+            self.base = dict(attrs).get("href")
+        elif tag == "a":
+            self._flush()
+            self._current = dict(attrs)
+            self._text = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a":
+            self._flush()
+
+    def handle_data(self, data: str) -> None:
+        if self._current is not None:
+            self._text.append(data)
+
+    def _flush(self) -> None:
+        if self._current is not None:
+            self.anchors.append((self._current, "".join(self._text).strip()))
+        self._current = None
+        self._text = []
+
+    def close(self) -> None:
+        super().close()
+        self._flush()
+
+
+def _html_core_metadata(attrs: Mapping[str, str | None]) -> CoreMetadata:
+    for key in ("data-core-metadata", "data-dist-info-metadata"):
+        if key not in attrs:
+            continue
+        value = (attrs[key] or "").strip()
+        if value in ("", "true"):
+            return True
+        if value == "false":
+            return False
+        algo, sep, digest = value.partition("=")
+        if sep and digest:
+            return {algo: digest.lower()}
+        return True
+    return False
+
+
+def parse_html_page(
+    document: bytes | str, *, page_url: str, project: str | None = None
+) -> ProjectPage:
+    """A PEP 503 HTML page; with ``project``, keeps only that project's files (flat pages)."""
+    text = document.decode("utf-8", errors="replace") if isinstance(document, bytes) else document
+    parser = _AnchorCollector()
+    parser.feed(text)
+    parser.close()
+    base = urllib.parse.urljoin(page_url, parser.base) if parser.base else page_url
+    wanted = canonicalize_name(project) if project else None
+    files: list[DistributionFile] = []
+    for attrs, anchor_text in parser.anchors:
+        href = attrs.get("href")
+        if not href:
+            continue
+        url, hashes = _split_url(href, base)
+        filename = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+        if not filename:
+            filename = anchor_text
+        if wanted is not None:
+            parsed = _parse_filename(filename)
+            if parsed is None or parsed[0] != wanted:
+                logger.debug("skipping %s on %s: not a file of %s", filename, page_url, wanted)
+                continue
+        yanked = "data-yanked" in attrs
+        files.append(
+            DistributionFile(
+                filename=filename,
+                url=url,
+                hashes=hashes,
+                requires_python=(attrs.get("data-requires-python") or "").strip() or None,
+                yanked=yanked,
+                yanked_reason=(attrs.get("data-yanked") or None) if yanked else None,
+                core_metadata=_html_core_metadata(attrs),
+            )
+        )
+    name = wanted or canonicalize_name(project or _last_path_segment(page_url))
+    return ProjectPage(name=name, url=page_url, files=tuple(files), versions=_versions_from(files))
+
+
+def _last_path_segment(url: str) -> str:
+    parts = [p for p in urllib.parse.urlsplit(url).path.split("/") if p]
+    return parts[-1] if parts else ""
+
+
+def parse_project_page(
+    content: bytes, *, content_type: str, page_url: str, project: str
+) -> ProjectPage:
+    """Dispatch on the response's Content-Type, as PEP 691 asks."""
+    media = content_type.split(";")[0].strip().lower()
+    if media == JSON_TYPE:
+        return parse_json_page(content, page_url=page_url, project=project)
+    if media in HTML_TYPES or media == "":
+        page = parse_html_page(content, page_url=page_url, project=None)
+        return dataclasses.replace(page, name=canonicalize_name(project))
+    raise IndexError_(
+        f"{page_url!r}: unsupported Content-Type {content_type!r} for a Simple API page "
+        f"(expected {JSON_TYPE} or HTML)"
+    )
+
+
+# -- fetching -------------------------------------------------------------------------------
+
+
+def is_local(location: str) -> bool:
+    """A ``file://`` URL or a filesystem path (anything without an http(s) scheme)."""
+    scheme = urllib.parse.urlsplit(location).scheme.lower()
+    return scheme not in ("http", "https")
+
+
+def local_path(location: str) -> Path:
+    if location.lower().startswith("file:"):
+        return Path(urllib.request.url2pathname(urllib.parse.urlsplit(location).path))
+    return Path(location)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def list_local_directory(directory: Path, project: str | None = None) -> ProjectPage:
+    """The wheels in a directory (of ``project`` only, if given), with sha256 computed here."""
+    if not directory.is_dir():
+        raise IndexError_(f"{str(directory)!r} is not a directory of wheels")
+    wanted = canonicalize_name(project) if project else None
+    files: list[DistributionFile] = []
+    for path in sorted(directory.glob("*.whl")):
+        parsed = _parse_filename(path.name)
+        if parsed is None or (wanted is not None and parsed[0] != wanted):
+            continue
+        files.append(
+            DistributionFile(
+                filename=path.name,
+                url=path.resolve().as_uri(),
+                hashes={"sha256": _file_sha256(path)},
+                size=path.stat().st_size,
+            )
+        )
+    return ProjectPage(
+        name=wanted or canonicalize_name(directory.name),
+        url=directory.resolve().as_uri(),
+        files=tuple(files),
+        versions=_versions_from(files),
+    )
+
+
+def _local_project_page(location: str, project: str) -> ProjectPage:
+    root = local_path(location)
+    name = canonicalize_name(project)
+    project_dir = root / name
+    if project_dir.is_dir():
+        index_html = project_dir / "index.html"
+        if index_html.is_file():
+            return parse_html_page(
+                index_html.read_bytes(), page_url=index_html.resolve().as_uri(), project=None
+            )
+        return list_local_directory(project_dir, name)
+    if root.is_dir():
+        return list_local_directory(root, name)
+    if root.is_file() and root.suffix in (".html", ".htm"):
+        return parse_html_page(root.read_bytes(), page_url=root.resolve().as_uri(), project=name)
+    logger.debug("local index %s has nothing for %s", root, name)
+    return ProjectPage(name=name, url=root.as_uri() if root.is_absolute() else str(root))
+
+
+def fetch_project_page(client: HttpClient, index_url: str, project: str) -> ProjectPage:
+    """The project's page on a Simple API index (or a local directory of wheels).
+
+    A project the index does not have (HTTP 404) gives an empty page.
+    """
+    if is_local(index_url):
+        return _local_project_page(index_url, project)
+    url = project_url(index_url, project)
+    try:
+        response = client.get(url, headers={"Accept": ACCEPT})
+    except HttpNotFound:
+        logger.debug("%s: no project %s (404)", index_url, project)
+        return ProjectPage(name=canonicalize_name(project), url=url)
+    page = parse_project_page(
+        response.content,
+        content_type=response.headers.get("content-type", ""),
+        page_url=response.url,
+        project=project,
+    )
+    return ProjectPage(
+        name=page.name,
+        url=page.url,
+        files=page.files,
+        versions=page.versions,
+        etag=response.headers.get("etag"),
+        last_modified=response.headers.get("last-modified"),
+    )
+
+
+def fetch_find_links(client: HttpClient, location: str, project: str) -> ProjectPage:
+    """``project``'s files on a flat find-links page (one page listing every project's files)."""
+    if is_local(location):
+        return _local_project_page(location, project)
+    try:
+        response = client.get(location, headers={"Accept": "text/html"})
+    except HttpNotFound:
+        return ProjectPage(name=canonicalize_name(project), url=location)
+    return parse_html_page(response.content, page_url=response.url, project=project)
+
+
+def merge_pages(pages: Sequence[ProjectPage]) -> ProjectPage:
+    """One page with the files of several (first occurrence of a filename wins)."""
+    if not pages:
+        raise ValueError("merge_pages needs at least one page")
+    seen: dict[str, DistributionFile] = {}
+    for page in pages:
+        for f in page.files:
+            seen.setdefault(f.filename, f)
+    files = tuple(seen.values())
+    return ProjectPage(
+        name=pages[0].name, url=pages[0].url, files=files, versions=_versions_from(files)
+    )
