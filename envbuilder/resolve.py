@@ -276,12 +276,6 @@ class Resolver:
         filename: str = file.filename  # type: ignore[attr-defined]
         req = torch_requirement(requirements_of(self._metadata(file)), d.target)
         requires = str(req.specifier) if req is not None else ""
-        torch_version = Version(torch.version)
-        if req is not None and not req.specifier.contains(torch_version, prereleases=True):
-            raise _Unsatisfiable(
-                f"xformers {c.xformers} requires torch{req.specifier} (its Requires-Dist), "
-                f"which torch {torch.version} does not satisfy"
-            )
         record = self._build_record(file)
         if record is None:
             record = BuildRecord(torch=None, cuda=None, arch_list=None)
@@ -297,6 +291,11 @@ class Resolver:
             index=spec.name,
         )
         d.xformers = xformers
+        if req is not None and not req.specifier.contains(Version(torch.version), prereleases=True):
+            raise _Unsatisfiable(
+                f"xformers {c.xformers} requires torch{req.specifier} (its Requires-Dist), "
+                f"which torch {torch.version} does not satisfy"
+            )
         self._check_build(d, xformers, torch)
         return xformers
 
@@ -404,7 +403,7 @@ class Resolver:
                     offline=self.settings.offline,
                     ca_bundle=self.settings.ca_bundle,
                 )
-            packages = {canonicalize_name(p.name): p for p in locked_packages(text)}
+            packages = {str(canonicalize_name(p.name)): p for p in locked_packages(text)}
             self._verify_lock(d, packages)
             sha = write_atomic(lock_path, text)
             write_atomic(req_path, requirements_text(c.id, list(packages.values()), d.indexes))

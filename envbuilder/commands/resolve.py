@@ -1,0 +1,163 @@
+"""``envbuilder resolve``: matrix.toml -> resolution.json + a hash-pinned lock per combination."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from envbuilder.model import ResolvedCombination
+
+HELP = (
+    "resolve matrix combinations into hash-pinned locks (pylock.<id>.toml, requirements.<id>.txt)"
+)
+
+_MARK = {"resolved": "✓", "unsatisfiable": "✕", "error": "!"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "selectors",
+        nargs="*",
+        metavar="SELECTOR",
+        help="cu121, py3.11, torch2.5, an id, a glob; none = all",
+    )
+    parser.add_argument(
+        "--matrix",
+        type=Path,
+        default=Path("matrix.toml"),
+        help="matrix file (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("locks"), help="output directory (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="HTTP and uv cache (default: ENVBUILDER_CACHE_DIR or the user cache)",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="use only what the cache holds; never touch the network",
+    )
+    parser.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="re-resolve every closure even where the lock's inputs are unchanged",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=8, help="combinations resolved at once (default: %(default)s)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object with the list `combinations` on stdout")  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    from envbuilder import pipconfig
+    from envbuilder.closure import find_uv, write_atomic
+    from envbuilder.errors import InputError
+    from envbuilder.http import HttpClient, default_cache_dir
+    from envbuilder.matrix import load_matrix
+    from envbuilder.model import Resolution, load_resolution
+    from envbuilder.reporter import Reporter
+    from envbuilder.resolve import Resolver, ResolveSettings
+
+    if args.jobs < 1:
+        raise InputError(f"--jobs must be at least 1, not {args.jobs!r}")
+    reporter = Reporter(verbose=args.verbose)
+    matrix = load_matrix(args.matrix)
+    selected = matrix.select(args.selectors)
+    cache_dir = args.cache_dir or default_cache_dir()
+    ca = pipconfig.ca_bundle()
+    settings = ResolveSettings(
+        out_dir=args.out,
+        cache_dir=cache_dir,
+        default_index_url=pipconfig.default_index_url(),
+        uv=find_uv(),
+        offline=args.offline,
+        upgrade=args.upgrade,
+        jobs=args.jobs,
+        ca_bundle=ca,
+    )
+    progress = _Progress(reporter, total=len(selected))
+    with HttpClient(
+        cache_dir=cache_dir, offline=args.offline, ca_bundle=ca, max_workers=args.jobs
+    ) as client:
+        resolver = Resolver(
+            indexes=dict(matrix.indexes), client=client, settings=settings, on_done=progress.done
+        )
+        with reporter.step(
+            f"resolve {len(selected)} of {len(matrix.combinations)} combinations from {args.matrix}"
+        ):
+            results = resolver.resolve(selected)
+        downloaded, requests_made = client.bytes_downloaded, client.requests_made
+
+    # Keep earlier answers for combinations not selected this time (still in the matrix).
+    previous: dict[str, ResolvedCombination] = {}
+    resolution_path = args.out / "resolution.json"
+    if resolution_path.exists():
+        try:
+            previous = load_resolution(resolution_path).by_id()
+        except InputError as e:
+            reporter.line(f"note: not keeping earlier results: {e}")
+    fresh = {r.id: r for r in results}
+    merged = tuple(
+        fresh.get(c.id) or previous[c.id]
+        for c in matrix.combinations
+        if c.id in fresh or c.id in previous
+    )
+    resolution = Resolution(
+        matrix=str(args.matrix), matrix_sha256=matrix.sha256, combinations=merged
+    )
+    write_atomic(resolution_path, json.dumps(resolution.to_json(), indent=2, sort_keys=True) + "\n")
+
+    counts = {
+        s: sum(1 for r in results if r.status == s) for s in ("resolved", "unsatisfiable", "error")
+    }
+    reporter.line(
+        f"{counts['resolved']} resolved, {counts['unsatisfiable']} unsatisfiable, {counts['error']} error(s); "
+        f"{downloaded / 1e6:.1f} MB in {requests_made} requests; wrote {resolution_path}"
+    )
+    reporter.summary(_markdown(results))
+    if args.json:
+        selected_doc = Resolution(
+            matrix=str(args.matrix), matrix_sha256=matrix.sha256, combinations=tuple(results)
+        )
+        json.dump(selected_doc.to_json(), sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    return 1 if counts["error"] else 0
+
+
+class _Progress:
+    """One line per finished combination (and the rejections with -v)."""
+
+    def __init__(self, reporter: object, *, total: int) -> None:
+        from envbuilder.reporter import Reporter
+
+        assert isinstance(reporter, Reporter)
+        self.reporter = reporter
+        self.total = total
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def done(self, result: ResolvedCombination, seconds: float) -> None:
+        with self._lock:
+            self.count += 1
+            width = len(str(self.total))
+            head = f"[{self.count:>{width}}/{self.total}] {_MARK[result.status]} {result.id}"
+            self.reporter.line(f"{head}  {result.status} ({seconds:.1f}s): {result.reason}")
+            for note in result.notes:
+                self.reporter.line(f"      note: {note}")
+            for rejection in result.rejected:
+                self.reporter.detail(f"  rejected {rejection.filename}: {rejection.reason}")
+
+
+def _markdown(results: Sequence[ResolvedCombination]) -> str:
+    rows = ["| combination | status | reason |", "|---|---|---|"]
+    for r in results:
+        rows.append(f"| `{r.id}` | {r.status} | {r.reason.replace('|', '/')} |")
+    return "\n".join(rows)
