@@ -250,9 +250,14 @@ class _Loader:
         return None
 
     def strings(self, value: Any, where: str) -> list[str] | None:
-        """A string or an array of strings, as a list."""
+        """A string or an array of strings, as a list; None when it is neither."""
+        located = self.located_strings(value, where)
+        return None if located is None else [s for _, s in located]
+
+    def located_strings(self, value: Any, where: str) -> list[tuple[str, str]] | None:
+        """Like `strings`, each with its key path (``pairs[0].python[1]``) for messages."""
         if isinstance(value, str):
-            return [value]
+            return [(where, value)]
         if not isinstance(value, list):
             hint = " (quote versions in TOML)" if isinstance(value, float) else ""
             self.problem(
@@ -260,18 +265,15 @@ class _Loader:
                 f"expected a string or an array of strings, got {_kind(value)} {value!r}{hint}",
             )
             return None
-        out: list[str] = []
-        ok = True
-        for i, item in enumerate(value):
-            s = self.string(item, f"{where}[{i}]")
-            if s is None:
-                ok = False
-            else:
-                out.append(s)
-        if not out and ok:
+        if not value:
             self.problem(where, "is empty; list at least one value or remove the key")
             return None
-        return out if ok else None
+        # the items that are strings, so that they are checked too; the others are reported
+        return [
+            (f"{where}[{i}]", s)
+            for i, item in enumerate(value)
+            if (s := self.string(item, f"{where}[{i}]")) is not None
+        ]
 
     def boolean(self, value: Any, where: str) -> bool | None:
         if isinstance(value, bool):
@@ -437,7 +439,7 @@ class _Loader:
         missing = tuple(dict.fromkeys(v for v in _ENV_VAR.findall(raw) if v not in self.environ))
         expanded = _ENV_VAR.sub(lambda m: self.environ.get(m.group(1), m.group(0)), raw)
         try:
-            names = {n for _, n, _, _ in string.Formatter().parse(expanded.replace("$", "")) if n}
+            names = {n for _, n, _, _ in string.Formatter().parse(_ENV_VAR.sub("", expanded)) if n}
         except ValueError as e:
             self.problem(where, f"invalid URL template {raw!r} ({e})")
             return None, ()
@@ -453,13 +455,14 @@ class _Loader:
             return None, ()
         return expanded, missing
 
-    def axes(self, value: Any) -> list[str]:
+    def axes(self, value: Any) -> list[str] | None:
+        """The python axis; None when undeclared (pairs must then list their own)."""
         table = self.table(value, "axes") or {}
         self.keys(table, _AXES_KEYS, "axes")
         if "python" not in table:
-            return []
-        values = self.strings(table["python"], "axes.python") or []
-        pythons = [p for i, v in enumerate(values) if (p := self.python(v, f"axes.python[{i}]"))]
+            return None
+        values = self.located_strings(table["python"], "axes.python") or []
+        pythons = [p for at, v in values if (p := self.python(v, at))]
         for dup in sorted({p for p in pythons if pythons.count(p) > 1}):
             self.problem("axes.python", f"lists {dup!r} more than once")
         return list(dict.fromkeys(pythons))
@@ -550,30 +553,29 @@ class _RowBuilder:
     indexes: Mapping[str, IndexSpec]
     runners: Runners
 
-    def pair(self, table: Mapping[str, Any], where: str, pythons: list[str]) -> list[_Row]:
+    def pair(self, table: Mapping[str, Any], where: str, axis: list[str] | None) -> list[_Row]:
         ld = self.loader
         ld.keys(table, _PAIR_KEYS, where)
+        pythons = axis or []
         subset = pythons
         if "python" in table:
-            values = ld.strings(table["python"], f"{where}.python") or []
+            values = ld.located_strings(table["python"], f"{where}.python") or []
             subset = []
-            for i, v in enumerate(values):
-                p = ld.python(v, f"{where}.python[{i}]")
+            for at, v in values:
+                p = ld.python(v, at)
                 if p is None:
                     continue
                 if p not in pythons:
                     ld.problem(
-                        f"{where}.python[{i}]",
+                        at,
                         f"{p!r} is not in axes.python {pythons!r}; add it there or drop it here",
                     )
                 subset.append(p)
-        elif not pythons:
+        elif axis is None:
             ld.problem(where, "no Python to expand over; set axes.python or python in this pair")
         cudas: list[str] = []
-        for i, v in enumerate(ld.strings(table.get("cuda", "default"), f"{where}.cuda") or []):
-            c = ld.cuda(
-                v, f"{where}.cuda" if isinstance(table.get("cuda"), str) else f"{where}.cuda[{i}]"
-            )
+        for at, v in ld.located_strings(table.get("cuda", "default"), f"{where}.cuda") or []:
+            c = ld.cuda(v, at)
             if c is not None:
                 cudas.append(c)
         common = self.common(table, where)

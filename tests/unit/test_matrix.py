@@ -1,0 +1,319 @@
+"""matrix.toml: valid documents -> combinations, invalid ones -> every problem at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envbuilder.errors import ConfigError, InputError
+from envbuilder.matrix import DEFAULT_RUNNER, Matrix, load_matrix, parse_matrix
+
+REPO = Path(__file__).resolve().parents[2]
+PATH = Path("m.toml")
+
+
+def parse(text: str, environ: dict[str, str] | None = None) -> Matrix:
+    return parse_matrix(text.encode(), path=PATH, environ=environ or {})
+
+
+def problems(text: str, environ: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse(text, environ)
+    assert info.value.return_code == 2
+    return info.value.problems
+
+
+PAIR = """
+[axes]
+python = ["3.10", "3.11"]
+[[pairs]]
+torch = "2.4.1"
+xformers = "0.0.28.post1"
+cuda = "cu121"
+"""
+
+
+@pytest.mark.parametrize(
+    ("document", "ids"),
+    [
+        pytest.param(
+            PAIR,
+            [
+                "py3.10-cu121-torch2.4.1-xformers0.0.28.post1",
+                "py3.11-cu121-torch2.4.1-xformers0.0.28.post1",
+            ],
+            id="pair-expands-over-python-axis",
+        ),
+        pytest.param(
+            '[axes]\npython = ["3.11", "3.12"]\n'
+            '[[pairs]]\ntorch = "2.5.1"\nxformers = "0.0.28.post3"\ncuda = ["12.1", "cu124"]\n',
+            [
+                "py3.11-cu121-torch2.5.1-xformers0.0.28.post3",
+                "py3.12-cu121-torch2.5.1-xformers0.0.28.post3",
+                "py3.11-cu124-torch2.5.1-xformers0.0.28.post3",
+                "py3.12-cu124-torch2.5.1-xformers0.0.28.post3",
+            ],
+            id="cuda-list-and-dotted-spelling",
+        ),
+        pytest.param(
+            '[axes]\npython = ["3.10", "3.11", "3.12"]\n'
+            '[[pairs]]\ntorch = "2.11.0"\ncuda = "13.0"\npython = ["3.12"]\n',
+            ["py3.12-cu130-torch2.11.0"],
+            id="python-subset-and-torch-alone",
+        ),
+        pytest.param(
+            '[[combinations]]\npython = "3.12"\ncuda = "cu130"\ntorch = "2.11.0"\n'
+            'xformers = "0.0.35"\nadd-cuda-runtime = true\n',
+            ["py3.12-cu130-torch2.11.0-xformers0.0.35-cudart"],
+            id="cudart-suffix",
+        ),
+        pytest.param(
+            '[[combinations]]\npython = "3.11"\ntorch = "2.13.0"\ncuda = "cpu"\n'
+            '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\n',
+            ["py3.11-cpu-torch2.13.0", "py3.11-default-torch2.4.1"],
+            id="cpu-and-default-cuda",
+        ),
+        pytest.param(
+            PAIR + '[[exclude]]\npython = "3.1?"\ntorch = "2.4.*"\ncuda = "12.1"\n'
+            '[[combinations]]\npython = "3.10"\ncuda = "cu121"\ntorch = "2.4.1"\n',
+            ["py3.10-cu121-torch2.4.1"],
+            id="exclude-globs-then-explicit-rows",
+        ),
+        pytest.param(
+            PAIR + '[[exclude]]\npython = ["3.10"]\n',
+            ["py3.11-cu121-torch2.4.1-xformers0.0.28.post1"],
+            id="exclude-list",
+        ),
+    ],
+)
+def test_valid_documents_expand_to_ids_in_order(document: str, ids: list[str]) -> None:
+    assert list(parse(document).ids) == ids
+
+
+def test_defaults_fill_rows_and_row_keys_override_them() -> None:
+    m = parse(
+        '[defaults]\nplatform = "manylinux_2_17_x86_64"\nbase-image = "img:{python}-{cuda}"\n'
+        '[[combinations]]\npython = "3.11"\ncuda = "12.4"\ntorch = "2.5.1"\nnote = "n"\n'
+        '[[combinations]]\npython = "3.12"\ncuda = "12.4"\ntorch = "2.5.1"\n'
+        'platform = "manylinux_2_28_x86_64"\nbase-image = "other"\n'
+    )
+    first, second = m.combinations
+    assert (first.platform, first.base_image, first.note) == (
+        "manylinux_2_17_x86_64",
+        "img:3.11-cu124",
+        "n",
+    )
+    assert (second.platform, second.base_image) == ("manylinux_2_28_x86_64", "other")
+    assert m.defaults.platform == "manylinux_2_17_x86_64"
+
+
+def test_default_index_is_the_users_pip_index() -> None:
+    m = parse(PAIR)
+    assert m.indexes["default"].url is None
+    assert all(c.torch_index == c.xformers_index == "default" for c in m.combinations)
+
+
+def test_index_serves_its_projects_and_the_default_index_the_rest() -> None:
+    m = parse(
+        '[indexes.pytorch]\nurl = "${BASE}/{cuda}"\nprojects = ["torch", "Triton"]\n'
+        '[[combinations]]\npython = "3.11"\ncuda = "cu121"\ntorch = "2.4.1"\n'
+        'xformers = "0.0.28.post1"\nindex = "pytorch"\n',
+        environ={"BASE": "https://mirror.example/whl"},
+    )
+    spec = m.indexes["pytorch"]
+    assert spec.url == "https://mirror.example/whl/{cuda}"
+    assert spec.projects == ("torch", "triton")
+    assert spec.url_for("cu121") == "https://mirror.example/whl/cu121"
+    (c,) = m.combinations
+    assert (c.torch_index, c.xformers_index) == ("pytorch", "default")
+
+
+ENV_DOC = (
+    '[indexes.pytorch]\nurl = "${PYTORCH_INDEX_URL}/{cuda}"\n'
+    '[[combinations]]\npython = "3.11"\ncuda = "cu121"\ntorch = "2.4.1"\nindex = "pytorch"\n'
+    '[[combinations]]\npython = "3.11"\ncuda = "cu121"\ntorch = "2.5.1"\n'
+)
+
+
+def test_unset_variable_is_an_error_only_when_a_selected_combination_uses_the_index() -> None:
+    m = parse(ENV_DOC)
+    assert [c.id for c in m.select(["torch2.5"])] == ["py3.11-cu121-torch2.5.1"]
+    with pytest.raises(ConfigError) as info:
+        m.select(["torch2.4"])
+    assert "PYTORCH_INDEX_URL" in str(info.value)
+    assert "py3.11-cu121-torch2.4.1" in str(info.value)
+    with pytest.raises(ConfigError, match="PYTORCH_INDEX_URL"):
+        m.select([])
+
+
+def test_runners_per_cuda_with_a_default() -> None:
+    m = parse(
+        PAIR + '[[combinations]]\npython = "3.12"\ncuda = "13.0"\ntorch = "2.11.0"\n'
+        '[runners]\n[runners.cuda]\n"13.0" = ["gpu", "driver-580"]\n[runners.gpus]\nh100 = ["h100"]\n'
+    )
+    assert [c.runner for c in m.combinations] == [
+        DEFAULT_RUNNER,
+        DEFAULT_RUNNER,
+        ("gpu", "driver-580"),
+    ]
+    assert m.runners.gpus == {"h100": ("h100",)}
+
+
+def test_sha256_is_of_the_file_bytes(tmp_path: Path) -> None:
+    import hashlib
+
+    path = tmp_path / "matrix.toml"
+    path.write_text(PAIR, encoding="utf-8")
+    m = load_matrix(path, environ={})
+    assert m.sha256 == hashlib.sha256(PAIR.encode()).hexdigest()
+    assert m.path == path
+
+
+def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not found"):
+        load_matrix(tmp_path / "nope.toml", environ={})
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        pytest.param(
+            '[axes]\npython = ["3.11"]\n[[pairs]]\ntorch = 2.4.1\nxformers = "0.0.30"\n',
+            [
+                "m.toml:4:12: TOML syntax error: Expected newline or end of document after a statement"
+            ],
+            id="toml-syntax-line-col",
+        ),
+        pytest.param(
+            PAIR + '[[pairs]]\ntorch = "2.5.1"\nxfromers = "0.0.28.post3"\n'
+            "[defualts]\n[runners]\ndefault = 1\n",
+            [
+                "defualts: unknown key 'defualts'; did you mean 'defaults'?",
+                "runners.default: expected a string or an array of strings, got integer 1",
+                "pairs[1].xfromers: unknown key 'xfromers'; did you mean 'xformers'?",
+            ],
+            id="unknown-keys-and-types-all-at-once",
+        ),
+        pytest.param(
+            '[axes]\npython = [3.10, "py3.11", "3.12"]\n'
+            '[[pairs]]\ntorch = "2.4.one"\nxformers = "0.0.28+cu121"\ncuda = "cuda12"\n',
+            [
+                'axes.python[0]: expected a string, got float 3.1 (quote versions in TOML: "3.10", not 3.10)',
+                "axes.python[1]: invalid Python version 'py3.11'; write it as '3.N', e.g. '3.11'",
+                "pairs[0].cuda: invalid CUDA 'cuda12'; write 'cu121' or '12.1', 'cpu', or 'default' (whatever build the index has)",
+                "pairs[0].torch: invalid version '2.4.one' (not a PEP 440 version)",
+                "pairs[0].xformers: version '0.0.28+cu121' has a local label; drop '+cu121' and set cuda instead",
+            ],
+            id="bad-values",
+        ),
+        pytest.param(
+            '[defaults]\nplatform = "manylinux_x86_64"\nindex = "pytroch"\n'
+            '[indexes.pytorch]\nurl = "https://example.invalid/{cuda}"\n'
+            '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\nindex = "pytorch"\n'
+            '[[combinations]]\npython = "3.11"\ncuda = "cpu"\ntorch = "2.4.1"\nadd-cuda-runtime = true\n',
+            [
+                "defaults.platform: invalid platform tag 'manylinux_x86_64'; expected e.g. 'manylinux_2_28_x86_64'",
+                "defaults.index: unknown index 'pytroch'; did you mean 'pytorch'?",
+                "combinations[1]: cuda = 'cpu' with add-cuda-runtime = true: a CPU build has no CUDA runtime to add",
+                "combinations[0]: uses index 'pytorch', whose URL has {cuda}, with cuda = 'default';"
+                " set a CUDA (e.g. 'cu121') or use an index without {cuda}",
+            ],
+            id="platform-index-contradictions",
+        ),
+        pytest.param(
+            PAIR + '[[combinations]]\npython = "3.11"\ncuda = "12.1"\ntorch = "2.4.1"\n'
+            'xformers = "0.0.28.post1"\n',
+            [
+                "duplicate combination id 'py3.11-cu121-torch2.4.1-xformers0.0.28.post1':"
+                " pairs[0] (python 3.11, cuda cu121) and combinations[0] collide",
+            ],
+            id="duplicate-ids-name-both-entries",
+        ),
+        pytest.param(
+            PAIR + '[[exclude]]\npython = "3.9"\n[[exclude]]\n',
+            [
+                "exclude[0]: matches no combination expanded from [[pairs]] (python = '3.9');"
+                " fix the rule or remove it",
+                "exclude[1]: has no rule; set any of python, cuda, torch, xformers",
+            ],
+            id="exclude-matching-nothing",
+        ),
+        pytest.param(
+            '[axes]\npython = ["3.11"]\n[[pairs]]\nxformers = "0.0.30"\npython = ["3.12"]\n'
+            '[[combinations]]\ncuda = "cu121"\ntorch = "2.4.1"\n'
+            '[indexes.mirror]\nprojects = ["torch"]\n',
+            [
+                "indexes.mirror: has no url; only the 'default' index may omit it",
+                "pairs[0].python[0]: '3.12' is not in axes.python ['3.11']; add it there or drop it here",
+                "pairs[0]: missing key 'torch'",
+                "combinations[0]: missing key 'python'",
+            ],
+            id="missing-keys",
+        ),
+        pytest.param(
+            '[indexes.x]\nurl = "https://example.invalid/{cude}"\n[indexes.y]\nurl = "ftp://host"\n'
+            '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\ntorch-index = "x"\n',
+            [
+                "indexes.x.url: unknown placeholder(s) cude in 'https://example.invalid/{cude}';"
+                " only {cuda} is allowed (and ${VAR} for environment variables)",
+                "indexes.y.url: URL 'ftp://host' must start with http://, https:// or file://",
+            ],
+            id="index-urls",
+        ),
+        pytest.param(
+            "",
+            ["declares no combinations; add [[pairs]] or [[combinations]]"],
+            id="empty",
+        ),
+    ],
+)
+def test_invalid_documents_report_every_problem(document: str, expected: list[str]) -> None:
+    assert problems(document) == expected
+
+
+def test_config_error_message_lists_problems_under_the_path() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse('[[pairs]]\ntorch = "x"\n[[pairs]]\ntorch = "y"\n[axes]\npython = ["3.11"]\n')
+    assert str(info.value).startswith("m.toml: 2 problem(s):\n  - pairs[0].torch")
+
+
+# --- the repository's default matrix ------------------------------------------------
+
+REQUIRED_IDS = [
+    "py3.11-cu121-torch2.4.1-xformers0.0.28.post1",
+    "py3.11-default-torch2.4.1-xformers0.0.28.post1",
+    "py3.11-cu124-torch2.6.0-xformers0.0.26.post1",
+    "py3.12-cu130-torch2.11.0-xformers0.0.35",
+    "py3.12-cu130-torch2.11.0-xformers0.0.35-cudart",
+]
+
+
+@pytest.fixture(scope="module")
+def default_matrix() -> Matrix:
+    return load_matrix(REPO / "matrix.toml", environ={})
+
+
+def test_default_matrix_has_the_required_rows_and_unique_ids(default_matrix: Matrix) -> None:
+    ids = default_matrix.ids
+    assert len(ids) == len(set(ids))
+    assert set(REQUIRED_IDS) <= set(ids)
+
+
+def test_default_matrix_notes_the_rows_expected_unsatisfiable(default_matrix: Matrix) -> None:
+    by_id = default_matrix.by_id()
+    for cid in (
+        "py3.11-cu124-torch2.6.0-xformers0.0.26.post1",
+        "py3.12-cu130-torch2.11.0-xformers0.0.35",
+    ):
+        assert "unsatisfiable" in by_id[cid].note
+
+
+def test_default_matrix_covers_pythons_and_cudas(default_matrix: Matrix) -> None:
+    combos = default_matrix.combinations
+    assert {c.python for c in combos} == {"3.10", "3.11", "3.12", "3.13"}
+    assert {c.cuda for c in combos} >= {"cu121", "cu124", "cu126", "cu128", "cu130"}
+    torches = {c.torch for c in combos}
+    assert {"2.4.1", "2.11.0"} <= torches
+    # no cp313 wheel for torch 2.4.1, nor for xformers <= 0.0.30
+    assert not [c.id for c in combos if c.python == "3.13" and c.torch == "2.4.1"]
