@@ -1,0 +1,341 @@
+"""The GitHub Actions job matrix: which combinations get a job, on which runner, with which image."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuilder.commands import matrix as matrix_command
+from envbuilder.errors import InputError
+from envbuilder.ghmatrix import (
+    GITHUB_JOB_LIMIT,
+    compact,
+    github_output,
+    image_tag,
+    plan_jobs,
+    workflow_command,
+)
+from envbuilder.matrix import parse_matrix
+from envbuilder.model import Combination, Resolution, ResolvedCombination, Status
+
+GPU_RUNNER = ("self-hosted", "linux", "x64", "gpu")
+
+
+def combo(
+    python: str = "3.11", cuda: str = "cu121", torch: str = "2.4.1", xformers: str | None = None
+) -> Combination:
+    cid = f"py{python}-{cuda}-torch{torch}" + (f"-xformers{xformers}" if xformers else "")
+    return Combination(
+        id=cid, python=python, cuda=cuda, torch=torch, xformers=xformers, runner=GPU_RUNNER
+    )
+
+
+def answer(c: Combination, status: Status, lock_sha256: str | None = None) -> ResolvedCombination:
+    return ResolvedCombination(
+        id=c.id,
+        status=status,
+        reason="" if status == "resolved" else f"no wheel of torch {c.torch} for {c.cuda}",
+        python=c.python,
+        cuda=c.cuda,
+        platform=c.platform,
+        lock_sha256=lock_sha256,
+    )
+
+
+def resolution(*answers: ResolvedCombination) -> Resolution:
+    return Resolution(matrix="matrix.toml", matrix_sha256="0" * 64, combinations=answers)
+
+
+A = combo("3.11", "cu121", "2.4.1", "0.0.28.post1")
+B = combo("3.12", "cu124", "2.5.1", "0.0.28.post3")
+C = combo("3.11", "cpu", "2.13.0")
+SHA = "ab" * 32
+
+
+def test_a_job_entry_carries_what_the_conformance_job_needs() -> None:
+    plan = plan_jobs([A], resolution=resolution(answer(A, "resolved", SHA)))
+    assert plan.github() == {
+        "include": [
+            {
+                "id": "py3.11-cu121-torch2.4.1-xformers0.0.28.post1",
+                "python": "3.11",
+                "cuda": "cu121",
+                "torch": "2.4.1",
+                "xformers": "0.0.28.post1",
+                "runs-on": ["self-hosted", "linux", "x64", "gpu"],
+                "artifact": "results-py3.11-cu121-torch2.4.1-xformers0.0.28.post1",
+                "image": "envbuilder/py3.11-cu121-torch2.4.1-xformers0.0.28.post1:abababababab",
+            }
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("statuses", "jobs", "not_run"),
+    [
+        (("resolved", "resolved", "resolved"), [A.id, B.id, C.id], []),
+        (("resolved", "unsatisfiable", "resolved"), [A.id, C.id], [(B.id, "unsatisfiable")]),
+        (("error", "unsatisfiable", "resolved"), [C.id], [(A.id, "error"), (B.id, "unsatisfiable")]),
+        (("unsatisfiable", "unsatisfiable", "unsatisfiable"), [], [(A.id, "unsatisfiable"), (B.id, "unsatisfiable"), (C.id, "unsatisfiable")]),
+    ],
+)  # fmt: skip
+def test_only_resolved_combinations_get_jobs_the_rest_are_listed_with_a_reason(
+    statuses: tuple[Status, Status, Status], jobs: list[str], not_run: list[tuple[str, str]]
+) -> None:
+    answers = [answer(c, s, SHA) for c, s in zip((A, B, C), statuses, strict=True)]
+    plan = plan_jobs([A, B, C], resolution=resolution(*answers))
+    assert [j.id for j in plan.jobs] == jobs
+    assert [(n.id, n.status) for n in plan.not_run] == not_run
+    assert all(n.reason for n in plan.not_run)
+    assert plan.to_json()["count"] == len(jobs)
+
+
+def test_without_a_resolution_every_selected_combination_gets_a_job_but_no_image() -> None:
+    plan = plan_jobs([A, B])
+    assert [j.id for j in plan.jobs] == [A.id, B.id]
+    assert all("image" not in entry for entry in plan.github()["include"])
+
+
+def test_a_resolved_combination_without_a_lock_hash_gets_no_image_tag() -> None:
+    plan = plan_jobs([A], resolution=resolution(answer(A, "resolved", None)))
+    assert "image" not in plan.github()["include"][0]
+
+
+def test_a_selected_combination_missing_from_the_resolution_is_an_error_naming_it() -> None:
+    with pytest.raises(InputError, match=r"1 selected combination.*py3\.12-cu124.*nox -s resolve"):
+        plan_jobs([A, B], resolution=resolution(answer(A, "resolved", SHA)))
+
+
+def test_combinations_fan_out_over_gpu_models_with_their_own_labels_and_artifacts() -> None:
+    gpus = {"h100": ("self-hosted", "h100"), "l4": ("self-hosted", "l4")}
+    plan = plan_jobs([A, C], gpus=gpus)
+    assert [(j.id, j.gpu, j.runs_on, j.artifact) for j in plan.jobs] == [
+        (A.id, "h100", ("self-hosted", "h100"), f"results-{A.id}-h100"),
+        (A.id, "l4", ("self-hosted", "l4"), f"results-{A.id}-l4"),
+        (C.id, "h100", ("self-hosted", "h100"), f"results-{C.id}-h100"),
+        (C.id, "l4", ("self-hosted", "l4"), f"results-{C.id}-l4"),
+    ]
+    artifacts = [e["artifact"] for e in plan.github()["include"]]
+    assert len(set(artifacts)) == len(artifacts)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "message"),
+    [
+        ({"h100/sxm": ("gpu",)}, r"'h100/sxm' cannot name a results artifact"),
+        ({"a b": ("gpu",)}, r"'a b' cannot name"),
+        ({"h100": ()}, r"runners\.gpus\.h100 has no runner labels"),
+    ],
+)
+def test_gpu_models_need_artifact_safe_names_and_labels(
+    gpus: dict[str, tuple[str, ...]], message: str
+) -> None:
+    with pytest.raises(InputError, match=message):
+        plan_jobs([A], gpus=gpus)
+
+
+def many(n: int) -> list[Combination]:
+    return [combo("3.11", "cu121", f"2.4.{i}") for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("combinations", "gpus", "count"),
+    [
+        (GITHUB_JOB_LIMIT, 0, GITHUB_JOB_LIMIT),
+        (GITHUB_JOB_LIMIT + 1, 0, None),
+        (128, 2, 256),
+        (129, 2, None),
+    ],
+)
+def test_githubs_job_limit_is_enforced_with_the_count_and_how_to_select_a_subset(
+    combinations: int, gpus: int, count: int | None
+) -> None:
+    gpu_labels = {f"gpu{i}": ("self-hosted", f"gpu{i}") for i in range(gpus)}
+    if count is not None:
+        assert len(plan_jobs(many(combinations), gpus=gpu_labels).jobs) == count
+        return
+    with pytest.raises(InputError) as e:
+        plan_jobs(many(combinations), gpus=gpu_labels)
+    text = str(e.value)
+    assert f"makes {combinations * max(gpus, 1)} jobs" in text
+    assert "limit of 256" in text
+    assert "select a subset" in text
+
+
+def test_the_limit_counts_jobs_not_combinations_after_unresolvable_ones_drop_out() -> None:
+    combos = many(GITHUB_JOB_LIMIT + 10)
+    answers = [answer(c, "resolved" if i < 250 else "unsatisfiable") for i, c in enumerate(combos)]
+    plan = plan_jobs(combos, resolution=resolution(*answers))
+    assert (len(plan.jobs), len(plan.not_run)) == (250, 16)
+
+
+@pytest.mark.parametrize(
+    ("sha", "tag"),
+    [
+        ("0123456789abcdef" * 4, "envbuilder/py3.11-cpu-torch2.13.0:0123456789ab"),
+        ("f" * 64, "envbuilder/py3.11-cpu-torch2.13.0:ffffffffffff"),
+    ],
+)
+def test_image_tag_is_the_id_and_the_first_12_hex_of_the_lock_hash(sha: str, tag: str) -> None:
+    assert image_tag(C.id, sha) == tag
+
+
+@pytest.mark.parametrize(
+    ("kind", "title", "message", "expected"),
+    [
+        ("notice", "", "plain", "::notice::plain"),
+        ("notice", "No job", "a: b", "::notice title=No job::a: b"),
+        ("warning", "x: y, z", "50% done\nnext", "::warning title=x%3A y%2C z::50%25 done%0Anext"),
+        ("error", "", "line\r\n", "::error::line%0D%0A"),
+    ],
+)  # fmt: skip
+def test_workflow_commands_escape_what_github_would_misread(
+    kind: Any, title: str, message: str, expected: str
+) -> None:
+    assert workflow_command(kind, message, title=title) == expected
+
+
+def test_github_output_lines_and_one_line_json() -> None:
+    text = github_output({"matrix": compact({"include": [{"id": "x"}]}), "count": "1"})
+    assert text == 'matrix={"include":[{"id":"x"}]}\ncount=1\n'
+    with pytest.raises(ValueError, match="one line"):
+        github_output({"matrix": "a\nb"})
+
+
+# --- the command, on a real matrix file and resolution file -----------------------------------
+
+MATRIX = b"""
+[axes]
+python = ["3.11", "3.12"]
+
+[runners]
+default = ["self-hosted", "gpu"]
+cuda = { cpu = ["ubuntu-latest"] }
+
+[[pairs]]
+torch = "2.4.1"
+xformers = "0.0.28.post1"
+cuda = "cu121"
+
+[[combinations]]
+python = "3.11"
+cuda = "cpu"
+torch = "2.13.0"
+"""
+
+
+def write_inputs(tmp_path: Path, statuses: dict[str, Status]) -> tuple[Path, Path]:
+    matrix_path = tmp_path / "matrix.toml"
+    matrix_path.write_bytes(MATRIX)
+    loaded = parse_matrix(MATRIX, path=matrix_path, environ={})
+    answers = [answer(c, statuses[c.id], SHA) for c in loaded.combinations if c.id in statuses]
+    res = Resolution(
+        matrix=str(matrix_path), matrix_sha256=loaded.sha256, combinations=tuple(answers)
+    )
+    res_path = tmp_path / "resolution.json"
+    res_path.write_text(json.dumps(res.to_json()), encoding="utf-8")
+    return matrix_path, res_path
+
+
+def run_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    matrix_command.configure(parser)
+    return matrix_command.run(parser.parse_args(argv))
+
+
+ALL: dict[str, Status] = {
+    "py3.11-cu121-torch2.4.1-xformers0.0.28.post1": "resolved",
+    "py3.12-cu121-torch2.4.1-xformers0.0.28.post1": "unsatisfiable",
+    "py3.11-cpu-torch2.13.0": "resolved",
+}
+
+
+@pytest.mark.parametrize(
+    ("selectors", "ids"),
+    [
+        ([], ["py3.11-cu121-torch2.4.1-xformers0.0.28.post1", "py3.11-cpu-torch2.13.0"]),
+        (["cpu"], ["py3.11-cpu-torch2.13.0"]),
+        (["py3.12"], []),
+    ],
+)
+def test_command_prints_ids_of_resolvable_selected_combinations(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    selectors: list[str],
+    ids: list[str],
+) -> None:
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    m, r = write_inputs(tmp_path, ALL)
+    rc = run_command([*selectors, "--matrix", str(m), "--resolution", str(r), "--format", "ids"])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert out.splitlines() == ids
+    if "py3.12" in selectors or not selectors:
+        assert "not run: py3.12-cu121-torch2.4.1-xformers0.0.28.post1: unsatisfiable" in err
+
+
+def test_command_uses_runner_labels_per_cuda_from_matrix_toml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    m, r = write_inputs(tmp_path, ALL)
+    assert run_command(["--matrix", str(m), "--resolution", str(r), "--format", "github"]) == 0
+    entries = json.loads(capsys.readouterr().out)["include"]
+    assert {e["id"]: e["runs-on"] for e in entries} == {
+        "py3.11-cu121-torch2.4.1-xformers0.0.28.post1": ["self-hosted", "gpu"],
+        "py3.11-cpu-torch2.13.0": ["ubuntu-latest"],
+    }
+
+
+def test_in_actions_the_command_writes_outputs_notices_and_the_step_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output, summary = tmp_path / "output", tmp_path / "summary"
+    output.write_text("earlier=kept\n", encoding="utf-8")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    m, r = write_inputs(tmp_path, ALL)
+    args = ["--matrix", str(m), "--resolution", str(r), "--format", "github"]
+    assert run_command([*args, "--github-output", str(output)]) == 0
+    out, err = capsys.readouterr()
+    lines = output.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "earlier=kept"
+    assert lines[1] == f"matrix={out.strip()}"
+    assert lines[2] == "count=2"
+    assert (
+        "::notice title=No conformance job::py3.12-cu121-torch2.4.1-xformers0.0.28.post1:"
+        " unsatisfiable: no wheel" in err
+    )
+    assert (
+        "| `py3.12-cu121-torch2.4.1-xformers0.0.28.post1` | unsatisfiable |"
+        in summary.read_text(encoding="utf-8")
+    )
+
+
+@pytest.mark.parametrize(
+    ("statuses", "selectors", "message"),
+    [
+        ({"py3.11-cpu-torch2.13.0": "resolved"}, [], r"2 selected combination\(s\) are not in the resolution"),
+        (ALL, ["cu118"], r"selector 'cu118' matches no combination"),
+    ],
+)  # fmt: skip
+def test_command_refuses_stale_resolutions_and_bad_selectors(
+    tmp_path: Path, statuses: dict[str, Status], selectors: list[str], message: str
+) -> None:
+    m, r = write_inputs(tmp_path, statuses)
+    output = tmp_path / "output"
+    with pytest.raises(InputError, match=message) as e:
+        run_command([*selectors, "--matrix", str(m), "--resolution", str(r), "--github-output", str(output)])  # fmt: skip
+    assert e.value.return_code == 2
+    assert not output.exists()
+
+
+def test_command_reports_a_missing_resolution_file_with_what_to_run(tmp_path: Path) -> None:
+    m, _ = write_inputs(tmp_path, ALL)
+    with pytest.raises(InputError, match=r"not found; run `nox -s resolve` first"):
+        run_command(["--matrix", str(m), "--resolution", str(tmp_path / "nope.json")])
