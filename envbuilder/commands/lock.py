@@ -1,0 +1,95 @@
+"""``envbuilder lock``: merge the resolution and conformance results into the lockfile."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+HELP = "merge resolution and conformance results into the compatibility lockfile"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--resolution",
+        type=Path,
+        default=Path("locks/resolution.json"),
+        help="the resolver's output (default: locks/resolution.json)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        nargs="*",
+        default=None,
+        metavar="PATH",
+        help="results files or directories of *.json (default: results/ when it exists)",
+    )
+    parser.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        default=Path("compat.lock.json"),
+        help="the lockfile to write (default: compat.lock.json)",
+    )
+    parser.add_argument(
+        "--skip-rejected",
+        action="store_true",
+        help="write the lockfile even when results files are rejected (they are listed in it)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 when the lockfile on disk is not what the inputs give",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from envbuilder.errors import InputError
+    from envbuilder.lockfile.canonical import seal, write_atomic
+    from envbuilder.lockfile.merge import build_lockfile
+    from envbuilder.lockfile.results import find_results
+    from envbuilder.model import load_resolution
+    from envbuilder.reporter import Reporter
+
+    report = Reporter(verbose=args.verbose)
+    resolution = load_resolution(args.resolution)
+    paths = args.results
+    if paths is None:
+        paths = [Path("results")] if Path("results").is_dir() else []
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        raise InputError(f"results path(s) not found: {', '.join(map(str, missing))}")
+    files = find_results(paths)
+    lock, rejected = build_lockfile(
+        resolution, resolution_path=args.resolution, results=files, out=args.out
+    )
+    for r in rejected:
+        report.line(f"✕ rejected {r}")
+    if rejected and not args.skip_rejected:
+        raise InputError(
+            f"{len(rejected)} of {len(files)} results file(s) rejected (listed above); "
+            f"nothing written. Fix or remove them, or pass --skip-rejected to record them in "
+            f"{args.out} and go on"
+        )
+    data = seal(lock.to_json())
+    runs = sum(len(e.runs) for e in lock.combinations)
+    counts = Counter(e.verdict.verdict for e in lock.combinations)
+    for entry in lock.combinations:
+        flag = " (conflicting results)" if any(g.conflict for g in entry.gpus) else ""
+        report.line(f"  {entry.verdict.verdict:<25} {entry.id}{flag}")
+        report.detail(entry.verdict.reason)
+    summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    if args.check:
+        current = args.out.read_bytes() if args.out.exists() else b""
+        if current != data:
+            report.line(f"✕ {args.out} is out of date ({summary}); run `nox -s lock`")
+            return 1
+        report.line(f"✓ {args.out} is up to date")
+        return 0
+    write_atomic(args.out, data)
+    report.line(
+        f"✓ wrote {args.out}: {len(lock.combinations)} combinations ({summary}), "
+        f"{runs} runs from {len(files) - len(rejected)} results file(s), "
+        f"{len(rejected)} rejected"
+    )
+    return 0

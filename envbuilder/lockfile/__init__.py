@@ -1,0 +1,37 @@
+"""The published compatibility lockfile: ``compat.lock.json`` at the repository root.
+
+Decisions (also in README.md, "The compatibility lockfile"):
+
+- Name ``compat.lock.json``; ``schema = "envbuilder.compat/1"``. The major
+  number changes only when a reader of /1 would misread the file; readers
+  refuse any other schema string (exit 2) and say to upgrade.
+- JSON Schema: ``envbuilder/schemas/compat.schema.json`` (``publish`` copies it).
+- Canonical JSON (`canonical`): sorted keys, fixed indent and separators,
+  UTF-8, trailing newline, no timestamps of its own (only those in the
+  results) — the same inputs give byte-identical output.
+- ``content_sha256`` = sha256 of the canonical document without that key;
+  every reader (`read.load_lockfile`) recomputes it and refuses a mismatch.
+- Every file is written atomically (temporary file + ``os.replace``).
+- Verdicts: the table in `verdicts`.
+- Results files that cannot be merged (`results`) abort ``envbuilder lock``
+  with exit 2 and nothing written, unless ``--skip-rejected`` is given: then
+  the lockfile is written and lists them under ``rejected_results``.
+
+Submodules: `model` (records), `canonical`, `verdicts`, `results`, `merge`,
+`read`, `gpus`, `query`, `export`. Importing this package imports only the
+standard library.
+"""
+
+from __future__ import annotations
+
+from envbuilder.lockfile.model import COMPAT_SCHEMA, DEFAULT_LOCKFILE, CompatLock, Entry
+from envbuilder.lockfile.read import default_lockfile, load_lockfile
+
+__all__ = [
+    "COMPAT_SCHEMA",
+    "DEFAULT_LOCKFILE",
+    "CompatLock",
+    "Entry",
+    "default_lockfile",
+    "load_lockfile",
+]

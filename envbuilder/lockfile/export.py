@@ -1,0 +1,140 @@
+"""Turning a lockfile entry into installable files (``export``, ``install``).
+
+The lockfile points at each combination's ``pylock.<id>.toml`` (path relative
+to the lockfile, and its sha256, checked before use). ``pylock`` output is
+that file, byte for byte: uv installs it with ``uv pip install -r
+pylock.<name>.toml`` (uv recognises a PEP 751 lock only by that file name:
+``pylock.toml`` or ``pylock.<name>.toml``). ``requirements`` output pins
+every wheel the target (the combination's Python and platform, not the host)
+selects, as a direct URL with its sha256, for ``pip install --require-hashes
+--no-deps -r``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from envbuilder.errors import InputError
+from envbuilder.lockfile.model import Entry
+
+if TYPE_CHECKING:
+    from packaging.markers import Environment
+    from packaging.tags import Tag
+
+__all__ = ["locate_pylock", "requirements_text", "target_environment", "target_tags"]
+
+_MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
+_LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+
+
+def locate_pylock(lockfile: Path, entry: Entry) -> Path:
+    """The entry's pylock next to *lockfile*, after checking its sha256."""
+    if entry.lock is None:
+        raise InputError(
+            f"{entry.id!r} has no lock ({entry.verdict.verdict}: {entry.verdict.reason})"
+        )
+    path = lockfile.parent / entry.lock.path
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError as e:
+        raise InputError(
+            f"{path}: the lock of {entry.id!r} is missing; it must lie at {entry.lock.path!r} "
+            f"next to {lockfile.name} (the published site carries it)"
+        ) from e
+    if digest != entry.lock.sha256:
+        raise InputError(
+            f"{path}: sha256 {digest} is not the {entry.lock.sha256} recorded in {lockfile}; "
+            "the lock was changed after the lockfile was made: run `nox -s lock`"
+        )
+    return path
+
+
+def _platforms(platform: str) -> list[str]:
+    m = _MANYLINUX.fullmatch(platform)
+    if not m:
+        return [platform]
+    major, minor, arch = int(m.group(1)), int(m.group(2)), m.group(3)
+    out: list[str] = []
+    for glibc in range(minor, 4, -1):
+        out.append(f"manylinux_{major}_{glibc}_{arch}")
+        if major == 2 and glibc in _LEGACY:
+            out.append(f"{_LEGACY[glibc]}_{arch}")
+    out.append(f"linux_{arch}")
+    return out
+
+
+def target_tags(python: str, platform: str) -> list[Tag]:
+    """Wheel tags a CPython *python* on *platform* accepts, most specific first."""
+    from packaging import tags
+
+    version = tuple(int(p) for p in python.split(".")[:2])
+    platforms = _platforms(platform)
+    return [
+        *tags.cpython_tags(python_version=version, platforms=platforms),
+        *tags.compatible_tags(
+            python_version=version, interpreter=f"cp{version[0]}{version[1]}", platforms=platforms
+        ),
+    ]
+
+
+def target_environment(python: str, platform: str) -> Environment:
+    """Marker values for the target (a Linux CPython), independent of the host."""
+    machine = platform.rsplit("_", 1)[-1] if platform.startswith(("manylinux", "linux")) else ""
+    if platform.endswith("x86_64"):
+        machine = "x86_64"
+    return {
+        "implementation_name": "cpython",
+        "implementation_version": f"{python}.0",
+        "os_name": "posix",
+        "platform_machine": machine,
+        "platform_release": "",
+        "platform_system": "Linux",
+        "platform_version": "",
+        "python_full_version": f"{python}.0",
+        "platform_python_implementation": "CPython",
+        "python_version": python,
+        "sys_platform": "linux",
+    }
+
+
+def requirements_text(entry: Entry, pylock: Path) -> str:
+    """A ``--require-hashes`` requirements file for the entry's target."""
+    from packaging.pylock import PackageWheel, Pylock, PylockSelectError, PylockValidationError
+
+    try:
+        lock = Pylock.from_dict(tomllib.loads(pylock.read_text(encoding="utf-8")))
+        chosen = list(
+            lock.select(
+                environment=target_environment(entry.python, entry.platform),
+                tags=target_tags(entry.python, entry.platform),
+            )
+        )
+    except (tomllib.TOMLDecodeError, PylockValidationError, PylockSelectError) as e:
+        raise InputError(f"{pylock}: cannot select {entry.id!r}'s packages ({e})") from e
+    lines = [
+        f"# {entry.id}: exported by `envbuilder export` from {pylock.name} "
+        f"(sha256 {entry.lock.sha256 if entry.lock else '?'})",
+        f"# target: Python {entry.python}, {entry.platform}; verdict: {entry.verdict.verdict}",
+        "# install: pip install --require-hashes --no-deps -r <this file>",
+    ]
+    for package, dist in sorted(chosen, key=lambda pd: str(pd[0].name)):
+        if not isinstance(dist, PackageWheel):
+            raise InputError(
+                f"{pylock}: {package.name} is locked as a {type(dist).__name__}, "
+                "not a wheel; only wheels can be exported"
+            )
+        if dist.url:
+            url = dist.url
+        elif dist.path:
+            url = (pylock.parent / dist.path).resolve().as_uri()
+        else:
+            raise InputError(f"{pylock}: {package.name}'s wheel has neither url nor path")
+        sha = dist.hashes.get("sha256")
+        if not sha:
+            raise InputError(f"{pylock}: {package.name}'s wheel has no sha256")
+        lines.append(f"{package.name} @ {url} \\\n    --hash=sha256:{sha}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,149 @@
+"""Merging the resolution and conformance results into the lockfile (``envbuilder lock``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from envbuilder.errors import InputError
+from envbuilder.lockfile.model import (
+    CompatLock,
+    Entry,
+    LockPointer,
+    PackagePin,
+    Run,
+)
+from envbuilder.lockfile.results import Rejected, accept, rejection_record
+from envbuilder.lockfile.verdicts import combination_verdict, gpu_verdicts
+from envbuilder.model import Resolution, ResolvedCombination
+
+__all__ = ["GENERATED_BY", "build_lockfile", "read_pins"]
+
+GENERATED_BY = "envbuilder lock (nox -s lock); generated, do not edit"
+
+
+def _rel(path: Path, base: Path) -> str:
+    return Path(os.path.relpath(path.resolve(), base.resolve())).as_posix()
+
+
+def read_pins(pylock: Path) -> tuple[PackagePin, ...]:
+    """The packages a PEP 751 lock pins, with each wheel's filename and sha256."""
+    from packaging.pylock import Pylock, PylockValidationError
+
+    try:
+        lock = Pylock.from_dict(tomllib.loads(pylock.read_text(encoding="utf-8")))
+    except (tomllib.TOMLDecodeError, PylockValidationError) as e:
+        raise InputError(f"{pylock}: not a valid pylock file ({e})") from e
+    pins: list[PackagePin] = []
+    for package in lock.packages:
+        wheels = []
+        for wheel in package.wheels or ():
+            name = wheel.name or Path(wheel.url or wheel.path or "").name
+            wheels.append((name, wheel.hashes.get("sha256", "")))
+        pins.append(
+            PackagePin(
+                name=str(package.name),
+                version=str(package.version) if package.version else None,
+                marker=str(package.marker) if package.marker else None,
+                wheels=tuple(sorted(wheels)),
+            )
+        )
+    return tuple(sorted(pins, key=lambda p: (p.name, p.marker or "")))
+
+
+def _without_url(record: Any) -> dict[str, Any] | None:
+    """A resolver record minus download URLs (the pylock holds those)."""
+    if record is None:
+        return None
+    data: dict[str, Any] = asdict(record)
+    data.pop("url", None)
+    return data
+
+
+def _entry(
+    combo: ResolvedCombination, runs: Sequence[Run], *, locks_base: Path, out_dir: Path
+) -> Entry:
+    pointer: LockPointer | None = None
+    pins: tuple[PackagePin, ...] = ()
+    if combo.status == "resolved":
+        if not combo.lock or not combo.lock_sha256:
+            raise InputError(f"resolution: {combo.id!r} is resolved but names no lock file")
+        pylock = locks_base / combo.lock
+        try:
+            digest = hashlib.sha256(pylock.read_bytes()).hexdigest()
+        except FileNotFoundError as e:
+            raise InputError(
+                f"{pylock}: lock of {combo.id!r} not found; run `nox -s resolve`"
+            ) from e
+        if digest != combo.lock_sha256:
+            raise InputError(
+                f"{pylock}: sha256 {digest} is not the {combo.lock_sha256} that resolution.json "
+                "records; the locks and the resolution disagree: run `nox -s resolve` again"
+            )
+        requirements = locks_base / combo.requirements if combo.requirements else None
+        pointer = LockPointer(
+            path=_rel(pylock, out_dir),
+            sha256=digest,
+            requirements=_rel(requirements, out_dir) if requirements else None,
+        )
+        pins = read_pins(pylock)
+    gpus = gpu_verdicts(runs)
+    return Entry(
+        id=combo.id,
+        python=combo.python,
+        cuda=combo.cuda,
+        platform=combo.platform,
+        torch=combo.torch.version if combo.torch else None,
+        xformers=combo.xformers.version if combo.xformers else None,
+        status=combo.status,
+        resolver_reason=combo.reason,
+        lock=pointer,
+        packages=pins,
+        torch_build=_without_url(combo.torch),
+        xformers_build=_without_url(combo.xformers),
+        extra_runtime=combo.extra_runtime,
+        notes=combo.notes,
+        runs=tuple(runs),
+        gpus=gpus,
+        verdict=combination_verdict(status=combo.status, resolver_reason=combo.reason, gpus=gpus),
+    )
+
+
+def build_lockfile(
+    resolution: Resolution,
+    *,
+    resolution_path: Path,
+    results: Sequence[Path],
+    out: Path,
+) -> tuple[CompatLock, list[Rejected]]:
+    """Merge *resolution* and the *results* files into a lockfile to be written at *out*.
+
+    Pure apart from reading the inputs; the caller decides what rejections mean
+    and writes the file. Paths inside are relative to *out*'s directory.
+    """
+    out_dir = out.parent
+    locks_base = resolution_path.parent.parent  # `lock` paths are relative to the output's parent
+    combos: Mapping[str, ResolvedCombination] = resolution.by_id()
+    runs, rejected = accept(results, combos, base=out_dir)
+    entries = tuple(
+        _entry(c, runs.get(c.id, []), locks_base=locks_base, out_dir=out_dir)
+        for c in sorted(resolution.combinations, key=lambda c: c.id)
+    )
+    lock = CompatLock(
+        generated_by=GENERATED_BY,
+        resolution={
+            "path": _rel(resolution_path, out_dir),
+            "matrix": resolution.matrix,
+            "matrix_sha256": resolution.matrix_sha256,
+        },
+        combinations=entries,
+        rejected_results=tuple(
+            sorted((rejection_record(r, out_dir) for r in rejected), key=lambda r: r.file)
+        ),
+    )
+    return lock, rejected

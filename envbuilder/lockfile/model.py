@@ -1,0 +1,276 @@
+"""The compatibility lockfile's records (``schema = "envbuilder.compat/1"``).
+
+Written by ``envbuilder lock``, read by ``query``, ``export``, ``install``,
+``doctor`` and ``publish``. The JSON shape is fixed by
+``envbuilder/schemas/compat.schema.json``; these dataclasses are its typed view.
+This module imports nothing beyond the standard library so that ``doctor``
+works in any environment that has envbuilder's declared dependencies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "COMPAT_SCHEMA",
+    "DEFAULT_LOCKFILE",
+    "VERDICTS",
+    "VERDICT_RANK",
+    "CheckOutcome",
+    "CompatLock",
+    "Entry",
+    "GpuVerdict",
+    "LockPointer",
+    "PackagePin",
+    "RejectedResults",
+    "Run",
+    "Verdict",
+    "VerdictName",
+]
+
+COMPAT_SCHEMA = "envbuilder.compat/1"
+#: The lockfile's name at the repository root (and in the published site).
+DEFAULT_LOCKFILE = "compat.lock.json"
+
+VerdictName = Literal[
+    "verified", "verified-with-workaround", "unverified", "broken", "unsatisfiable"
+]
+#: Best first; ``query`` sorts by this and the combined verdict of several GPUs is the worst.
+VERDICTS: tuple[VerdictName, ...] = (
+    "verified",
+    "verified-with-workaround",
+    "unverified",
+    "broken",
+    "unsatisfiable",
+)
+VERDICT_RANK: dict[str, int] = {v: i for i, v in enumerate(VERDICTS)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    verdict: VerdictName
+    reason: str
+    workarounds: tuple[
+        str, ...
+    ] = ()  # what made it work: "sdpa-under-compile", "cuda-runtime:<req>"
+    failing_checks: tuple[str, ...] = ()  # gate checks that failed (broken) or were worked around
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Verdict:
+        return cls(
+            verdict=data["verdict"],
+            reason=data["reason"],
+            workarounds=tuple(data.get("workarounds", ())),
+            failing_checks=tuple(data.get("failing_checks", ())),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackagePin:
+    """One package of the combination's closure, as its pylock pins it."""
+
+    name: str
+    version: str | None
+    marker: str | None
+    wheels: tuple[tuple[str, str], ...]  # (filename, sha256)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "marker": self.marker,
+            "wheels": [{"filename": f, "sha256": h} for f, h in self.wheels],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PackagePin:
+        return cls(
+            name=data["name"],
+            version=data.get("version"),
+            marker=data.get("marker"),
+            wheels=tuple((w["filename"], w["sha256"]) for w in data.get("wheels", ())),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockPointer:
+    """Where the combination's ``pylock.<id>.toml`` lies, relative to the lockfile."""
+
+    path: str
+    sha256: str
+    requirements: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckOutcome:
+    name: str
+    group: str
+    status: str
+    reason: str
+    gate: bool
+    impl: str | None
+    workaround: str | None
+    numbers: Mapping[str, Any]
+    duration_s: float | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CheckOutcome:
+        return cls(
+            name=data["name"],
+            group=data["group"],
+            status=data["status"],
+            reason=data.get("reason", ""),
+            gate=bool(data.get("gate", False)),
+            impl=data.get("impl"),
+            workaround=data.get("workaround"),
+            numbers=dict(data.get("numbers") or {}),
+            duration_s=data.get("duration_s"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One accepted results file: where it ran and what every check said."""
+
+    source: str  # the results file, relative to the lockfile where possible
+    source_sha256: str
+    suite_version: str
+    started: str
+    finished: str
+    gpu: str  # name of the first GPU, "cpu" without one
+    compute_capability: str | None
+    runner: Mapping[str, Any]
+    checks: tuple[CheckOutcome, ...]
+    verdict: Verdict
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Run:
+        return cls(
+            source=data["source"],
+            source_sha256=data["source_sha256"],
+            suite_version=data["suite_version"],
+            started=data["started"],
+            finished=data["finished"],
+            gpu=data["gpu"],
+            compute_capability=data.get("compute_capability"),
+            runner=dict(data.get("runner") or {}),
+            checks=tuple(CheckOutcome.from_json(c) for c in data.get("checks", ())),
+            verdict=Verdict.from_json(data["verdict"]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuVerdict:
+    """The verdict on one GPU model; ``conflict`` when its runs disagree (all are kept)."""
+
+    gpu: str
+    compute_capability: str | None
+    verdict: Verdict
+    runs: tuple[str, ...]  # sources of the runs on this GPU
+    conflict: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GpuVerdict:
+        return cls(
+            gpu=data["gpu"],
+            compute_capability=data.get("compute_capability"),
+            verdict=Verdict.from_json(data["verdict"]),
+            runs=tuple(data.get("runs", ())),
+            conflict=bool(data.get("conflict", False)),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One combination in the lockfile."""
+
+    id: str
+    python: str
+    cuda: str
+    platform: str
+    torch: str | None
+    xformers: str | None
+    status: str  # the resolver's: resolved | unsatisfiable | error
+    resolver_reason: str
+    lock: LockPointer | None
+    packages: tuple[PackagePin, ...]
+    torch_build: Mapping[str, Any] | None
+    xformers_build: Mapping[str, Any] | None
+    extra_runtime: tuple[str, ...]
+    notes: tuple[str, ...]
+    runs: tuple[Run, ...]
+    gpus: tuple[GpuVerdict, ...]
+    verdict: Verdict
+
+    @property
+    def installable(self) -> bool:
+        return self.lock is not None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["packages"] = [p.to_json() for p in self.packages]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Entry:
+        lock = data.get("lock")
+        return cls(
+            id=data["id"],
+            python=data["python"],
+            cuda=data["cuda"],
+            platform=data["platform"],
+            torch=data.get("torch"),
+            xformers=data.get("xformers"),
+            status=data["status"],
+            resolver_reason=data.get("resolver_reason", ""),
+            lock=LockPointer(**lock) if lock else None,
+            packages=tuple(PackagePin.from_json(p) for p in data.get("packages", ())),
+            torch_build=data.get("torch_build"),
+            xformers_build=data.get("xformers_build"),
+            extra_runtime=tuple(data.get("extra_runtime", ())),
+            notes=tuple(data.get("notes", ())),
+            runs=tuple(Run.from_json(r) for r in data.get("runs", ())),
+            gpus=tuple(GpuVerdict.from_json(g) for g in data.get("gpus", ())),
+            verdict=Verdict.from_json(data["verdict"]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RejectedResults:
+    file: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompatLock:
+    """The whole lockfile. ``content_sha256`` is added when written, checked when read."""
+
+    generated_by: str
+    resolution: Mapping[str, Any]  # {"path", "matrix", "matrix_sha256"}
+    combinations: tuple[Entry, ...]
+    rejected_results: tuple[RejectedResults, ...] = ()
+    schema: str = COMPAT_SCHEMA
+
+    def by_id(self) -> dict[str, Entry]:
+        return {e.id: e for e in self.combinations}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "generated_by": self.generated_by,
+            "resolution": dict(self.resolution),
+            "combinations": [e.to_json() for e in self.combinations],
+            "rejected_results": [asdict(r) for r in self.rejected_results],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CompatLock:
+        return cls(
+            schema=data["schema"],
+            generated_by=data["generated_by"],
+            resolution=dict(data["resolution"]),
+            combinations=tuple(Entry.from_json(e) for e in data["combinations"]),
+            rejected_results=tuple(RejectedResults(**r) for r in data.get("rejected_results", ())),
+        )

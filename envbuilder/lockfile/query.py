@@ -1,0 +1,117 @@
+"""Choosing combinations from the lockfile (``query``, ``install``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+from envbuilder.errors import InputError
+from envbuilder.lockfile.gpus import arch_covers, compute_capability
+from envbuilder.lockfile.model import VERDICT_RANK, CompatLock, Entry, Verdict
+from envbuilder.lockfile.verdicts import worst
+
+__all__ = ["Match", "Query", "normalise_cuda", "select"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Query:
+    python: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    xformers: str | None = None
+    gpu: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Match:
+    entry: Entry
+    verdict: Verdict  # for the queried GPU when one was given, else the combination's
+    compute_capability: str | None = None
+
+
+def normalise_cuda(cuda: str) -> str:
+    """``12.1`` / ``cu121`` / ``CU121`` -> ``cu121``; ``cpu`` and ``default`` stay."""
+    text = cuda.strip().lower()
+    if text in ("cpu", "default") or (text.startswith("cu") and text[2:].isdigit()):
+        return text
+    major, dot, minor = text.partition(".")
+    if dot and major.isdigit() and minor.isdigit():
+        return f"cu{major}{minor}"
+    raise InputError(f"bad --cuda {cuda!r}: give 12.1, cu121, cpu or default")
+
+
+def _prefix(want: str, have: str | None) -> bool:
+    if have is None:
+        return False
+    return have == want or have.startswith((want + ".", want + "+"))
+
+
+def _cuda_matches(want: str, entry: Entry) -> bool:
+    if entry.cuda == want:
+        return True
+    built = (entry.torch_build or {}).get("cuda")
+    return isinstance(built, str) and normalise_cuda(built) == want
+
+
+def _gpu_verdict(entry: Entry, cc: str) -> Verdict:
+    if entry.verdict.verdict == "unsatisfiable":
+        return entry.verdict
+    mine = [g for g in entry.gpus if g.compute_capability == cc]
+    if mine:
+        chosen = worst(g.verdict for g in mine)
+        names = ", ".join(g.gpu for g in mine)
+        return Verdict(
+            verdict=chosen.verdict,
+            reason=f"on {names}: {chosen.reason}",
+            workarounds=chosen.workarounds,
+            failing_checks=chosen.failing_checks,
+        )
+    arch = ((entry.xformers_build or {}).get("built_with") or {}).get("arch_list")
+    sm = "sm_" + cc.replace(".", "")
+    if isinstance(arch, str) and arch and not arch_covers(arch, cc):
+        return Verdict(
+            verdict="broken",
+            reason=f"predicted: xformers was built for TORCH_CUDA_ARCH_LIST={arch!r}, "
+            f"which has no kernels for {sm}",
+        )
+    tested = ", ".join(f"{g.gpu} ({g.verdict.verdict})" for g in entry.gpus) or "none"
+    return Verdict(verdict="unverified", reason=f"no results on a {sm} GPU (tested on: {tested})")
+
+
+def _version_key(text: str | None) -> Version:
+    try:
+        return Version(text or "0")
+    except InvalidVersion:
+        return Version("0")
+
+
+def select(lock: CompatLock, query: Query) -> list[Match]:
+    """The combinations matching *query*, best verdict first, then newest versions."""
+    cuda = normalise_cuda(query.cuda) if query.cuda else None
+    cc = None
+    if query.gpu:
+        recorded = [(g.gpu, g.compute_capability) for e in lock.combinations for g in e.gpus]
+        cc = compute_capability(query.gpu, recorded)
+    matches: list[Match] = []
+    for entry in lock.combinations:
+        if query.python and entry.python != query.python:
+            continue
+        if cuda and not _cuda_matches(cuda, entry):
+            continue
+        if query.torch and not _prefix(query.torch, entry.torch):
+            continue
+        if query.xformers and not _prefix(query.xformers, entry.xformers):
+            continue
+        verdict = _gpu_verdict(entry, cc) if cc else entry.verdict
+        matches.append(Match(entry=entry, verdict=verdict, compute_capability=cc))
+    matches.sort(
+        key=lambda m: (
+            VERDICT_RANK[m.verdict.verdict],
+            tuple(-p for p in _version_key(m.entry.torch).release),
+            tuple(-p for p in _version_key(m.entry.xformers).release),
+            tuple(-p for p in _version_key(m.entry.python).release),
+            m.entry.id,
+        )
+    )
+    return matches

@@ -1,0 +1,343 @@
+"""Writes the synthetic lockfile inputs under tests/data (run: python tests/data/make_synthetic.py).
+
+``locks/``: a resolution with one combination per verdict and PEP 751 locks
+whose wheels live on the reserved ``.invalid`` domain (the files are not
+installable: they exist to be merged and published). ``results/``: results
+files (``envbuilder.results/1``) that cover every verdict, two GPUs and a
+conflict. ``bad_results/``: one file per reason a results file is rejected.
+Deterministic: running it again gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+BASE = "https://wheels.invalid/packages"
+H100 = {
+    "index": 0,
+    "name": "NVIDIA H100 80GB HBM3",
+    "compute_capability": "9.0",
+    "memory_mib": 81559,
+}
+A100 = {
+    "index": 0,
+    "name": "NVIDIA A100-SXM4-80GB",
+    "compute_capability": "8.0",
+    "memory_mib": 81920,
+}
+
+
+def fake_sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def pylock(packages: list[tuple[str, str, str]]) -> str:
+    lines = [
+        "# Synthetic test data written by tests/data/make_synthetic.py: not installable.",
+        'lock-version = "1.0"',
+        'created-by = "envbuilder-tests"',
+        'requires-python = ">=3.10"',
+    ]
+    for name, version, wheel in packages:
+        lines += [
+            "",
+            "[[packages]]",
+            f'name = "{name}"',
+            f'version = "{version}"',
+            f'wheels = [{{ url = "{BASE}/{wheel}", size = 1000, hashes = {{ sha256 = "{fake_sha(wheel)}" }} }}]',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def combo(
+    cid: str,
+    python: str,
+    torch: str | None,
+    xformers: str | None,
+    *,
+    status: str = "resolved",
+    reason: str = "",
+    extra_runtime: tuple[str, ...] = (),
+    arch: str = "8.0 9.0+PTX",
+) -> tuple[dict[str, Any], str | None]:
+    tag = f"cp{python.replace('.', '')}"
+    if status != "resolved":
+        return (
+            {
+                "id": cid,
+                "status": status,
+                "reason": reason,
+                "python": python,
+                "cuda": "default",
+                "platform": "manylinux_2_28_x86_64",
+            },
+            None,
+        )
+    assert torch is not None
+    twheel = f"torch-{torch}-{tag}-{tag}-manylinux_2_28_x86_64.whl"
+    pkgs = [("torch", torch, twheel), ("filelock", "3.16.1", "filelock-3.16.1-py3-none-any.whl")]
+    xf = None
+    if xformers:
+        xwheel = f"xformers-{xformers}-cp39-abi3-manylinux_2_28_x86_64.whl"
+        pkgs.append(("xformers", xformers, xwheel))
+        xf = {
+            "version": xformers,
+            "filename": xwheel,
+            "url": f"{BASE}/{xwheel}",
+            "sha256": fake_sha(xwheel),
+            "requires_torch": f"=={torch}",
+            "built_with": {"torch": torch, "cuda": "12.4", "arch_list": arch},
+            "size": 1000,
+            "index": "default",
+        }
+    for req in extra_runtime:
+        name, version = req.split("==")
+        pkgs.append(
+            (
+                name,
+                version,
+                f"{name.replace('-', '_')}-{version}-py3-none-manylinux_2_28_x86_64.whl",
+            )
+        )
+    text = pylock(sorted(pkgs))
+    lock_sha = hashlib.sha256(text.encode()).hexdigest()
+    record = {
+        "id": cid,
+        "status": "resolved",
+        "reason": "",
+        "python": python,
+        "cuda": "default",
+        "platform": "manylinux_2_28_x86_64",
+        "torch": {
+            "version": torch,
+            "cuda": "12.4",
+            "cuda_source": "requires-dist",
+            "filename": twheel,
+            "url": f"{BASE}/{twheel}",
+            "sha256": fake_sha(twheel),
+            "size": 1000,
+            "index": "default",
+        },
+        "xformers": xf,
+        "extra_runtime": list(extra_runtime),
+        "notes": [],
+        "rejected": [],
+        "lock": f"locks/pylock.{cid}.toml",
+        "lock_sha256": lock_sha,
+        "requirements": f"locks/requirements.{cid}.txt",
+    }
+    return record, text
+
+
+def check(
+    name: str,
+    status: str = "pass",
+    *,
+    gate: bool = True,
+    impl: str | None = None,
+    workaround: str | None = None,
+    reason: str = "",
+    numbers: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "group": name.split(".")[0],
+        "name": name,
+        "status": status,
+        "reason": reason if status != "pass" else "",
+        "gate": gate,
+        "impl": impl,
+        "workaround": workaround,
+        "numbers": numbers or {},
+        "duration_s": 0.5,
+    }
+
+
+def checks(
+    *,
+    attention: str = "pass",
+    compile_xf: str = "pass",
+    sdpa_compile: str = "pass",
+    xf_ms: float = 1.0,
+    sdpa_ms: float = 1.3,
+    xf_mib: int = 300,
+    sdpa_mib: int = 420,
+) -> list[dict[str, Any]]:
+    return [
+        check("environment.import.torch"),
+        check("environment.xformers.extension_load"),
+        check(
+            "attention.fp16.no_bias.xformers",
+            attention,
+            impl="xformers",
+            reason="max abs error 0.31 > 0.002" if attention != "pass" else "",
+            numbers={"max_abs_error": 0.31 if attention != "pass" else 0.0004, "tolerance": 0.002},
+        ),
+        check(
+            "attention.bf16.bias_bh.xformers",
+            impl="xformers",
+            numbers={"max_abs_error": 0.001, "tolerance": 0.01},
+        ),
+        check(
+            "compile.dynamic.xformers",
+            compile_xf,
+            impl="xformers",
+            reason="graph break in memory_efficient_attention" if compile_xf != "pass" else "",
+            numbers={"recompiles": 1, "graph_breaks": 0 if compile_xf == "pass" else 3},
+        ),
+        check(
+            "compile.dynamic.sdpa",
+            sdpa_compile,
+            gate=False,
+            impl="sdpa",
+            workaround="sdpa-under-compile",
+            reason="NaN in output" if sdpa_compile != "pass" else "",
+            numbers={"recompiles": 1},
+        ),
+        check(
+            "performance.attention.fwd_bwd.xformers",
+            gate=False,
+            impl="xformers",
+            numbers={"median_ms": xf_ms, "peak_mib": xf_mib},
+        ),
+        check(
+            "performance.attention.fwd_bwd.sdpa",
+            gate=False,
+            impl="sdpa",
+            numbers={"median_ms": sdpa_ms, "peak_mib": sdpa_mib},
+        ),
+    ]
+
+
+def results(
+    cid: str,
+    lock_sha: str | None,
+    gpu: dict[str, Any],
+    day: str,
+    check_list: list[dict[str, Any]],
+    *,
+    suite: str = "1.0.0",
+    schema: str = "envbuilder.results/1",
+) -> dict[str, Any]:
+    return {
+        "schema": schema,
+        "suite_version": suite,
+        "combination": cid,
+        "lock_sha256": lock_sha,
+        "started": f"2026-11-{day}T10:00:00Z",
+        "finished": f"2026-11-{day}T10:04:00Z",
+        "runner": {
+            "hostname": f"gpu-runner-{day}",
+            "platform": "Linux-x86_64",
+            "python": "3.11.10",
+            "torch": "2.5.1+cu124",
+            "torch_cuda": "12.4",
+            "xformers": "0.0.28.post3",
+            "driver": "560.35.03",
+            "gpus": [gpu],
+        },
+        "checks": check_list,
+    }
+
+
+def dump(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def main() -> None:
+    specs = [
+        combo("py3.11-default-torch2.5.1-xformers0.0.28.post3", "3.11", "2.5.1", "0.0.28.post3"),
+        combo("py3.11-default-torch2.6.0-xformers0.0.29.post3", "3.11", "2.6.0", "0.0.29.post3"),
+        combo(
+            "py3.12-default-torch2.7.0-xformers0.0.30-cudart",
+            "3.12",
+            "2.7.0",
+            "0.0.30",
+            extra_runtime=("nvidia-cuda-runtime-cu12==12.8.90",),
+        ),
+        combo(
+            "py3.10-default-torch2.4.1-xformers0.0.28.post1",
+            "3.10",
+            "2.4.1",
+            "0.0.28.post1",
+            arch="8.0",
+        ),
+        combo("py3.12-default-torch2.8.0-xformers0.0.32.post2", "3.12", "2.8.0", "0.0.32.post2"),
+        combo("py3.11-default-torch2.9.0", "3.11", "2.9.0", None),
+        combo(
+            "py3.13-default-torch2.4.1-xformers0.0.28.post1",
+            "3.13",
+            None,
+            None,
+            status="unsatisfiable",
+            reason="torch 2.4.1 has no wheel for cp313 (newest Python it supports is 3.12)",
+        ),
+    ]
+    records = []
+    shas: dict[str, str] = {}
+    for record, text in specs:
+        records.append(record)
+        if text is not None:
+            (HERE / "locks").mkdir(exist_ok=True)
+            (HERE / record["lock"]).write_text(text, encoding="utf-8")
+            shas[record["id"]] = record["lock_sha256"]
+    dump(
+        HERE / "locks" / "resolution.json",
+        {
+            "schema": "envbuilder.resolution/1",
+            "matrix": "tests/data/matrix.toml",
+            "matrix_sha256": fake_sha("matrix"),
+            "combinations": records,
+        },
+    )
+    ok, ww, cudart, broken, conflict = (s[0]["id"] for s in specs[:5])
+    good = {
+        f"{ok}.h100.json": results(ok, shas[ok], H100, "20", checks()),
+        f"{ok}.a100.json": results(
+            ok, shas[ok], A100, "21", checks(xf_ms=2.1, sdpa_ms=2.9, xf_mib=310, sdpa_mib=450)
+        ),
+        f"{ww}.h100.json": results(
+            ww, shas[ww], H100, "20", checks(compile_xf="fail", xf_ms=0.9, sdpa_ms=1.1)
+        ),
+        f"{cudart}.h100.json": results(
+            cudart, shas[cudart], H100, "22", checks(xf_ms=0.8, sdpa_ms=0.85)
+        ),
+        f"{broken}.a100.json": results(
+            broken,
+            shas[broken],
+            A100,
+            "19",
+            checks(
+                attention="fail", compile_xf="fail", sdpa_compile="fail", xf_ms=2.5, sdpa_ms=2.7
+            ),
+        ),
+        f"{conflict}.h100.run1.json": results(
+            conflict, shas[conflict], H100, "23", checks(xf_ms=0.7, sdpa_ms=0.9)
+        ),
+        f"{conflict}.h100.run2.json": results(
+            conflict, shas[conflict], H100, "24", checks(attention="error", xf_ms=0.7, sdpa_ms=0.9)
+        ),
+    }
+    for name, data in good.items():
+        dump(HERE / "results" / name, data)
+    bad = {
+        "stale-lock.json": results(ok, fake_sha("an older lock"), H100, "18", checks()),
+        "newer-suite.json": results(ok, shas[ok], H100, "18", checks(), suite="2.0.0"),
+        "newer-schema.json": results(
+            ok, shas[ok], H100, "18", checks(), schema="envbuilder.results/2"
+        ),
+        "unknown-combination.json": results("py3.9-cu999-torch0.1", shas[ok], H100, "18", checks()),
+        "bad-status.json": results(ok, shas[ok], H100, "18", [check("attention.x", "passed")]),
+    }
+    for name, data in bad.items():
+        dump(HERE / "bad_results" / name, data)
+    text = json.dumps(good[f"{ok}.h100.json"], indent=2, sort_keys=True)
+    (HERE / "bad_results" / "truncated.json").write_text(text[: len(text) // 2], encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
