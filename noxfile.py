@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.needs_version = ">=2024.10.9"
@@ -24,6 +26,17 @@ def resolve(session: nox.Session) -> None:
     """Resolve matrix.toml into hash-pinned locks: nox -s resolve -- [SELECTOR...]."""
     _install_project(session)
     session.run("envbuilder", "resolve", *session.posargs)
+
+
+@nox.session(python=PYTHON, tags=["pipeline"])
+def matrix(session: nox.Session) -> None:
+    """GitHub Actions job matrix of resolvable combinations: nox -s matrix -- [SELECTOR...] [--format github|json|ids]."""
+    _install_project(session)
+    # Only resolved combinations get jobs, so the matrix needs the resolution; make it when absent.
+    if not Path("locks/resolution.json").is_file():
+        session.log("locks/resolution.json is absent: resolving the whole matrix first")
+        session.run("envbuilder", "resolve")
+    session.run("envbuilder", "matrix", "--resolution", "locks/resolution.json", *session.posargs)
 
 
 @nox.session(python=PYTHON, tags=["check"])
