@@ -1,0 +1,30 @@
+"""The conformance suite: does a Python/CUDA/torch/xformers combination actually work?
+
+It runs *inside* the environment under test (a container image or the current
+interpreter) and depends on nothing but the standard library, torch and,
+where present, xformers and diffusers: never on the rest of envbuilder.
+
+    python -m envbuilder.conformance --out results.json [--checks PATTERN]
+        [--device cuda:N] [--quick] [--combination ID] [--lock-sha256 HEX]
+
+Each check group runs in its own subprocess with a time limit; every check's
+result is appended to ``<out>.jsonl`` as it finishes, and ``<out>`` is written
+atomically at the end in the ``envbuilder.results/1`` shape (docs/contracts.md).
+"""
+
+from __future__ import annotations
+
+__all__ = ["GROUPS", "RESULTS_SCHEMA", "SUITE_VERSION"]
+
+SUITE_VERSION = "1.0.0"
+RESULTS_SCHEMA = "envbuilder.results/1"
+
+#: check groups, in the order they run; each runs in its own process.
+GROUPS: tuple[str, ...] = (
+    "environment",
+    "attention",
+    "compile",
+    "performance",
+    "model",
+    "multigpu",
+)

@@ -1,0 +1,199 @@
+"""What a check is and what it returns; shared by the worker and the runner.
+
+Standard library only: the runner (which must not import torch) uses it too.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+__all__ = [
+    "CheckResult",
+    "CheckSpec",
+    "Impl",
+    "Number",
+    "Outcome",
+    "Skip",
+    "Status",
+    "Workaround",
+    "append_jsonl",
+    "matches",
+    "read_jsonl",
+]
+
+Status: TypeAlias = Literal["pass", "fail", "skip", "error", "timeout"]
+Impl: TypeAlias = Literal["xformers", "sdpa"]
+Workaround: TypeAlias = Literal["sdpa-under-compile", "dynamo-disable"]
+Number: TypeAlias = "int | float | str | bool | None"
+
+STATUSES: tuple[Status, ...] = ("pass", "fail", "skip", "error", "timeout")
+
+
+class Skip(Exception):  # noqa: N818 - it is an outcome, not an error
+    """Raised inside a check: it cannot run here; the message says why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What a check function returns: pass or fail, why, and what it measured."""
+
+    status: Literal["pass", "fail"]
+    reason: str = ""
+    numbers: Mapping[str, Number] = field(default_factory=dict)
+
+    @classmethod
+    def passed(cls, numbers: Mapping[str, Number] | None = None) -> Outcome:
+        return cls(status="pass", numbers=dict(numbers or {}))
+
+    @classmethod
+    def failed(cls, reason: str, numbers: Mapping[str, Number] | None = None) -> Outcome:
+        return cls(status="fail", reason=reason, numbers=dict(numbers or {}))
+
+    @classmethod
+    def judge(cls, problems: Iterable[str], numbers: Mapping[str, Number]) -> Outcome:
+        """Pass when there are no problems, else fail with them joined as the reason."""
+        found = list(problems)
+        return cls.failed("; ".join(found), numbers) if found else cls.passed(numbers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckSpec:
+    """One named check: its place in the verdict and the function that runs it.
+
+    ``needs`` names what must be present, checked before ``run`` is called:
+    ``cuda`` (the device is a CUDA device), ``xformers`` (importable),
+    ``diffusers`` (importable), ``gpus2`` (two or more CUDA devices).
+    """
+
+    name: str
+    gate: bool
+    run: Callable[[], Outcome]
+    impl: Impl | None = None
+    workaround: Workaround | None = None
+    needs: frozenset[str] = frozenset()
+    quick: bool = True  # part of a --quick run
+
+    @property
+    def group(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "gate": self.gate,
+            "impl": self.impl,
+            "workaround": self.workaround,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckResult:
+    """One line of the JSONL stream and one entry of the results' ``checks``."""
+
+    group: str
+    name: str
+    status: Status
+    reason: str
+    gate: bool
+    impl: Impl | None
+    workaround: Workaround | None
+    numbers: Mapping[str, Number]
+    duration_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "name": self.name,
+            "status": self.status,
+            "reason": self.reason,
+            "gate": self.gate,
+            "impl": self.impl,
+            "workaround": self.workaround,
+            "numbers": dict(self.numbers),
+            "duration_s": round(self.duration_s, 3),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CheckResult:
+        return cls(
+            group=data["group"],
+            name=data["name"],
+            status=data["status"],
+            reason=data.get("reason", ""),
+            gate=bool(data["gate"]),
+            impl=data.get("impl"),
+            workaround=data.get("workaround"),
+            numbers=dict(data.get("numbers", {})),
+            duration_s=float(data.get("duration_s", 0.0)),
+        )
+
+    @classmethod
+    def synthetic(
+        cls, meta: Mapping[str, Any], status: Status, reason: str, duration_s: float = 0.0
+    ) -> CheckResult:
+        """A result the runner writes for a check that could not report itself."""
+        name = str(meta["name"])
+        return cls(
+            group=name.split(".", 1)[0],
+            name=name,
+            status=status,
+            reason=reason,
+            gate=bool(meta.get("gate", True)),
+            impl=meta.get("impl"),
+            workaround=meta.get("workaround"),
+            numbers={},
+            duration_s=duration_s,
+        )
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    """Whether a check name is selected: each pattern is a glob, or a prefix of dotted parts.
+
+    ``attention`` selects ``attention.sdpa.none.bf16``; ``*.xformers.*`` and
+    ``compile.*.dynamic.*`` are globs. No patterns selects everything.
+    """
+    chosen = [p for p in patterns if p]
+    if not chosen:
+        return True
+    for pattern in chosen:
+        if fnmatch.fnmatchcase(name, pattern) or name.startswith(pattern.rstrip(".") + "."):
+            return True
+        if name == pattern:
+            return True
+    return False
+
+
+def append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
+    """Append one JSON line and push it to disk, so that a crash right after loses nothing."""
+    line = json.dumps(record, sort_keys=True, allow_nan=False) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a JSONL file; a torn last line (a crash mid-write) is dropped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    records: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+    return records

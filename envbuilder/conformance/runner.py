@@ -1,0 +1,355 @@
+"""Runs the check groups, each in its own process with a time limit, and writes the results.
+
+The runner never imports torch: a group that segfaults, raises a CUDA error or
+hangs is killed and recorded (``error``/``timeout`` on the check it was in,
+from the worker's state file) and the remaining groups still run. Every result
+is in ``<out>.jsonl`` the moment it finishes; ``<out>`` is written atomically
+at the end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envbuilder.conformance import GROUPS, RESULTS_SCHEMA, SUITE_VERSION
+from envbuilder.conformance._record import CheckResult, append_jsonl, read_jsonl
+
+__all__ = [
+    "DEFAULT_TIMEOUTS",
+    "QUICK_TIMEOUTS",
+    "GroupRun",
+    "RunOptions",
+    "groups_for",
+    "run_suite",
+    "settle",
+    "summarize",
+    "write_atomic",
+]
+
+#: seconds each group may take (full run, --quick run); the budget is 10 and 2 minutes on an H200.
+DEFAULT_TIMEOUTS: Mapping[str, float] = {
+    "environment": 180,
+    "attention": 300,
+    "compile": 600,
+    "performance": 300,
+    "model": 300,
+    "multigpu": 300,
+}
+QUICK_TIMEOUTS: Mapping[str, float] = {
+    "environment": 120,
+    "attention": 120,
+    "compile": 300,
+    "performance": 120,
+    "model": 180,
+    "multigpu": 180,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    out: Path
+    checks: tuple[str, ...] = ()
+    device: str | None = None
+    quick: bool = False
+    combination: str | None = None
+    lock_sha256: str | None = None
+    timeouts: Mapping[str, float] = field(default_factory=dict)
+    python: str = sys.executable
+
+    @property
+    def jsonl(self) -> Path:
+        return self.out.with_name(self.out.name + ".jsonl")
+
+    def timeout_for(self, group: str) -> float:
+        if group in self.timeouts:
+            return self.timeouts[group]
+        return (QUICK_TIMEOUTS if self.quick else DEFAULT_TIMEOUTS)[group]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupRun:
+    """What the runner learnt from one worker process of a group."""
+
+    plan: tuple[Mapping[str, Any], ...] | None  # None: the worker died before planning
+    started: tuple[str, ...]
+    done: frozenset[str]
+    exit_status: int | None  # None: killed at the time limit
+    log_tail: str
+
+
+def groups_for(patterns: Sequence[str]) -> tuple[str, ...]:
+    """The groups a run must start: all, unless every pattern names its group plainly."""
+    chosen = [p for p in patterns if p]
+    if not chosen:
+        return GROUPS
+    wanted: set[str] = set()
+    for pattern in chosen:
+        head = pattern.split(".", 1)[0]
+        if any(c in head for c in "*?["):
+            return GROUPS
+        wanted.add(head)
+    return tuple(g for g in GROUPS if g in wanted)
+
+
+def _exit_description(status: int) -> str:
+    if status < 0:
+        try:
+            return f"killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"exit status {status}"
+
+
+def settle(
+    group: str, run: GroupRun, *, limit_s: float, elapsed_s: float
+) -> tuple[list[CheckResult], bool]:
+    """Results for what a dead or killed worker could not report, and whether to restart it.
+
+    A worker killed at the time limit: the check it was in is ``timeout``, the
+    ones it had not started are ``skip``. A worker that crashed: the check it
+    was in is ``error`` with the signal or exit status, and the worker is
+    restarted for the rest. A worker that died before planning: one
+    ``<group>.worker`` error.
+    """
+    timed_out = run.exit_status is None
+    how = (
+        f"the group's time limit of {limit_s:.0f}s ran out"
+        if timed_out
+        else f"the group's process ended ({_exit_description(run.exit_status or 0)})"
+    )
+    tail = f"; last output: {run.log_tail}" if run.log_tail else ""
+    if run.plan is None:
+        meta = {"name": f"{group}.worker", "gate": True, "impl": None, "workaround": None}
+        status = "timeout" if timed_out else "error"
+        return [CheckResult.synthetic(meta, status, f"{how} before it planned its checks{tail}")], False
+    records: list[CheckResult] = []
+    done = set(run.done)
+    current = run.started[-1] if run.started and run.started[-1] not in done else None
+    by_name = {str(m["name"]): m for m in run.plan}
+    if current is not None and current in by_name:
+        status = "timeout" if timed_out else "error"
+        records.append(
+            CheckResult.synthetic(by_name[current], status, f"{how} during this check{tail}")
+        )
+        done.add(current)
+    remaining = [m for m in run.plan if str(m["name"]) not in done]
+    if not remaining:
+        return records, False
+    if timed_out or run.exit_status == 0:
+        reason = (
+            f"not started: {how}"
+            if timed_out
+            else "not started: the group's process ended without running it"
+        )
+        records.extend(CheckResult.synthetic(m, "skip", reason) for m in remaining)
+        return records, False
+    return records, elapsed_s < limit_s
+
+
+def _log_tail(path: Path, limit: int = 600) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(lines[-6:])[-limit:]
+
+
+def _spawn(argv: Sequence[str], log: Path, timeout: float) -> int | None:
+    """Run a worker in its own session; None when it was killed at the time limit."""
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    with log.open("ab") as sink:
+        proc = subprocess.Popen(
+            list(argv), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+        try:
+            return proc.wait(timeout=max(timeout, 1.0))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            return None
+
+
+def _run_group(
+    group: str, opts: RunOptions, workdir: Path, echo: Callable[[str], None]
+) -> None:
+    limit = opts.timeout_for(group)
+    start = time.monotonic()
+    state = workdir / f"{group}.state.jsonl"
+    log = workdir / f"{group}.log"
+    argv = [
+        opts.python,
+        "-m",
+        "envbuilder.conformance.worker",
+        "--group",
+        group,
+        "--jsonl",
+        str(opts.jsonl),
+        "--state",
+        str(state),
+    ]
+    if opts.device:
+        argv += ["--device", opts.device]
+    if opts.quick:
+        argv.append("--quick")
+    for pattern in opts.checks:
+        argv += ["--checks", pattern]
+    for _attempt in range(200):
+        state.unlink(missing_ok=True)
+        status = _spawn(argv, log, limit - (time.monotonic() - start))
+        lines = read_jsonl(state)
+        plan = next((tuple(x["plan"]) for x in lines if "plan" in x), None)
+        run = GroupRun(
+            plan=plan,
+            started=tuple(str(x["start"]) for x in lines if "start" in x),
+            done=frozenset(str(r.get("name")) for r in read_jsonl(opts.jsonl)),
+            exit_status=status,
+            log_tail=_log_tail(log) if status != 0 else "",
+        )
+        if status == 0 and plan is not None and all(str(m["name"]) in run.done for m in plan):
+            return
+        records, again = settle(group, run, limit_s=limit, elapsed_s=time.monotonic() - start)
+        for record in records:
+            append_jsonl(opts.jsonl, record.to_json())
+        if records:
+            echo(f"  ! {group}: {records[0].status} in {records[0].name}: {records[0].reason[:300]}")
+        if not again:
+            return
+
+
+def _collect_runner(opts: RunOptions, workdir: Path) -> dict[str, Any]:
+    fallback: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": "unknown",
+        "torch_cuda": None,
+        "xformers": None,
+        "driver": None,
+        "gpus": [],
+    }
+    argv = [opts.python, "-m", "envbuilder.conformance.worker", "--runner-info"]
+    if opts.device:
+        argv += ["--device", opts.device]
+    out = workdir / "runner.json"
+    with out.open("wb") as sink:
+        try:
+            proc = subprocess.run(argv, stdout=sink, stderr=subprocess.DEVNULL, timeout=180, check=False)
+        except subprocess.TimeoutExpired:
+            return fallback
+    if proc.returncode != 0:
+        return fallback
+    try:
+        info: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return fallback
+    info.pop("device", None)
+    return info
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file so that readers see the old or the new content, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _line(check: Mapping[str, Any]) -> str:
+    mark = {"pass": "✓", "fail": "✕", "skip": "-", "error": "!", "timeout": "⏱"}.get(
+        str(check["status"]), "?"
+    )
+    gate = "gate" if check.get("gate") else "info"
+    text = f"  {mark} {check['status']:<7} {gate} {check['name']} ({check.get('duration_s', 0):.1f}s)"
+    if check["status"] != "pass" and check.get("reason"):
+        text += f": {str(check['reason'])[:240]}"
+    return text
+
+
+def summarize(results: Mapping[str, Any]) -> str:
+    """The closing summary: counts by status, gates, and every gate check that did not pass."""
+    checks: list[Mapping[str, Any]] = list(results["checks"])
+    counts = {s: sum(1 for c in checks if c["status"] == s) for s in ("pass", "fail", "skip", "error", "timeout")}
+    gates = [c for c in checks if c.get("gate")]
+    bad_gates = [c for c in gates if c["status"] in ("fail", "error", "timeout")]
+    runner = results.get("runner", {})
+    gpus = runner.get("gpus") or []
+    gpu_text = ", ".join(f"{g['name']} (sm {g['compute_capability']})" for g in gpus) or "no GPU"
+    lines = [
+        f"conformance {results.get('suite_version')} — {results.get('combination') or 'current environment'}",
+        f"  runner: torch {runner.get('torch')} (CUDA {runner.get('torch_cuda')}), xformers "
+        f"{runner.get('xformers')}, {gpu_text}, driver {runner.get('driver')}",
+        f"  {len(checks)} checks: "
+        + ", ".join(f"{n} {s}" for s, n in counts.items()),
+        f"  gates: {len(gates)} ({sum(1 for c in gates if c['status'] == 'pass')} pass, "
+        f"{len(bad_gates)} fail/error/timeout, {sum(1 for c in gates if c['status'] == 'skip')} skip)",
+    ]
+    for check in bad_gates:
+        lines.append(_line(check))
+    return "\n".join(lines)
+
+
+def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run every selected group and write ``opts.out``; returns the results written."""
+    started = _now()
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.jsonl.write_text("", encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix="envbuilder-conformance-") as tmp:
+        workdir = Path(tmp)
+        runner = _collect_runner(opts, workdir)
+        for group in groups_for(opts.checks):
+            before = len(read_jsonl(opts.jsonl))
+            t0 = time.monotonic()
+            echo(f"▶ {group}")
+            _run_group(group, opts, workdir, echo)
+            new = read_jsonl(opts.jsonl)[before:]
+            for check in new:
+                echo(_line(check))
+            echo(f"  {group}: {len(new)} checks in {time.monotonic() - t0:.1f}s")
+    seen: set[str] = set()
+    checks: list[dict[str, Any]] = []
+    for record in read_jsonl(opts.jsonl):
+        name = str(record.get("name"))
+        if name not in seen:
+            seen.add(name)
+            checks.append(CheckResult.from_json(record).to_json())
+    results: dict[str, Any] = {
+        "schema": RESULTS_SCHEMA,
+        "suite_version": SUITE_VERSION,
+        "combination": opts.combination,
+        "lock_sha256": opts.lock_sha256,
+        "started": started,
+        "finished": _now(),
+        "runner": runner,
+        "checks": checks,
+    }
+    write_atomic(opts.out, json.dumps(results, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    return results

@@ -1,0 +1,274 @@
+"""One check group, run in its own process by the runner (never imported by it).
+
+    python -m envbuilder.conformance.worker --group NAME --jsonl PATH --state PATH
+        [--device DEV] [--quick] [--checks PATTERN ...]
+    python -m envbuilder.conformance.worker --runner-info [--device DEV]
+
+The state file gets the group's plan first, then a line before each check
+starts, so that the runner can name the check a crash or a hang happened in.
+Results already in the JSONL stream are not run again (a restart after a
+crash continues where the dead process stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from envbuilder.conformance._context import Context
+from envbuilder.conformance._record import (
+    CheckResult,
+    CheckSpec,
+    Outcome,
+    Skip,
+    append_jsonl,
+    matches,
+    read_jsonl,
+)
+
+__all__ = ["EXIT_RESTART", "GROUP_MODULES", "execute", "main"]
+
+GROUP_MODULES: dict[str, str] = {
+    "environment": "envbuilder.conformance.checks_environment",
+    "attention": "envbuilder.conformance.checks_attention",
+    "compile": "envbuilder.conformance.checks_compile",
+    "performance": "envbuilder.conformance.checks_performance",
+    "model": "envbuilder.conformance.checks_model",
+    "multigpu": "envbuilder.conformance.checks_multigpu",
+}
+
+#: the worker asks for a fresh process: the CUDA context is unusable after an error.
+EXIT_RESTART = 75
+
+#: fault injection for testing isolation: ENVBUILDER_CONFORMANCE_FAULT="<check name>=abort|hang|raise"
+FAULT_VARIABLE = "ENVBUILDER_CONFORMANCE_FAULT"
+
+
+def _inject_fault(name: str) -> None:
+    wanted, _, kind = os.environ.get(FAULT_VARIABLE, "").partition("=")
+    if wanted != name:
+        return
+    if kind == "abort":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif kind == "hang":
+        while True:
+            time.sleep(1)
+    elif kind == "raise":
+        raise RuntimeError(f"fault injected by {FAULT_VARIABLE}")
+
+
+def _missing(need: str, ctx: Context) -> str | None:
+    """Why a requirement is not met, or None when it is."""
+    if need == "cuda":
+        if ctx.is_cuda:
+            return None
+        return "needs a CUDA device; this run uses the CPU (no CUDA device visible to torch)"
+    if need in ("xformers", "diffusers"):
+        if importlib.util.find_spec(need) is None:
+            return f"{need} is not installed in this environment"
+        return None
+    if need == "gpus2":
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return None if count >= 2 else f"needs two CUDA devices; {count} visible"
+    raise ValueError(f"unknown requirement {need!r}")
+
+
+def _describe(error: BaseException) -> str:
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    message = str(error).strip().splitlines()
+    head = " | ".join(line.strip() for line in message[:8] if line.strip())
+    return f"{type(error).__name__}: {head}{where}"[:2000]
+
+
+def execute(spec: CheckSpec, ctx: Context) -> CheckResult:
+    """Run one check, turning its outcome, a skip or an exception into a result."""
+    start = time.monotonic()
+    outcome: Outcome | None = None
+    status: str
+    reason = ""
+    numbers: dict[str, Any] = {}
+    try:
+        for need in sorted(spec.needs):
+            why = _missing(need, ctx)
+            if why is not None:
+                raise Skip(why)
+        _inject_fault(spec.name)
+        outcome = spec.run()
+    except Skip as e:
+        status, reason = "skip", str(e)
+    except Exception as e:  # a check that raises is recorded as an error, with its cause
+        status, reason = "error", _describe(e)
+    if outcome is not None:
+        status, reason, numbers = outcome.status, outcome.reason, dict(outcome.numbers)
+    return CheckResult.from_json(
+        {
+            "group": spec.group,
+            "name": spec.name,
+            "status": status,
+            "reason": reason,
+            "gate": spec.gate,
+            "impl": spec.impl,
+            "workaround": spec.workaround,
+            "numbers": _clean(numbers),
+            "duration_s": time.monotonic() - start,
+        }
+    )
+
+
+def _clean(numbers: dict[str, Any]) -> dict[str, Any]:
+    """JSON-safe numbers: NaN and infinities become strings, other objects their str()."""
+    out: dict[str, Any] = {}
+    for key, value in numbers.items():
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            out[key] = str(value)
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            out[key] = value
+        else:
+            out[key] = str(value)
+    return out
+
+
+def _cuda_error(result: CheckResult) -> bool:
+    text = result.reason
+    return result.status == "error" and ("CUDA error" in text or "AcceleratorError" in text)
+
+
+def run_group(
+    group: str, *, jsonl: Path, state: Path, device: str | None, quick: bool, patterns: Sequence[str]
+) -> int:
+    ctx = Context(device=device or _default_device(), quick=quick)
+    module = importlib.import_module(GROUP_MODULES[group])
+    planned: list[CheckSpec] = [
+        s for s in module.specs(ctx) if matches(s.name, patterns) and (s.quick or not quick)
+    ]
+    append_jsonl(state, {"plan": [s.meta() for s in planned], "device": ctx.device})
+    done = {r.get("name") for r in read_jsonl(jsonl)}
+    for spec in planned:
+        if spec.name in done:
+            continue
+        append_jsonl(state, {"start": spec.name})
+        result = execute(spec, ctx)
+        append_jsonl(jsonl, result.to_json())
+        if _cuda_error(result):
+            return EXIT_RESTART
+    return 0
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def runner_info(device: str | None) -> dict[str, Any]:
+    """Facts about the machine and the environment for the results' ``runner``."""
+    import platform
+    import socket
+    from importlib import metadata
+
+    import torch
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    gpus: list[dict[str, Any]] = []
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            gpus.append(
+                {
+                    "index": index,
+                    "name": props.name,
+                    "compute_capability": f"{props.major}.{props.minor}",
+                    "memory_mib": int(props.total_memory // (1024 * 1024)),
+                }
+            )
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "xformers": version("xformers"),
+        "driver": driver_version() if gpus else None,
+        "gpus": gpus,
+        "device": device or _default_device(),
+    }
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version, from NVML when importable, else from nvidia-smi."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            value = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return value.decode() if isinstance(value, bytes) else str(value)
+    except Exception:  # NVML absent or unusable: fall back to the command line tool
+        pass
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = proc.stdout.strip().splitlines()
+    return lines[0].strip() if proc.returncode == 0 and lines else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m envbuilder.conformance.worker")
+    parser.add_argument("--group", choices=sorted(GROUP_MODULES))
+    parser.add_argument("--jsonl", type=Path)
+    parser.add_argument("--state", type=Path)
+    parser.add_argument("--device")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--checks", action="append", default=[])
+    parser.add_argument("--runner-info", action="store_true")
+    args = parser.parse_args(argv)
+    if args.runner_info:
+        print(json.dumps(runner_info(args.device)))
+        return 0
+    if args.group is None or args.jsonl is None or args.state is None:
+        parser.error("--group, --jsonl and --state are required")
+    return run_group(
+        args.group,
+        jsonl=args.jsonl,
+        state=args.state,
+        device=args.device,
+        quick=args.quick,
+        patterns=args.checks,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
