@@ -1,0 +1,70 @@
+"""``envbuilder export``: an installable lock for one combination of the lockfile."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from envbuilder.lockfile.cli_args import add_lock_argument
+
+HELP = (
+    "write one combination's installable lock (pylock.toml or a --require-hashes requirements file)"
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="combination id (see `envbuilder query`)")
+    parser.add_argument("--format", choices=["pylock", "requirements"], default="pylock")
+    parser.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="file to write (default: stdout); uv needs a pylock named pylock.toml or pylock.<name>.toml",
+    )
+    add_lock_argument(parser)
+
+
+def exported(lockfile: Path, combination: str, fmt: str) -> bytes:
+    """The bytes `envbuilder export` writes (also used by `install`)."""
+    import difflib
+
+    from envbuilder.errors import InputError
+    from envbuilder.lockfile.export import locate_pylock, requirements_text
+    from envbuilder.lockfile.read import load_lockfile
+
+    lock = load_lockfile(lockfile)
+    entries = lock.by_id()
+    entry = entries.get(combination)
+    if entry is None:
+        near = difflib.get_close_matches(combination, list(entries), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else "; see `envbuilder query`"
+        raise InputError(f"no combination {combination!r} in {lockfile}{hint}")
+    pylock = locate_pylock(lockfile, entry)
+    if fmt == "pylock":
+        return pylock.read_bytes()
+    return requirements_text(entry, pylock).encode("utf-8")
+
+
+def run(args: argparse.Namespace) -> int:
+    from packaging.pylock import is_valid_pylock_path
+
+    from envbuilder.errors import InputError
+    from envbuilder.lockfile.canonical import write_atomic
+    from envbuilder.lockfile.read import default_lockfile
+
+    if args.out is not None and args.format == "pylock" and not is_valid_pylock_path(args.out):
+        raise InputError(
+            f"--out {str(args.out)!r}: a PEP 751 lock must be named pylock.toml or "
+            f"pylock.<name>.toml (uv and pip recognise it by that name), e.g. pylock.{args.id}.toml"
+        )
+    data = exported(args.lock or default_lockfile(), args.id, args.format)
+    if args.out is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        write_atomic(args.out, data)
+        print(f"wrote {args.out} ({args.format}, {args.id})", file=sys.stderr)
+    return 0

@@ -1,0 +1,144 @@
+"""``envbuilder install``: install one combination of the lockfile, exactly as locked.
+
+Only ``verified`` and ``verified-with-workaround`` combinations are installed
+(the workaround is printed: a code-level one such as ``sdpa-under-compile`` is
+the user's to apply); anything else needs ``--allow-unverified``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from envbuilder.lockfile.cli_args import add_lock_argument, add_selection_arguments
+
+HELP = "install a verified combination from the lockfile into this or another environment"
+
+INSTALLABLE = ("verified", "verified-with-workaround")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", nargs="?", help="combination id; or choose with the options below")
+    add_selection_arguments(parser)
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument(
+        "--python-exe", type=Path, metavar="PATH", help="interpreter to install into"
+    )
+    target.add_argument(
+        "--venv", type=Path, metavar="DIR", help="virtual environment (created when absent)"
+    )
+    parser.add_argument(
+        "--allow-unverified", action="store_true", help="also install unverified or broken ones"
+    )
+    parser.add_argument(
+        "--installer", choices=["uv", "pip"], default="uv", help="installer to use (default: uv)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the command; install nothing")
+    add_lock_argument(parser)
+
+
+def _interpreter_version(exe: Path) -> str:
+    from envbuilder.errors import InputError
+
+    try:
+        out = subprocess.run(
+            [str(exe), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise InputError(f"--python-exe {str(exe)!r} is not a working Python ({e})") from e
+    return out.stdout.strip()
+
+
+def _uv() -> str:
+    from uv import find_uv_bin
+
+    return os.fsdecode(find_uv_bin())
+
+
+def run(args: argparse.Namespace) -> int:
+    from envbuilder.commands.export import exported
+    from envbuilder.errors import InputError
+    from envbuilder.lockfile.query import Query, select
+    from envbuilder.lockfile.read import default_lockfile, load_lockfile
+    from envbuilder.reporter import Reporter
+
+    report = Reporter(verbose=args.verbose)
+    lockfile = args.lock or default_lockfile()
+    lock = load_lockfile(lockfile)
+    python_exe: Path = args.python_exe or Path(sys.executable)
+    if args.venv is not None:
+        python_exe = args.venv / "bin" / "python"
+
+    if args.id:
+        entry = lock.by_id().get(args.id)
+        if entry is None:
+            raise InputError(f"no combination {args.id!r} in {lockfile}; see `envbuilder query`")
+        verdict = entry.verdict
+    else:
+        python = args.python
+        if python is None and python_exe.exists():
+            python = _interpreter_version(python_exe)
+        matches = select(
+            lock,
+            Query(
+                python=python,
+                cuda=args.cuda,
+                torch=args.torch,
+                xformers=args.xformers,
+                gpu=args.gpu,
+            ),
+        )
+        if not matches:
+            raise InputError(f"no combination in {lockfile} matches; see `envbuilder query`")
+        entry, verdict = matches[0].entry, matches[0].verdict
+    report.line(f"combination {entry.id}: {verdict.verdict} ({verdict.reason})")
+    if verdict.verdict not in INSTALLABLE and not args.allow_unverified:
+        raise InputError(
+            f"refusing to install {entry.id!r}: it is {verdict.verdict}, not verified; "
+            "pass --allow-unverified to install it anyway"
+        )
+    for workaround in verdict.workarounds:
+        if not workaround.startswith("cuda-runtime:"):
+            report.line(
+                f"! verified only with the workaround {workaround!r}: apply it in your code"
+            )
+
+    if args.venv is not None and not python_exe.exists():
+        cmd = [_uv(), "venv", "--python", entry.python, str(args.venv)]
+        report.command(cmd)
+        if not args.dry_run:
+            env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+            subprocess.run(cmd, check=True, env=env)
+    if not args.dry_run:
+        have = _interpreter_version(python_exe)
+        if have != entry.python:
+            raise InputError(
+                f"{python_exe} is Python {have}, but {entry.id!r} is for Python {entry.python}"
+            )
+    fmt = "pylock" if args.installer == "uv" else "requirements"
+    data = exported(lockfile, entry.id, fmt)
+    with tempfile.TemporaryDirectory(prefix="envbuilder-install-") as tmp:
+        if fmt == "pylock":
+            file = Path(tmp) / "pylock.toml"
+            cmd = [_uv(), "pip", "install", "--python", str(python_exe), "-r", str(file)]
+        else:
+            file = Path(tmp) / "requirements.txt"
+            cmd = [str(python_exe), "-m", "pip", "install", "--require-hashes", "--no-deps"]
+            cmd += ["-r", str(file)]
+        file.write_bytes(data)
+        report.command(cmd)
+        if args.dry_run:
+            return 0
+        result = subprocess.run(cmd, check=False)
+    if result.returncode != 0:
+        report.line(f"✕ installing {entry.id} failed (exit status {result.returncode})")
+        return 1
+    report.line(f"✓ installed {entry.id} into {python_exe}")
+    return 0

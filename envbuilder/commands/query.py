@@ -1,0 +1,62 @@
+"""``envbuilder query``: the lockfile's combinations that match, best first."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from envbuilder.lockfile.cli_args import add_lock_argument, add_selection_arguments
+
+HELP = "list the lockfile's combinations matching --python/--cuda/--torch/--gpu, best first"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_lock_argument(parser)
+    add_selection_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    from envbuilder.lockfile.query import Query, select
+    from envbuilder.lockfile.read import default_lockfile, load_lockfile
+
+    path = args.lock or default_lockfile()
+    lock = load_lockfile(path)
+    matches = select(
+        lock,
+        Query(
+            python=args.python,
+            cuda=args.cuda,
+            torch=args.torch,
+            xformers=args.xformers,
+            gpu=args.gpu,
+        ),
+    )
+    if args.json:
+        out = [
+            {
+                "id": m.entry.id,
+                "python": m.entry.python,
+                "cuda": m.entry.cuda,
+                "torch": m.entry.torch,
+                "xformers": m.entry.xformers,
+                "compute_capability": m.compute_capability,
+                "verdict": m.verdict.verdict,
+                "reason": m.verdict.reason,
+                "workarounds": list(m.verdict.workarounds),
+                "failing_checks": list(m.verdict.failing_checks),
+                "lock": m.entry.lock.path if m.entry.lock else None,
+            }
+            for m in matches
+        ]
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0 if matches else 1
+    if not matches:
+        print(f"no combination in {path} matches", file=sys.stderr)
+        return 1
+    width = max(len(m.entry.id) for m in matches)
+    for m in matches:
+        print(f"{m.verdict.verdict:<25} {m.entry.id:<{width}}  {m.verdict.reason}")
+    return 0

@@ -1,0 +1,28 @@
+"""Arguments shared by the commands that read the lockfile."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["add_lock_argument", "add_selection_arguments"]
+
+
+def add_lock_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the compatibility lockfile (default: $ENVBUILDER_LOCK or ./compat.lock.json)",
+    )
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--python", help="Python version, e.g. 3.11")
+    parser.add_argument("--cuda", help="CUDA version: 12.1, cu121, cpu or default")
+    parser.add_argument("--torch", help="torch version or prefix, e.g. 2.5 or 2.5.1")
+    parser.add_argument("--xformers", help="xformers version or prefix")
+    parser.add_argument(
+        "--gpu", help="GPU: compute capability (sm90, 9.0) or a model name (H100, H200, A100)"
+    )

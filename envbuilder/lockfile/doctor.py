@@ -1,0 +1,292 @@
+"""Checking the running environment against the lockfile (``envbuilder doctor``).
+
+Findings are ``pass``, ``warn``, ``skip`` or ``fail``; the doctor passes when
+nothing failed. Needs only the standard library and packaging; torch is never
+imported here (the probe in `_smoke` runs in a child process).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+from envbuilder.lockfile.model import CompatLock, Entry
+
+__all__ = ["Finding", "Installed", "check_environment", "installed", "match_entry"]
+
+Status = Literal["pass", "warn", "skip", "fail"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    name: str
+    status: Status
+    detail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Installed:
+    """What the environment has: Python ``major.minor`` and distributions by normalised name."""
+
+    python: str
+    versions: Mapping[str, str]
+
+
+def _norm(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
+
+
+def installed() -> Installed:
+    versions: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            versions.setdefault(_norm(name), dist.version)
+    return Installed(python=f"{sys.version_info[0]}.{sys.version_info[1]}", versions=versions)
+
+
+def _same_version(installed_version: str | None, locked: str | None) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    if installed_version is None or locked is None:
+        return installed_version == locked
+    try:
+        return Version(installed_version) == Version(locked)
+    except InvalidVersion:
+        return installed_version == locked
+
+
+def _applies(marker: str | None) -> bool:
+    if not marker:
+        return True
+    from packaging.markers import Marker
+
+    return Marker(marker).evaluate()
+
+
+def _score(entry: Entry, env: Installed) -> int:
+    return sum(
+        _same_version(env.versions.get(_norm(p.name)), p.version)
+        for p in entry.packages
+        if _applies(p.marker)
+    )
+
+
+def match_entry(lock: CompatLock, env: Installed) -> Entry | None:
+    """The entry for this environment: same Python, torch and xformers; ties go to the one
+    whose locked packages match the most installed versions."""
+    torch = env.versions.get("torch")
+    xformers = env.versions.get("xformers")
+    candidates = [
+        e
+        for e in lock.combinations
+        if e.python == env.python
+        and e.torch is not None
+        and torch is not None
+        and (_same_version(torch, e.torch) or torch.split("+")[0] == e.torch)
+        and (e.xformers is None) == (xformers is None)
+        and (e.xformers is None or _same_version(xformers, e.xformers))
+    ]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda e: (_score(e, env), e.id))
+
+
+def _verdict_finding(entry: Entry) -> Finding:
+    v = entry.verdict
+    status: Status = {
+        "verified": "pass",
+        "verified-with-workaround": "warn",
+        "unverified": "warn",
+    }.get(v.verdict, "fail")  # type: ignore[assignment]
+    extra = f" (workarounds: {', '.join(v.workarounds)})" if v.workarounds else ""
+    return Finding(name="verdict", status=status, detail=f"{v.verdict}: {v.reason}{extra}")
+
+
+def _versions(entry: Entry, env: Installed) -> Finding:
+    problems = []
+    pins = [p for p in entry.packages if _applies(p.marker)]
+    for pin in pins:
+        have = env.versions.get(_norm(pin.name))
+        if have is None:
+            problems.append(f"{pin.name} missing (locked {pin.version})")
+        elif not _same_version(have, pin.version):
+            problems.append(f"{pin.name} {have} (locked {pin.version})")
+    if problems:
+        return Finding(name="versions", status="fail", detail="; ".join(problems))
+    return Finding(name="versions", status="pass", detail=f"all {len(pins)} locked packages match")
+
+
+def _record_problems(dist: metadata.Distribution) -> tuple[int, list[str]]:
+    checked, bad = 0, []
+    for file in dist.files or ():
+        if file.hash is None or file.hash.mode != "sha256":
+            continue
+        path = Path(str(file.locate()))
+        try:
+            digest = hashlib.sha256(path.read_bytes()).digest()
+        except FileNotFoundError:
+            bad.append(f"{file} missing")
+            continue
+        checked += 1
+        if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != file.hash.value:
+            bad.append(f"{file} modified")
+    return checked, bad
+
+
+def _hashes(entry: Entry) -> Iterable[Finding]:
+    """Installed files against each distribution's RECORD, and the wheel's own sha256
+    against the lock where the installer kept it (``direct_url.json``)."""
+    files, bad = 0, []
+    wheel_ok, wheel_bad = 0, []
+    for pin in entry.packages:
+        try:
+            dist = metadata.distribution(pin.name)
+        except metadata.PackageNotFoundError:
+            continue
+        checked, problems = _record_problems(dist)
+        files += checked
+        bad += [f"{pin.name}: {p}" for p in problems]
+        direct = dist.read_text("direct_url.json")
+        if direct:
+            try:
+                hashes = json.loads(direct).get("archive_info", {}).get("hashes", {})
+            except json.JSONDecodeError:
+                hashes = {}
+            sha = hashes.get("sha256")
+            if sha:
+                if sha in {h for _, h in pin.wheels}:
+                    wheel_ok += 1
+                else:
+                    wheel_bad.append(f"{pin.name} was installed from a wheel with sha256 {sha}")
+    if bad:
+        shown = "; ".join(bad[:5]) + (f"; … {len(bad) - 5} more" if len(bad) > 5 else "")
+        yield Finding(name="installed-files", status="fail", detail=shown)
+    else:
+        yield Finding(
+            name="installed-files", status="pass", detail=f"{files} files match their RECORD"
+        )
+    if wheel_bad:
+        yield Finding(name="wheel-hashes", status="fail", detail="; ".join(wheel_bad))
+    elif wheel_ok:
+        yield Finding(
+            name="wheel-hashes", status="pass", detail=f"{wheel_ok} wheels match the lock's sha256"
+        )
+
+
+def run_probe(python: str = sys.executable, timeout: float = 900) -> dict[str, Any]:
+    """Run `_smoke` in a child interpreter and return its report."""
+    try:
+        proc = subprocess.run(
+            [python, "-m", "envbuilder.lockfile._smoke"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"probe_error": f"the probe did not finish in {timeout:.0f}s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return {
+            "probe_error": f"the probe exited with status {proc.returncode}: "
+            + proc.stderr.strip()[-1500:]
+        }
+    report: dict[str, Any] = json.loads(lines[-1])
+    return report
+
+
+def _probe_findings(entry: Entry | None, report: Mapping[str, Any]) -> Iterable[Finding]:
+    if "probe_error" in report:
+        yield Finding(name="probe", status="fail", detail=report["probe_error"])
+        return
+    if report.get("torch") is None:
+        yield Finding(name="torch", status="fail", detail="torch is not importable here")
+        return
+    yield Finding(
+        name="torch",
+        status="pass",
+        detail=f"torch {report['torch']} (CUDA {report.get('torch_cuda') or 'none'})",
+    )
+    xf = report.get("xformers")
+    if isinstance(xf, Mapping):
+        if xf.get("error"):
+            yield Finding(name="xformers-extension", status="fail", detail=xf["error"])
+        elif xf.get("extension_loaded") is False:
+            why = " ".join(xf.get("warnings") or []) or "xformers._has_cpp_library is False"
+            yield Finding(name="xformers-extension", status="fail", detail=why)
+        else:
+            yield Finding(
+                name="xformers-extension",
+                status="pass",
+                detail=f"xformers {xf.get('version')} C++/CUDA extension loaded",
+            )
+    if not report.get("cuda_available"):
+        yield Finding(name="gpu-smoke", status="skip", detail="no CUDA GPU: smoke test skipped")
+        return
+    where = f"{report.get('gpu')} (sm_{str(report.get('compute_capability', '')).replace('.', '')})"
+    sdpa_compiles = report.get("compile_sdpa", {}).get("status") == "pass"
+    workaround = entry is not None and "sdpa-under-compile" in entry.verdict.workarounds
+    for key in ("attention_sdpa", "attention_xformers", "compile_sdpa", "compile_xformers"):
+        if key not in report:
+            continue
+        outcome = report[key]
+        if outcome["status"] == "pass":
+            detail = f"on {where}: max abs error {outcome['max_abs_error']:.2g}"
+            yield Finding(name=key.replace("_", "-"), status="pass", detail=detail)
+            continue
+        status: Status = "fail"
+        detail = f"on {where}: {outcome['error']}"
+        if key == "compile_xformers" and sdpa_compiles and workaround:
+            status, detail = (
+                "warn",
+                detail + " (expected: the lockfile verifies SDPA under compile)",
+            )
+        yield Finding(name=key.replace("_", "-"), status=status, detail=detail)
+
+
+def check_environment(
+    lock: CompatLock,
+    *,
+    env: Installed | None = None,
+    probe: Mapping[str, Any] | None = None,
+    hashes: bool = True,
+) -> tuple[Entry | None, list[Finding]]:
+    """Every finding for this environment. *probe* is `run_probe`'s report (None: skip it)."""
+    env = env if env is not None else installed()
+    findings: list[Finding] = []
+    torch = env.versions.get("torch")
+    entry = match_entry(lock, env)
+    described = (
+        f"Python {env.python}, torch {torch or 'not installed'}, "
+        f"xformers {env.versions.get('xformers') or 'not installed'}"
+    )
+    if entry is None:
+        findings.append(
+            Finding(
+                name="combination",
+                status="fail",
+                detail=f"no combination in the lockfile matches this environment ({described})",
+            )
+        )
+    else:
+        findings.append(
+            Finding(name="combination", status="pass", detail=f"{entry.id} ({described})")
+        )
+        findings.append(_verdict_finding(entry))
+        findings.append(_versions(entry, env))
+        if hashes:
+            findings += _hashes(entry)
+    if probe is not None:
+        findings += _probe_findings(entry, probe)
+    return entry, findings
