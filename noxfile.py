@@ -41,10 +41,11 @@ def matrix(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, tags=["check"])
 def lint(session: nox.Session) -> None:
-    """Run ruff over the package, tests and noxfile."""
+    """Run ruff over the package, tests and noxfile, and actionlint over the workflows."""
     _install_project(session, "lint")
     session.run("ruff", "check", "envbuilder", "tests", "noxfile.py")
     session.run("ruff", "format", "--check", "envbuilder", "tests", "noxfile.py")
+    session.run("actionlint")
 
 
 @nox.session(python=PYTHON, tags=["check"])
