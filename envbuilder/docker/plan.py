@@ -1,0 +1,184 @@
+"""The layer plan: which of a lock's wheels go into which image layer.
+
+Pure functions over a PEP 751 lock. Combinations that share a CUDA runtime
+share its layer because a layer's content is decided by the lock alone:
+the CUDA runtime wheels (``nvidia-*``, ``cuda-*``) first, torch and triton
+next, xformers and everything else last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import unquote, urlsplit
+
+from packaging.pylock import Pylock, PylockValidationError
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from envbuilder.errors import InputError
+
+__all__ = [
+    "GROUPS",
+    "Group",
+    "LayerPlan",
+    "LockedWheel",
+    "group_of",
+    "image_tag",
+    "load_lock",
+    "lock_digest",
+    "plan_layers",
+    "requirements_text",
+]
+
+Group = Literal["runtime", "torch", "rest"]
+
+#: Layer order in the image: the biggest and most widely shared content first.
+GROUPS: tuple[Group, ...] = ("runtime", "torch", "rest")
+
+_RUNTIME_PREFIXES = ("nvidia-", "cuda-")
+_TORCH_PROJECTS = frozenset({"torch", "triton", "pytorch-triton"})
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: One path component of an image repository name, as the registry API defines it.
+_REPO_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockedWheel:
+    """One wheel of a lock: what to fetch and the hash it must have."""
+
+    name: str  # canonical project name
+    version: str
+    filename: str
+    url: str  # http(s):// or file://
+    sha256: str
+    size: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerPlan:
+    """The lock's wheels split into the image's install layers, in ``GROUPS`` order."""
+
+    groups: Mapping[Group, tuple[LockedWheel, ...]]
+
+    def wheels(self) -> tuple[LockedWheel, ...]:
+        return tuple(w for g in GROUPS for w in self.groups[g])
+
+    def describe(self) -> str:
+        return ", ".join(f"{g}: {len(self.groups[g])} wheel(s)" for g in GROUPS)
+
+
+def group_of(name: str) -> Group:
+    """The layer a project's wheel belongs to."""
+    canonical = canonicalize_name(name)
+    if canonical.startswith(_RUNTIME_PREFIXES):
+        return "runtime"
+    if canonical in _TORCH_PROJECTS:
+        return "torch"
+    return "rest"
+
+
+def plan_layers(wheels: Sequence[LockedWheel]) -> LayerPlan:
+    """Group wheels by layer; within a layer they are sorted by name so the order is the lock's content, not its layout."""
+    grouped: dict[Group, list[LockedWheel]] = {g: [] for g in GROUPS}
+    for wheel in wheels:
+        grouped[group_of(wheel.name)].append(wheel)
+    return LayerPlan(
+        groups={
+            g: tuple(sorted(ws, key=lambda w: (w.name, w.filename))) for g, ws in grouped.items()
+        }
+    )
+
+
+def requirements_text(wheels: Sequence[LockedWheel]) -> str:
+    """A ``pip install --require-hashes --no-deps`` requirements file for exactly these wheels."""
+    return "".join(f"{w.name}=={w.version} --hash=sha256:{w.sha256}\n" for w in wheels)
+
+
+def image_tag(combination_id: str, lock_sha256: str) -> str:
+    """``envbuilder/<id>:<first 12 of the lock's sha256>``."""
+    if not _SHA256.match(lock_sha256):
+        raise InputError(f"lock sha256 {lock_sha256!r} is not 64 lowercase hex digits")
+    if not _REPO_COMPONENT.match(combination_id):
+        raise InputError(
+            f"combination id {combination_id!r} cannot name an image repository "
+            "(lowercase letters, digits and single '.', '_' or '-' separators)"
+        )
+    return f"envbuilder/{combination_id}:{lock_sha256[:12]}"
+
+
+def _filename_of(url: str) -> str:
+    return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+
+
+def load_lock(data: bytes, *, source: Path) -> tuple[LockedWheel, ...]:
+    """The wheels of a PEP 751 lock. Every package must be exactly one wheel with a sha256.
+
+    ``source`` is the lock's path: it names the file in errors and anchors
+    relative ``path`` entries.
+    """
+    import tomllib
+
+    try:
+        lock = Pylock.from_dict(tomllib.loads(data.decode("utf-8")))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise InputError(f"{source}: not a TOML file ({e})") from e
+    except PylockValidationError as e:
+        raise InputError(f"{source}: not a valid PEP 751 lock ({e})") from e
+    wheels: list[LockedWheel] = []
+    for package in lock.packages:
+        where = f"{source}: package {str(package.name)!r}"
+        if package.marker is not None:
+            raise InputError(
+                f"{where} has marker {str(package.marker)!r}; envbuilder builds from locks for one target "
+                "(resolve with --python-version/--python-platform)"
+            )
+        if not package.wheels or len(package.wheels) != 1:
+            count = len(package.wheels or ())
+            raise InputError(
+                f"{where} has {count} wheel(s); a target's lock must pin exactly one wheel "
+                "(source distributions are not built into images)"
+            )
+        wheel = package.wheels[0]
+        if wheel.url:
+            url = wheel.url
+        elif wheel.path:
+            path = Path(wheel.path)
+            url = (path if path.is_absolute() else source.parent / path).resolve().as_uri()
+        else:
+            raise InputError(f"{where}: its wheel has neither url nor path")
+        filename = wheel.name or _filename_of(url)
+        try:
+            parsed_name = parse_wheel_filename(filename)[0]
+        except InvalidWheelFilename as e:
+            raise InputError(f"{where}: {filename!r} is not a wheel file name") from e
+        if parsed_name != canonicalize_name(package.name):
+            raise InputError(f"{where}: wheel {filename!r} is for project {parsed_name!r}")
+        sha256 = wheel.hashes.get("sha256", "").lower()
+        if not _SHA256.match(sha256):
+            raise InputError(
+                f"{where}: wheel {filename!r} has no sha256 hash; re-resolve with --generate-hashes"
+            )
+        if package.version is None:
+            raise InputError(f"{where}: no version")
+        wheels.append(
+            LockedWheel(
+                name=canonicalize_name(package.name),
+                version=str(package.version),
+                filename=filename,
+                url=url,
+                sha256=sha256,
+                size=wheel.size,
+            )
+        )
+    if not wheels:
+        raise InputError(f"{source}: the lock has no packages")
+    return tuple(wheels)
+
+
+def lock_digest(data: bytes) -> str:
+    """The lock's sha256 as ``resolution.json`` records it: over the file's bytes."""
+    return hashlib.sha256(data).hexdigest()
