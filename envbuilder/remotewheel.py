@@ -16,7 +16,10 @@ import email.policy
 import hashlib
 import io
 import logging
+import threading
+import weakref
 import zipfile
+from collections import OrderedDict
 from collections.abc import Callable
 
 from envbuilder.errors import IndexError_
@@ -36,7 +39,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 TAIL_SIZE = 64 * 1024
-BLOCK_SIZE = 64 * 1024
+BLOCK_SIZE = 16 * 1024
+#: Wheels whose fetched blocks each client keeps in memory, so that reading METADATA and
+#: then a member of the same wheel does not fetch the central directory twice.
+_BLOCKS_KEPT_PER_CLIENT = 16
 _ABSENT = b"\x00absent"
 _PRESENT = b"\x01"
 
@@ -44,8 +50,9 @@ _PRESENT = b"\x01"
 class RangeFile(io.RawIOBase):
     """A read-only seekable file whose bytes come from ``fetch(start, end)`` on demand.
 
-    Bytes are kept in aligned blocks; adjacent missing blocks are fetched with
-    one request.
+    Bytes are kept in aligned blocks (in ``blocks``, which several readers of
+    the same file may share); adjacent missing blocks are fetched with one
+    request.
     """
 
     def __init__(
@@ -55,12 +62,13 @@ class RangeFile(io.RawIOBase):
         *,
         block_size: int = BLOCK_SIZE,
         name: str = "<remote>",
+        blocks: dict[int, bytes] | None = None,
     ) -> None:
         super().__init__()
         self._size = size
         self._fetch = fetch
         self._block = block_size
-        self._blocks: dict[int, bytes] = {}
+        self._blocks: dict[int, bytes] = {} if blocks is None else blocks
         self._pos = 0
         self.name = name
 
@@ -166,12 +174,52 @@ def _from_zip(archive: zipfile.ZipFile, filename: str, member: str | None) -> by
     return archive.read(target)
 
 
-def _read_by_ranges(client: HttpClient, file: DistributionFile, member: str | None) -> bytes | None:
+class _WheelBlocks:
+    """Per client: the size and fetched blocks of the last few wheels read by ranges."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_client: weakref.WeakKeyDictionary[
+            HttpClient, OrderedDict[str, tuple[int, dict[int, bytes]]]
+        ] = weakref.WeakKeyDictionary()
+
+    def get(self, client: HttpClient, url: str) -> tuple[int, dict[int, bytes]] | None:
+        with self._lock:
+            kept = self._by_client.get(client)
+            if kept is None or url not in kept:
+                return None
+            kept.move_to_end(url)
+            return kept[url]
+
+    def put(self, client: HttpClient, url: str, size: int, blocks: dict[int, bytes]) -> None:
+        with self._lock:
+            kept = self._by_client.setdefault(client, OrderedDict())
+            kept[url] = (size, blocks)
+            while len(kept) > _BLOCKS_KEPT_PER_CLIENT:
+                kept.popitem(last=False)
+
+
+_WHEEL_BLOCKS = _WheelBlocks()
+
+
+def _open_remote(client: HttpClient, file: DistributionFile) -> RangeFile:
+    def fetch(start: int, end: int) -> bytes:
+        return client.get_range(file.url, start, end)
+
+    known = _WHEEL_BLOCKS.get(client, file.url)
+    if known is not None:
+        size, blocks = known
+        return RangeFile(size, fetch, name=file.url, blocks=blocks)
     tail, size = client.get_tail(file.url, TAIL_SIZE)
-    remote = RangeFile(
-        size, lambda start, end: client.get_range(file.url, start, end), name=file.url
-    )
+    blocks = {}
+    remote = RangeFile(size, fetch, name=file.url, blocks=blocks)
     remote.preload(size - len(tail), tail)
+    _WHEEL_BLOCKS.put(client, file.url, size, blocks)
+    return remote
+
+
+def _read_by_ranges(client: HttpClient, file: DistributionFile, member: str | None) -> bytes | None:
+    remote = _open_remote(client, file)
     try:
         with zipfile.ZipFile(remote) as archive:
             return _from_zip(archive, file.filename, member)
