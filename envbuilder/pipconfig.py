@@ -18,7 +18,14 @@ import platformdirs
 
 from envbuilder.errors import ConfigError, InputError
 
-__all__ = ["ca_bundle", "default_index_url", "pip_config_files", "pip_config_value"]
+__all__ = [
+    "ca_bundle",
+    "default_index_url",
+    "extra_index_urls",
+    "find_links",
+    "pip_config_files",
+    "pip_config_value",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +127,22 @@ def default_index_url(
     if configured:
         return configured.split()[0]
     return _pip_builtin_index()
+
+
+def extra_index_urls(
+    environ: Mapping[str, str] | None = None, config_files: Sequence[Path] | None = None
+) -> list[str]:
+    """pip's ``extra-index-url`` list (whitespace-separated, as pip splits it)."""
+    value = pip_config_value("extra-index-url", environ=environ, config_files=config_files)
+    return value.split() if value else []
+
+
+def find_links(
+    environ: Mapping[str, str] | None = None, config_files: Sequence[Path] | None = None
+) -> list[str]:
+    """pip's ``find-links`` locations: directories, ``file://`` URLs or flat HTML pages."""
+    value = pip_config_value("find-links", environ=environ, config_files=config_files)
+    return value.split() if value else []
 
 
 def ca_bundle(

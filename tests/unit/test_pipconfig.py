@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from envbuilder.errors import ConfigError
-from envbuilder.pipconfig import ca_bundle, default_index_url, pip_config_files
+from envbuilder.pipconfig import (
+    ca_bundle,
+    default_index_url,
+    extra_index_urls,
+    find_links,
+    pip_config_files,
+)
 
 MIRROR = "https://mirror.example/simple"
 OTHER = "https://other.example/simple"
@@ -118,3 +124,29 @@ def test_ca_bundle(
 ) -> None:
     path = _write(tmp_path, "pip.conf", config)
     assert ca_bundle(environ, [path]) == expected
+
+
+@pytest.mark.parametrize(
+    ("environ", "config", "extra", "links"),
+    [
+        (
+            {},
+            f"[global]\nextra-index-url = {MIRROR}\n    {OTHER}\nfind-links = /srv/wheels\n",
+            [MIRROR, OTHER],
+            ["/srv/wheels"],
+        ),
+        (
+            {"PIP_FIND_LINKS": "/a /b", "PIP_EXTRA_INDEX_URL": OTHER},
+            "[global]\nfind-links = /c\n",
+            [OTHER],
+            ["/a", "/b"],
+        ),
+        ({}, "", [], []),
+    ],
+)
+def test_extra_indexes_and_find_links(
+    tmp_path: Path, environ: dict[str, str], config: str, extra: list[str], links: list[str]
+) -> None:
+    path = _write(tmp_path, "pip.conf", config)
+    assert extra_index_urls(environ, [path]) == extra
+    assert find_links(environ, [path]) == links
