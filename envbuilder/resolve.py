@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from email.message import Message
@@ -26,10 +26,12 @@ from packaging.version import InvalidVersion, Version
 from envbuilder.closure import (
     ClosureError,
     IndexArgument,
-    LockedPackage,
+    PinnedFile,
+    assemble_lock,
     compile_closure,
     lock_inputs,
     locked_packages,
+    parse_lock,
     read_lock_inputs,
     requirements_text,
     write_atomic,
@@ -46,6 +48,7 @@ from envbuilder.model import (
 )
 from envbuilder.wheels import (
     Target,
+    applicable_requirements,
     compare_cuda,
     cuda_from_local_label,
     cuda_from_requirements,
@@ -54,6 +57,9 @@ from envbuilder.wheels import (
     rank_wheels,
     requirements_of,
     torch_requirement,
+)
+from envbuilder.wheels import (
+    sdist_version as _sdist_version,
 )
 
 __all__ = ["ResolveSettings", "Resolver"]
@@ -93,6 +99,7 @@ class _Decision:
     notes: list[str] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
     indexes: list[IndexArgument] = field(default_factory=list)
+    dependencies: list[str] = field(default_factory=list)  # of torch and xformers, for the target
 
     def result(self, status: str, reason: str) -> ResolvedCombination:
         c = self.combination
@@ -165,6 +172,20 @@ class Resolver:
         page = self._memo.get(("page", url, canonicalize_name(project)), fetch)
         return list(page.files)  # type: ignore[attr-defined]
 
+    def _release_files(self, url: str, project: str, kind: str, version: str) -> list[object]:
+        """The files of one release (by public version); pages are grouped once per run."""
+
+        def group() -> object:
+            by_version: dict[str, list[object]] = {}
+            for file in self._page(url, project, kind):
+                found = _file_release(getattr(file, "filename", ""), project)
+                if found is not None:
+                    by_version.setdefault(found, []).append(file)
+            return by_version
+
+        grouped = self._memo.get(("by-version", url, canonicalize_name(project)), group)
+        return list(grouped.get(Version(version).public, []))  # type: ignore[attr-defined]
+
     def _metadata(self, file: object) -> Message:
         from envbuilder import remotewheel
 
@@ -214,7 +235,7 @@ class Resolver:
         c = d.combination
         spec = self.indexes[c.torch_index]
         url = self._index_argument(d, spec)
-        files = self._page(url, "torch", spec.kind)
+        files = self._release_files(url, "torch", spec.kind, c.torch)
         local = c.cuda if spec.per_cuda else None
         ranked = rank_wheels(
             files, project="torch", version=c.torch, target=d.target, local_label=local
@@ -223,16 +244,25 @@ class Resolver:
         d.notes += ranked.notes
         if not ranked.candidates:
             raise _Unsatisfiable(
-                _nothing_fits("torch", c.torch, d.target, spec, url, files, ranked.rejected)
+                _nothing_fits(
+                    "torch",
+                    c.torch,
+                    d.target,
+                    spec,
+                    url,
+                    self._page(url, "torch", spec.kind),
+                    ranked.rejected,
+                )
             )
         wanted_cuda = None if c.cuda in ("default", "cpu") else cuda_tag_to_version(c.cuda)
         problems: list[str] = []
         for file in ranked.candidates:
             filename: str = file.filename  # type: ignore[attr-defined]
             version = parse_wheel_filename(filename)[1]
+            requirements = requirements_of(self._metadata(file))
             found = cuda_from_local_label(version)
             if found is None:
-                found = cuda_from_requirements(requirements_of(self._metadata(file)), d.target)
+                found = cuda_from_requirements(requirements, d.target)
             cuda, source, evidence = found
             mismatch = None
             if c.cuda == "cpu" and cuda is not None:
@@ -246,6 +276,7 @@ class Resolver:
                 d.rejected.append(Rejection(project="torch", filename=filename, reason=mismatch))
                 problems.append(f"{filename} is {mismatch}")
                 continue
+            d.dependencies += applicable_requirements(requirements, d.target)
             return ResolvedTorch(
                 version=str(version),
                 cuda=cuda,
@@ -264,17 +295,27 @@ class Resolver:
         torch = d.torch
         spec = self.indexes[c.xformers_index]
         url = self._index_argument(d, spec)
-        files = self._page(url, "xformers", spec.kind)
+        files = self._release_files(url, "xformers", spec.kind, c.xformers)
         ranked = rank_wheels(files, project="xformers", version=c.xformers, target=d.target)  # type: ignore[type-var]
         d.rejected += ranked.rejected
         d.notes += ranked.notes
         if not ranked.candidates:
             raise _Unsatisfiable(
-                _nothing_fits("xformers", c.xformers, d.target, spec, url, files, ranked.rejected)
+                _nothing_fits(
+                    "xformers",
+                    c.xformers,
+                    d.target,
+                    spec,
+                    url,
+                    self._page(url, "xformers", spec.kind),
+                    ranked.rejected,
+                )
             )
         file = ranked.candidates[0]
         filename: str = file.filename  # type: ignore[attr-defined]
-        req = torch_requirement(requirements_of(self._metadata(file)), d.target)
+        xf_requirements = requirements_of(self._metadata(file))
+        req = torch_requirement(xf_requirements, d.target)
+        d.dependencies += applicable_requirements(xf_requirements, d.target, exclude=["torch"])
         requires = str(req.specifier) if req is not None else ""
         record = self._build_record(file)
         if record is None:
@@ -377,25 +418,27 @@ class Resolver:
         return result
 
     def _lock(self, d: _Decision) -> ResolvedCombination:
+        """Lock the closure: uv resolves the chosen wheels' dependencies, envbuilder adds the wheels."""
         c = d.combination
         assert d.torch is not None
-        requirements = [f"torch=={d.torch.version}"]
+        pinned = [_pinned("torch", d.torch.version, d.torch)]
         if d.xformers is not None:
-            requirements.append(f"xformers=={d.xformers.version}")
-        requirements += d.extra_runtime
+            pinned.append(_pinned("xformers", d.xformers.version, d.xformers))
+        dependencies = list(dict.fromkeys(d.dependencies + d.extra_runtime))
         out = self.settings.out_dir
         lock_path = out / f"pylock.{c.id}.toml"
         req_path = out / f"requirements.{c.id}.txt"
-        inputs = lock_inputs(requirements, d.target, d.indexes)
-        text = None
+        inputs = lock_inputs(dependencies, d.target, d.indexes, pinned)
+        text = doc = None
         if not self.settings.upgrade and lock_path.exists():
             existing = lock_path.read_text(encoding="utf-8")
-            if read_lock_inputs(existing) == inputs:
+            doc = parse_lock(existing)
+            if doc is not None and read_lock_inputs(doc) == inputs:
                 text = existing  # stable: same decision, same indexes -> keep the lock
         try:
-            if text is None:
-                text = compile_closure(
-                    requirements=requirements,
+            if text is None or doc is None:
+                closure = compile_closure(
+                    requirements=dependencies,
                     target=d.target,
                     indexes=d.indexes,
                     cache_dir=self.settings.cache_dir / "uv",
@@ -403,10 +446,12 @@ class Resolver:
                     offline=self.settings.offline,
                     ca_bundle=self.settings.ca_bundle,
                 )
-            packages = {str(canonicalize_name(p.name)): p for p in locked_packages(text)}
-            self._verify_lock(d, packages)
+                text = assemble_lock(closure, pinned=pinned, inputs=inputs, target=d.target)
+                doc = parse_lock(text)
+                assert doc is not None
+            packages = locked_packages(doc)
             sha = write_atomic(lock_path, text)
-            write_atomic(req_path, requirements_text(c.id, list(packages.values()), d.indexes))
+            write_atomic(req_path, requirements_text(c.id, packages, d.indexes))
         except ClosureError as e:
             return d.result("error", str(e))
         resolved = d.result("resolved", _resolved_reason(d))
@@ -417,19 +462,6 @@ class Resolver:
             requirements=_relative(req_path),
         )
 
-    def _verify_lock(self, d: _Decision, packages: Mapping[str, LockedPackage]) -> None:
-        for name, chosen in (("torch", d.torch), ("xformers", d.xformers)):
-            if chosen is None:
-                continue
-            locked = packages.get(name)
-            if locked is None:
-                raise ClosureError(f"{d.combination.id}: the closure has no {name}")
-            if locked.sha256 != chosen.sha256:
-                raise ClosureError(
-                    f"{d.combination.id}: uv locked {name} file {locked.filename}, "
-                    f"but envbuilder chose {chosen.filename} (sha256 {chosen.sha256[:12]})"
-                )
-
     def resolve(self, combinations: Sequence[Combination]) -> list[ResolvedCombination]:
         """Resolve in parallel; the result keeps the input order."""
         if not combinations:
@@ -437,6 +469,17 @@ class Resolver:
         workers = max(1, min(self.settings.jobs, len(combinations)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resolve") as pool:
             return list(pool.map(self.resolve_one, combinations))
+
+
+def _pinned(name: str, version: str, chosen: ResolvedTorch | ResolvedXformers) -> PinnedFile:
+    return PinnedFile(
+        name=name,
+        version=version,
+        filename=chosen.filename,
+        url=chosen.url,
+        sha256=chosen.sha256,
+        size=chosen.size,
+    )
 
 
 def _sha256(file: object) -> str:
@@ -479,6 +522,14 @@ def _nothing_fits(
     return f"no {project} {version} wheel fits {target.describe()} on {where}: " + "; ".join(
         reasons[:4]
     )
+
+
+def _file_release(filename: str, project: str) -> str | None:
+    """The public version of a wheel or sdist of ``project``, else None."""
+    version = _file_version(filename, project)
+    if version is None:
+        version = _sdist_version(filename, project)
+    return version.public if version is not None else None
 
 
 def _file_version(filename: str, project: str) -> Version | None:

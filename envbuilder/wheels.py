@@ -30,6 +30,7 @@ __all__ = [
     "Target",
     "TorchCuda",
     "WheelFile",
+    "applicable_requirements",
     "compare_cuda",
     "cuda_from_local_label",
     "cuda_from_requirements",
@@ -38,6 +39,7 @@ __all__ = [
     "parse_build_record",
     "rank_wheels",
     "requirements_of",
+    "sdist_version",
     "torch_requirement",
 ]
 
@@ -189,7 +191,7 @@ def rank_wheels(
 
     for file in files:
         if not file.filename.endswith(".whl"):
-            if _sdist_version(file.filename, name) == wanted.public:
+            if sdist_version(file.filename, name) == wanted.public:
                 reject(file, "source distribution: envbuilder installs wheels only")
             continue
         try:
@@ -248,7 +250,9 @@ def _neg_build(build: tuple[int, str] | tuple[()]) -> tuple[int, str]:
     return (-build[0], build[1])
 
 
-def _sdist_version(filename: str, name: str) -> Version | None:
+def sdist_version(filename: str, name: str) -> Version | None:
+    """The version of an sdist of project ``name`` from its filename, else None."""
+    name = canonicalize_name(name)
     for suffix in (".tar.gz", ".zip"):
         if filename.endswith(suffix):
             stem = filename[: -len(suffix)]
@@ -338,6 +342,25 @@ def torch_requirement(requirements: Sequence[Requirement], target: Target) -> Re
         if canonicalize_name(req.name) == "torch" and _applies(req, target.marker_environment):
             return req
     return None
+
+
+def applicable_requirements(
+    requirements: Sequence[Requirement], target: Target, *, exclude: Iterable[str] = ()
+) -> list[str]:
+    """The requirements that apply to the target (no extras), markers evaluated away.
+
+    These are what the rest of a closure is resolved from once envbuilder has
+    chosen torch's and xformers' files itself.
+    """
+    skip = {canonicalize_name(n) for n in exclude}
+    out: list[str] = []
+    for req in requirements:
+        if canonicalize_name(req.name) in skip or not _applies(req, target.marker_environment):
+            continue
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        url = f" @ {req.url}" if req.url else ""
+        out.append(f"{req.name}{extras}{req.specifier}{url}")
+    return out
 
 
 def parse_build_record(data: bytes) -> BuildRecord:
