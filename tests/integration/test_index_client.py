@@ -204,6 +204,19 @@ def test_transient_failures_are_retried(
     assert [r.status for r in server.stats.log] == [status, status, 200]
 
 
+def test_timeouts_are_retried(
+    wheel_factory: WheelFactory, index_server: ServerFactory, http_client: ClientFactory
+) -> None:
+    six = wheel_factory("six", "1.16.0")
+    server = index_server({"six": [six]})
+    server.delay_next(1, 1.0)
+    page = fetch_project_page(
+        http_client(retries=2, timeout=0.25), server.index_url("simple"), "six"
+    )
+    assert [f.filename for f in page.files] == [six.filename]
+    assert server.stats.arrivals == 2  # the first one timed out and was asked again
+
+
 def test_exhausted_retries_name_the_url_and_status(
     wheel_factory: WheelFactory, index_server: ServerFactory, http_client: ClientFactory
 ) -> None:

@@ -14,8 +14,8 @@ one), ``advertise_metadata`` (PEP 658/714 keys on the page),
 ``serve_metadata`` (the ``<file>.metadata`` resources exist),
 ``ranges`` (honour Range; False sends the whole file with 200),
 ``etag`` (ETag / Last-Modified validators and 304s), ``cache_control``
-(the header on pages; None for none) and ``fail_next(n, status, retry_after)``
-(the next n requests answer that status).
+(the header on pages; None for none), ``fail_next(n, status, retry_after)``
+(the next n requests answer that status) and ``delay_next(n, seconds)``.
 
 Pages live at ``/<prefix>/<project>/``; files at ``/<prefix>/files/<filename>``
 (HTML links are relative, JSON links absolute).
@@ -28,6 +28,7 @@ import html
 import json
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,9 +68,14 @@ class RequestRecord:
 @dataclass(kw_only=True)
 class ServerStats:
     lock: threading.Lock = field(default_factory=threading.Lock)
-    requests: int = 0
+    arrivals: int = 0  # requests received, counted before any delay or answer
+    requests: int = 0  # requests answered
     bytes_sent: int = 0
     log: list[RequestRecord] = field(default_factory=list)
+
+    def arrived(self) -> None:
+        with self.lock:
+            self.arrivals += 1
 
     def record(self, entry: RequestRecord) -> None:
         with self.lock:
@@ -88,6 +94,7 @@ class ServerStats:
 
     def reset(self) -> None:
         with self.lock:
+            self.arrivals = 0
             self.requests = 0
             self.bytes_sent = 0
             self.log.clear()
@@ -113,6 +120,7 @@ class IndexServer:
         self.stats = ServerStats()
         self._indexes: dict[str, dict[str, list[IndexedFile]]] = {}
         self._failures: list[tuple[int, int | None]] = []
+        self._delays: list[float] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._server.daemon_threads = True
@@ -135,6 +143,15 @@ class IndexServer:
         """The next ``count`` requests answer ``status`` (with Retry-After if given)."""
         with self._lock:
             self._failures += [(status, retry_after)] * count
+
+    def delay_next(self, count: int, seconds: float) -> None:
+        """The next ``count`` requests wait ``seconds`` before answering (client timeouts)."""
+        with self._lock:
+            self._delays += [seconds] * count
+
+    def _take_delay(self) -> float:
+        with self._lock:
+            return self._delays.pop(0) if self._delays else 0.0
 
     def _take_failure(self) -> tuple[int, int | None] | None:
         with self._lock:
@@ -283,6 +300,10 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
             self._serve(send_body=True)
 
         def _serve(self, *, send_body: bool) -> None:
+            server.stats.arrived()
+            delay = server._take_delay()
+            if delay:
+                time.sleep(delay)
             failure = server._take_failure()
             if failure is not None:
                 status, retry_after = failure
