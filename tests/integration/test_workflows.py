@@ -1,0 +1,394 @@
+"""The GitHub Actions workflows: actionlint passes, the security policy holds, and a
+rehearsal runs the GPU matrix workflow's own commands locally, in order
+(resolve -> matrix -> conformance on CPU in place -> lock -> publish), so the
+workflows and the nox sessions cannot drift apart."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from packaging.version import Version
+
+from tests.support.index_server import IndexServer
+from tests.support.wheels import build_wheel
+
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOW_DIR = REPO / ".github" / "workflows"
+WORKFLOWS = sorted(WORKFLOW_DIR.glob("*.yml"))
+GPU_MATRIX = WORKFLOW_DIR / "gpu-matrix.yml"
+CI = WORKFLOW_DIR / "ci.yml"
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict), f"{path}: not a mapping"
+    if True in data:  # YAML 1.1 reads the key `on` as a boolean
+        data["on"] = data.pop(True)
+    return data
+
+
+def jobs(path: Path) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = load(path)["jobs"]
+    return found
+
+
+def steps(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, job in jobs(path).items():
+        for step in job.get("steps", []):
+            yield name, step
+
+
+def test_there_are_the_two_workflows() -> None:
+    assert [p.name for p in WORKFLOWS] == ["ci.yml", "gpu-matrix.yml"]
+
+
+# --- actionlint --------------------------------------------------------------------------------
+
+
+def actionlint() -> str:
+    here = str(Path(sys.executable).parent)
+    found = shutil.which("actionlint", path=os.pathsep.join([here, os.environ.get("PATH", "")]))
+    if found is None:
+        pytest.skip("actionlint is not installed (it comes with the test dependency group)")
+    return found
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_actionlint_passes(workflow: Path) -> None:
+    proc = subprocess.run(
+        [actionlint(), "-no-color", str(workflow.relative_to(REPO))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+BROKEN = """\
+name: broken
+on: push
+permissions:
+  contents: read
+jobs:
+  a:
+    runs-on: ubuntu-24.04
+    timeout-minutes: 5
+    steps:
+      - run: echo "${{ matrix.nope }}"
+"""
+
+
+def test_actionlint_would_catch_a_broken_workflow(tmp_path: Path) -> None:
+    path = tmp_path / ".github" / "workflows" / "broken.yml"
+    path.parent.mkdir(parents=True)
+    path.write_text(BROKEN, encoding="utf-8")
+    proc = subprocess.run(
+        [actionlint(), "-no-color", str(path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "matrix" in proc.stdout
+
+
+# --- policy: pins, permissions, timeouts, concurrency, no expressions in scripts ---------------
+
+USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?P<rest>.*)$")
+PINNED = re.compile(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}")
+VERSION_COMMENT = re.compile(r"\s+# v\d+\.\d+\.\d+\s*")
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_every_action_is_pinned_to_a_full_commit_sha_with_its_version(workflow: Path) -> None:
+    lines = [m for line in workflow.read_text().splitlines() if (m := USES.match(line))]
+    assert lines, f"{workflow.name} uses no action"
+    for m in lines:
+        assert PINNED.fullmatch(m["ref"]), f"not pinned to a commit: {m['ref']}"
+        assert VERSION_COMMENT.fullmatch(m["rest"]), f"no '# vX.Y.Z' after {m['ref']}"
+
+
+@pytest.mark.parametrize(
+    ("uses", "ok"),
+    [
+        ("uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2", True),
+        ("uses: actions/checkout@v4", False),
+        ("uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683", False),
+        ("uses: actions/checkout@11bd719 # v4.2.2", False),
+    ],
+)
+def test_the_pin_rule_itself(uses: str, ok: bool) -> None:
+    m = USES.match(uses)
+    assert m is not None
+    assert bool(PINNED.fullmatch(m["ref"]) and VERSION_COMMENT.fullmatch(m["rest"])) is ok
+
+
+#: Jobs that need more than `contents: read`, and exactly what they get.
+EXTRA_PERMISSIONS: dict[tuple[str, str], dict[str, str]] = {
+    ("gpu-matrix.yml", "pages"): {"pages": "write", "id-token": "write"},
+    ("gpu-matrix.yml", "release"): {"contents": "write"},
+}
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_permissions_are_least_privilege(workflow: Path) -> None:
+    assert load(workflow)["permissions"] == {"contents": "read"}
+    for name, job in jobs(workflow).items():
+        assert job.get("permissions") == EXTRA_PERMISSIONS.get((workflow.name, name)), name
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_concurrency_timeouts_and_no_fail_fast(workflow: Path) -> None:
+    assert "group" in load(workflow)["concurrency"]
+    for name, job in jobs(workflow).items():
+        assert isinstance(job.get("timeout-minutes"), int), f"{name} has no timeout-minutes"
+        if "strategy" in job:
+            assert job["strategy"]["fail-fast"] is False, name
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_scripts_take_expressions_and_secrets_only_through_env(workflow: Path) -> None:
+    for job, step in steps(workflow):
+        script = step.get("run", "")
+        assert "${{" not in script, f"{job}: expression inside run: {script!r}"
+        assert "set -x" not in script, f"{job}: set -x would print the environment's secrets"
+        for key, value in (step.get("env") or {}).items():
+            if "secrets." in str(value) or "github.token" in str(value):
+                # Tools read the token from the environment; the script never expands it.
+                assert f"${key}" not in script and f"${{{key}}}" not in script, (job, key)
+
+
+def nox_sessions() -> set[str]:
+    text = (REPO / "noxfile.py").read_text(encoding="utf-8")
+    return set(re.findall(r"@nox\.session\([^)]*\)\s*\ndef (\w+)\(", text))
+
+
+#: The sessions the pipeline's stages provide (docs/contracts.md, DESIGN.md).
+PIPELINE_SESSIONS = {"resolve", "matrix", "build", "conformance", "lock", "publish"}
+CHECK_SESSIONS = {"lint", "typecheck", "tests"}
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_every_nox_session_a_workflow_calls_exists(workflow: Path) -> None:
+    called = {
+        m for _, step in steps(workflow) for m in re.findall(r"nox -s (\w+)", step.get("run", ""))
+    }
+    unknown = called - PIPELINE_SESSIONS - CHECK_SESSIONS
+    assert not unknown, f"{workflow.name} calls nox sessions no stage provides: {sorted(unknown)}"
+    absent = called - nox_sessions()
+    if absent:
+        pytest.skip(f"noxfile.py has no session {', '.join(sorted(absent))} yet (not built yet)")
+
+
+def test_ci_runs_lint_typecheck_and_the_readme_test_command_with_docker() -> None:
+    commands = {job: [s.get("run", "") for s in j.get("steps", [])] for job, j in jobs(CI).items()}
+    assert "nox -s lint" in commands["lint"]
+    assert "nox -s typecheck" in commands["typecheck"]
+    assert "bash .ci/run" in commands["tests"]
+    assert "--privileged" in jobs(CI)["tests"]["container"]["options"]  # dockerd runs inside
+    triggers = load(CI)["on"]
+    assert "pull_request" in triggers and "push" in triggers
+
+
+def test_gpu_matrix_triggers_and_job_graph() -> None:
+    wf = load(GPU_MATRIX)
+    assert wf["on"]["workflow_dispatch"]["inputs"]["selector"]["type"] == "string"
+    assert wf["on"]["schedule"]
+    assert wf["on"]["push"]["paths"] == ["matrix.toml"]
+    j = jobs(GPU_MATRIX)
+    assert j["conformance"]["needs"] == "resolve"
+    assert j["conformance"]["runs-on"] == "${{ matrix.runs-on }}"
+    assert j["conformance"]["strategy"]["matrix"] == "${{ fromJSON(needs.resolve.outputs.matrix) }}"
+    assert j["aggregate"]["needs"] == ["resolve", "conformance"]
+    assert "!cancelled()" in j["aggregate"]["if"]
+    assert {j["pages"]["needs"], j["release"]["needs"]} == {"aggregate"}
+    upload = [s for s in j["conformance"]["steps"] if "upload-artifact" in s.get("uses", "")]
+    assert [(s["if"], s["with"]["path"]) for s in upload] == [("always()", "results/")]
+
+
+# --- the rehearsal -----------------------------------------------------------------------------
+
+#: The GPU matrix workflow's steps that the rehearsal runs, in order, as (job, step id).
+REHEARSED = [
+    ("resolve", "resolve"),
+    ("resolve", "matrix"),
+    ("conformance", "suite"),
+    ("aggregate", "lock"),
+    ("aggregate", "publish"),
+]
+SUITE_ARGS = "--in-place --force --quick"
+EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+STEP_TIMEOUT = 420
+
+
+def find_step(workflow: Mapping[str, Any], job: str, step_id: str) -> dict[str, Any]:
+    for step in workflow["jobs"][job]["steps"]:
+        if step.get("id") == step_id:
+            assert isinstance(step, dict)
+            return step
+    pytest.fail(f"gpu-matrix.yml: job {job!r} has no step with id {step_id!r}")
+
+
+def substitute(text: str, values: Mapping[str, str]) -> str:
+    def one(m: re.Match[str]) -> str:
+        if m[1] not in values:
+            pytest.fail(f"the rehearsal has no local value for ${{{{ {m[1]} }}}}; add one")
+        return values[m[1]]
+
+    return EXPRESSION.sub(one, text)
+
+
+def copy_repo(target: Path) -> Path:
+    ignored = shutil.ignore_patterns(
+        ".git", ".venv", ".nox", "__pycache__", "*.egg-info", ".*_cache", ".cache",
+        "locks", "results", "site", "build", "dist", "compat.lock.json",
+    )  # fmt: skip
+    shutil.copytree(REPO, target, ignore=ignored)
+    return target
+
+
+def tiny_matrix(python: str, torch: str) -> str:
+    return f"""\
+# The rehearsal's matrix: one CPU combination, so the suite can run in place here.
+[axes]
+python = ["{python}"]
+
+[runners]
+default = ["ubuntu-24.04"]
+
+[[combinations]]
+python = "{python}"
+cuda = "cpu"
+torch = "{torch}"
+"""
+
+
+class Rehearsal:
+    """Runs workflow steps the way a runner would: bash -eo pipefail, env from expressions."""
+
+    def __init__(self, repo: Path, workflow: Mapping[str, Any], base_env: dict[str, str]) -> None:
+        self.repo = repo
+        self.workflow = workflow
+        self.base_env = base_env
+        self.log: list[str] = []
+
+    def run(self, job: str, step_id: str, values: Mapping[str, str]) -> None:
+        step = find_step(self.workflow, job, step_id)
+        env = dict(self.base_env)
+        for scope in (self.workflow, self.workflow["jobs"][job], step):
+            for key, value in (scope.get("env") or {}).items():
+                env[key] = substitute(str(value), values)
+        # The runner's nox makes a venv per session; here the sessions run in this test's
+        # environment (which has the project and torch), with the same session code.
+        prelude = f'nox() {{ "{sys.executable}" -m nox --no-venv --no-install "$@"; }}\n'
+        self.log.append(f"--- {job}/{step_id}: {step['run'].strip()}")
+        proc = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", prelude + step["run"]],
+            cwd=self.repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=STEP_TIMEOUT,
+            check=False,
+        )
+        self.log.append(proc.stdout + proc.stderr)
+        assert proc.returncode == 0, "\n".join(self.log)
+
+
+@pytest.fixture
+def installed_torch() -> str:
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("the rehearsal runs the conformance suite in place: torch is not installed")
+    return Version(version).public
+
+
+@pytest.mark.slow
+def test_rehearsal_runs_the_gpu_matrix_workflow_steps_locally_in_order(
+    tmp_path: Path, installed_torch: str
+) -> None:
+    workflow = load(GPU_MATRIX)
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    cp = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    # The public index is not used: the resolve step reads a loopback index holding a
+    # real (tiny) CPU torch wheel; the suite then runs on the torch of this environment.
+    wheel = build_wheel(
+        tmp_path / "wheels", "torch", installed_torch, tags=f"{cp}-{cp}-manylinux_2_28_x86_64"
+    )
+    repo = copy_repo(tmp_path / "repo")
+    (repo / "matrix.toml").write_text(tiny_matrix(python, installed_torch), encoding="utf-8")
+    output, summary = tmp_path / "github_output", tmp_path / "step_summary"
+    output.touch()
+    summary.touch()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIP_", "UV_", "NOX", "GITHUB_")) and k != "PYTORCH_INDEX_URL"
+    }
+    with IndexServer() as server:
+        server.add_index("simple", {"torch": [wheel]})
+        env.update(
+            PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+            PIP_CONFIG_FILE=os.devnull,
+            PIP_INDEX_URL=server.index_url("simple"),
+            ENVBUILDER_CACHE_DIR=str(tmp_path / "cache"),
+            GITHUB_ACTIONS="true",
+            GITHUB_OUTPUT=str(output),
+            GITHUB_STEP_SUMMARY=str(summary),
+        )
+        rehearsal = Rehearsal(repo, workflow, env)
+        values = {
+            "inputs.selector": "",
+            "inputs.suite-args": SUITE_ARGS,
+            "vars.PYTORCH_INDEX_URL": "",
+        }
+        rehearsal.run("resolve", "resolve", values)
+        rehearsal.run("resolve", "matrix", values)
+
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    include = json.loads(outputs["matrix"])["include"]
+    expected_id = f"py{python}-cpu-torch{installed_torch}"
+    assert [e["id"] for e in include] == [expected_id]
+    assert outputs["count"] == "1"
+    assert include[0]["runs-on"] == ["ubuntu-24.04"]
+
+    # One conformance job per entry; each uploads results/ as its own artifact, and
+    # the aggregate job downloads them all into results/<artifact>/.
+    uploaded = tmp_path / "artifacts"
+    for entry in include:
+        rehearsal.run(
+            "conformance",
+            "suite",
+            {**values, **{f"matrix.{k}": str(v) for k, v in entry.items() if k != "runs-on"}},
+        )
+        shutil.move(repo / "results", uploaded / entry["artifact"])
+    for artifact in uploaded.iterdir():
+        shutil.move(artifact, repo / "results" / artifact.name)
+    results = json.loads(
+        (repo / "results" / include[0]["artifact"] / f"{expected_id}.json").read_text()
+    )
+    assert results["combination"] == expected_id
+    assert results["checks"], "the suite recorded no check"
+
+    rehearsal.run("aggregate", "lock", values)
+    lock = json.loads((repo / "compat.lock.json").read_text())
+    assert expected_id in json.dumps(lock)
+    rehearsal.run("aggregate", "publish", values)
+    assert (repo / "site" / "index.html").is_file()
+    assert expected_id in summary.read_text(), "no compatibility table in the step summary"
