@@ -1,0 +1,115 @@
+"""``envbuilder build``: one Docker image per resolved combination, from its lock alone."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "build one Docker image per resolved combination from its lock (tag envbuilder/<id>:<lock sha256[:12]>)"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "selectors",
+        nargs="*",
+        metavar="SELECTOR",
+        help="cu121, py3.11, torch2.5, an id, a glob; none = every resolved combination",
+    )
+    parser.add_argument(
+        "--locks",
+        type=Path,
+        default=Path("locks"),
+        help="output of `envbuilder resolve` (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--matrix",
+        type=Path,
+        default=None,
+        help="matrix file for selectors and base images (default: the one the locks were resolved from)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="rebuild even when an image with the lock's tag exists"
+    )
+    parser.add_argument(
+        "--no-cache", action="store_true", help="with --force: ignore Docker's layer cache too"
+    )
+    parser.add_argument(
+        "--push", metavar="REGISTRY", default=None, help="push each image to REGISTRY (host:port)"
+    )
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        default=None,
+        help="one build log per combination (default: LOCKS/build-logs)",
+    )
+    parser.add_argument(
+        "--base-image",
+        default=None,
+        help="base image for every selected combination (default: base-image in the matrix)",
+    )
+    parser.add_argument(
+        "--wheel-cache",
+        type=Path,
+        default=None,
+        help="content-addressed wheel cache (default: ENVBUILDER_WHEEL_CACHE or the user cache)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from envbuilder.docker.build import docker_client, ensure_image, push_image
+    from envbuilder.docker.cache import WheelCache, default_cache_dir
+    from envbuilder.matrix import load_matrix
+    from envbuilder.model import load_resolution
+    from envbuilder.reporter import Reporter
+
+    reporter = Reporter(verbose=args.verbose)
+    locks: Path = args.locks
+    resolution = load_resolution(locks / "resolution.json")
+    matrix = load_matrix(args.matrix or Path(resolution.matrix))
+    resolved = resolution.by_id()
+    chosen = matrix.select(args.selectors)
+    client = docker_client()
+    cache = WheelCache(args.wheel_cache or default_cache_dir())
+    log_dir: Path = args.log_dir or locks / "build-logs"
+    built: list[str] = []
+    skipped: list[str] = []
+    for combination in chosen:
+        rc = resolved.get(combination.id)
+        if rc is None:
+            skipped.append(combination.id)
+            reporter.line(
+                f"- {combination.id}: skipped, not in {locks / 'resolution.json'}; "
+                f"run `nox -s resolve -- {combination.id}`"
+            )
+            continue
+        if rc.status != "resolved":
+            skipped.append(combination.id)
+            reporter.line(f"- {combination.id}: skipped, {rc.status}: {rc.reason}")
+            continue
+        base = args.base_image or (
+            combination.base_image.replace("{python}", combination.python)
+            if combination.base_image
+            else None
+        )
+        tag = ensure_image(
+            rc,
+            locks / f"pylock.{rc.id}.toml",
+            client=client,
+            force=args.force,
+            base_image=base,
+            reporter=reporter,
+            log_dir=log_dir,
+            cache=cache,
+            no_cache=args.no_cache,
+        )
+        built.append(tag)
+        print(tag, flush=True)
+        if args.push:
+            print(push_image(client, tag, args.push, reporter=reporter), flush=True)
+    reporter.line(f"{len(built)} image(s) ready, {len(skipped)} combination(s) skipped")
+    reporter.summary(
+        "| image |\n|---|\n" + "".join(f"| `{t}` |\n" for t in built)
+        if built
+        else "no images built"
+    )
+    return 0
