@@ -38,7 +38,7 @@ class ConfigError(InputError):
         super().__init__(f"{path}: {len(self.problems)} problem(s):\n{lines}")
 
 
-class IndexError_(EnvbuilderError):  # noqa: N801 - avoids shadowing the builtin IndexError
+class IndexError_(EnvbuilderError):
     """A package index could not be read (unreachable, bad response, offline cache miss)."""
 
 
