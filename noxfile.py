@@ -62,3 +62,12 @@ def tests(session: nox.Session) -> None:
     # The conformance suite's CPU checks need torch; pip's configuration decides where it comes from.
     session.install("torch==2.13.0")
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False, tags=["bench"])
+def bench(session: nox.Session) -> None:
+    """Benchmarks against anchors measured in the same run: nox -s bench -- resolve|build [ARGS]."""
+    if not session.posargs:
+        session.error("Usage: nox -s bench -- resolve|build [ARGS...]")
+    _install_project(session)
+    session.run("python", "-m", "envbuilder.bench", *session.posargs)
