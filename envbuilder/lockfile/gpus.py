@@ -47,10 +47,6 @@ def _squash(name: str) -> str:
     return re.sub(r"[\s_-]", "", name).upper()
 
 
-def _name_tokens(name: str) -> set[str]:
-    return {_squash(t) for t in re.split(r"[\s/]+", name) if t} | {_squash(name)}
-
-
 def compute_capability(gpu: str, recorded: Iterable[tuple[str, str | None]] = ()) -> str:
     """The compute capability *gpu* stands for; *recorded* are (name, cc) pairs seen by runners."""
     text = gpu.strip()
@@ -62,7 +58,7 @@ def compute_capability(gpu: str, recorded: Iterable[tuple[str, str | None]] = ()
     if key in GPU_COMPUTE_CAPABILITY:
         return GPU_COMPUTE_CAPABILITY[key]
     for name, cc in recorded:
-        if cc and key in _name_tokens(name):
+        if cc and key in _squash(name):
             return cc
     known = ", ".join(sorted(GPU_COMPUTE_CAPABILITY))
     raise InputError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -65,6 +66,15 @@ def _without_url(record: Any) -> dict[str, Any] | None:
     return data
 
 
+_ID_VERSIONS = re.compile(r"-torch(?P<torch>[^-]+)(?:-xformers(?P<xformers>[^-]+))?")
+
+
+def _requested(combo_id: str) -> tuple[str | None, str | None]:
+    """The torch and xformers versions a combination id names (docs/contracts.md)."""
+    m = _ID_VERSIONS.search(combo_id)
+    return (m.group("torch"), m.group("xformers")) if m else (None, None)
+
+
 def _entry(
     combo: ResolvedCombination, runs: Sequence[Run], *, locks_base: Path, out_dir: Path
 ) -> Entry:
@@ -93,13 +103,14 @@ def _entry(
         )
         pins = read_pins(pylock)
     gpus = gpu_verdicts(runs)
+    torch, xformers = _requested(combo.id)
     return Entry(
         id=combo.id,
         python=combo.python,
         cuda=combo.cuda,
         platform=combo.platform,
-        torch=combo.torch.version if combo.torch else None,
-        xformers=combo.xformers.version if combo.xformers else None,
+        torch=combo.torch.version if combo.torch else torch,
+        xformers=combo.xformers.version if combo.xformers else xformers,
         status=combo.status,
         resolver_reason=combo.reason,
         lock=pointer,

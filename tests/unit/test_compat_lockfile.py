@@ -1,0 +1,171 @@
+"""envbuilder lock and every reader of compat.lock.json, from the synthetic inputs in tests/data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from envbuilder.cli import main
+from envbuilder.errors import InputError
+from envbuilder.lockfile.canonical import seal
+from envbuilder.lockfile.read import load_lockfile
+
+DATA = Path(__file__).parents[1] / "data"
+SCHEMA = Path(__file__).parents[2] / "envbuilder" / "schemas" / "compat.schema.json"
+
+EXPECTED = {
+    "py3.10-default-torch2.4.1-xformers0.0.28.post1": "broken",
+    "py3.11-default-torch2.5.1-xformers0.0.28.post3": "verified",
+    "py3.11-default-torch2.6.0-xformers0.0.29.post3": "verified-with-workaround",
+    "py3.11-default-torch2.9.0": "unverified",
+    "py3.12-default-torch2.7.0-xformers0.0.30-cudart": "verified-with-workaround",
+    "py3.12-default-torch2.8.0-xformers0.0.32.post2": "broken",
+    "py3.13-default-torch2.4.1-xformers0.0.28.post1": "unsatisfiable",
+}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copytree(DATA / "locks", tmp_path / "locks")
+    shutil.copytree(DATA / "results", tmp_path / "results")
+    shutil.copytree(DATA / "bad_results", tmp_path / "bad_results")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def lock(*extra: str) -> int:
+    return main(["lock", "--resolution", "locks/resolution.json", *extra])
+
+
+def test_every_verdict_from_the_synthetic_results(workdir: Path) -> None:
+    assert lock("--results", "results") == 0
+    compat = load_lockfile(workdir / "compat.lock.json")
+    assert {e.id: e.verdict.verdict for e in compat.combinations} == EXPECTED
+    by_id = compat.by_id()
+    ww = by_id["py3.11-default-torch2.6.0-xformers0.0.29.post3"].verdict
+    assert ww.workarounds == ("sdpa-under-compile",)
+    cudart = by_id["py3.12-default-torch2.7.0-xformers0.0.30-cudart"].verdict
+    assert cudart.workarounds == ("cuda-runtime:nvidia-cuda-runtime-cu12==12.8.90",)
+    conflicted = by_id["py3.12-default-torch2.8.0-xformers0.0.32.post2"]
+    assert [g.conflict for g in conflicted.gpus] == [True]
+    assert len(conflicted.runs) == 2
+    two_gpus = by_id["py3.11-default-torch2.5.1-xformers0.0.28.post3"]
+    assert sorted(g.compute_capability or "" for g in two_gpus.gpus) == ["8.0", "9.0"]
+    assert two_gpus.lock is not None and two_gpus.lock.path.startswith("locks/pylock.")
+    assert {p.name for p in two_gpus.packages} == {"filelock", "torch", "xformers"}
+
+
+def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
+    assert lock("--results", "results", "-o", "a.json") == 0
+    # the same inputs named in another order give the same bytes
+    files = sorted((workdir / "results").glob("*.json"), reverse=True)
+    assert lock("--results", *map(str, files), "-o", "b.json") == 0
+    a, b = (workdir / "a.json").read_bytes(), (workdir / "b.json").read_bytes()
+    assert a == b and a.endswith(b"}\n")
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(json.loads(a))
+    assert lock("--results", "results", "-o", "a.json", "--check") == 0
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("stale-lock.json", "the lock changed since this ran"),
+        ("newer-suite.json", "newer conformance suite"),
+        ("newer-schema.json", "'envbuilder.results/2'"),
+        ("unknown-combination.json", "is not in the resolution"),
+        ("bad-status.json", "fails the results schema at checks/0/status"),
+        ("truncated.json", "not valid JSON"),
+    ],
+)
+def test_rejected_results_abort_with_nothing_written(
+    workdir: Path, capsys: pytest.CaptureFixture[str], bad: str, message: str
+) -> None:
+    assert lock("--results", "results", f"bad_results/{bad}") == 2
+    err = capsys.readouterr().err
+    assert f"bad_results/{bad}" in err and message in err
+    assert not (workdir / "compat.lock.json").exists()
+    assert not list(workdir.glob(".compat.lock.json.*"))
+
+
+def test_skip_rejected_records_them_in_the_lockfile(workdir: Path) -> None:
+    assert lock("--results", "results", "bad_results", "--skip-rejected") == 0
+    compat = load_lockfile(workdir / "compat.lock.json")
+    assert sorted(r.file for r in compat.rejected_results) == sorted(
+        f"bad_results/{p.name}" for p in (workdir / "bad_results").iterdir()
+    )
+    assert {e.id: e.verdict.verdict for e in compat.combinations} == EXPECTED
+
+
+def test_a_lock_that_disagrees_with_the_resolution_is_refused(workdir: Path) -> None:
+    pylock = workdir / "locks" / "pylock.py3.11-default-torch2.9.0.toml"
+    pylock.write_text(pylock.read_text() + "\n")
+    assert lock("--results", "results") == 2
+    assert not (workdir / "compat.lock.json").exists()
+
+
+def edit_value(text: str) -> str:
+    return text.replace('"verdict": "unverified"', '"verdict": "verified"', 1)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda t: t[: len(t) // 2], "truncated or damaged"),
+        (edit_value, "content_sha256 mismatch"),
+        (lambda t: t.replace("envbuilder.compat/1", "envbuilder.compat/2"), "upgrade envbuilder"),
+        (lambda t: t.replace("envbuilder.compat/1", "something/1"), "not an envbuilder"),
+        (lambda t: "[]", "not a compatibility lockfile"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["query"],
+        ["export", "py3.11-default-torch2.9.0"],
+        ["doctor", "--no-probe"],
+        ["install", "py3.11-default-torch2.9.0", "--dry-run"],
+        ["publish", "-o", "site"],
+    ],
+)
+def test_every_reader_refuses_a_damaged_lockfile(
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+    damage: object,
+    message: str,
+    command: list[str],
+) -> None:
+    assert lock("--results", "results") == 0
+    path = workdir / "compat.lock.json"
+    assert callable(damage)
+    path.write_text(damage(path.read_text()))
+    assert main([*command, "--lock", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and message in err
+    assert not (workdir / "site").exists()
+
+
+def test_a_lockfile_without_its_hash_is_refused(workdir: Path) -> None:
+    assert lock("--results", "results") == 0
+    path = workdir / "compat.lock.json"
+    data = json.loads(path.read_text())
+    del data["content_sha256"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="no content_sha256"):
+        load_lockfile(path)
+
+
+def test_reformatting_keeps_the_hash_valid(workdir: Path) -> None:
+    """The hash covers the content, not the layout: a re-indented file still reads."""
+    assert lock("--results", "results") == 0
+    path = workdir / "compat.lock.json"
+    original = path.read_bytes()
+    data = json.loads(original)
+    path.write_text(json.dumps(data, indent=None))
+    assert load_lockfile(path).by_id().keys() == EXPECTED.keys()
+    assert seal(data) == original  # and sealing again restores the canonical bytes
