@@ -80,7 +80,7 @@ class Inputs:
         )
 
 
-class Problem(Exception):  # noqa: N818
+class Problem(Exception):
     """An implementation refused the inputs (no kernel for them); the message says why."""
 
 

@@ -35,7 +35,7 @@ Number: TypeAlias = "int | float | str | bool | None"
 STATUSES: tuple[Status, ...] = ("pass", "fail", "skip", "error", "timeout")
 
 
-class Skip(Exception):  # noqa: N818 - it is an outcome, not an error
+class Skip(Exception):
     """Raised inside a check: it cannot run here; the message says why."""
 
 

@@ -265,7 +265,7 @@ def _collect_runner(opts: RunOptions, workdir: Path) -> dict[str, Any]:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def write_atomic(path: Path, text: str) -> None:

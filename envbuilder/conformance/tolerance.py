@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FLOOR", "K", "RULE", "Verdict", "bound", "judge"]
+__all__ = ["FLOOR", "RULE", "K", "Verdict", "bound", "judge"]
 
 K = 3.0
 FLOOR: dict[str, float] = {
