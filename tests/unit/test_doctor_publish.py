@@ -1,0 +1,179 @@
+"""doctor's findings for a given environment and probe report; the site's content."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuilder.lockfile.doctor import Installed, check_environment
+from envbuilder.lockfile.merge import build_lockfile
+from envbuilder.lockfile.model import CompatLock
+from envbuilder.lockfile.results import find_results
+from envbuilder.model import load_resolution
+from envbuilder.publish.site import html_page, markdown_table
+
+DATA = Path(__file__).parents[1] / "data"
+
+
+@pytest.fixture(scope="module")
+def compat(tmp_path_factory: pytest.TempPathFactory) -> CompatLock:
+    root = tmp_path_factory.mktemp("d")
+    shutil.copytree(DATA / "locks", root / "locks")
+    resolution = root / "locks" / "resolution.json"
+    lock, _ = build_lockfile(
+        load_resolution(resolution),
+        resolution_path=resolution,
+        results=find_results([DATA / "results"]),
+        out=root / "compat.lock.json",
+    )
+    return lock
+
+
+GOOD = {"torch": "2.5.1", "xformers": "0.0.28.post3", "filelock": "3.16.1"}
+GPU_OK: dict[str, Any] = {
+    "torch": "2.5.1",
+    "torch_cuda": "12.4",
+    "cuda_available": True,
+    "gpu": "NVIDIA H200",
+    "compute_capability": "9.0",
+    "xformers": {"version": "0.0.28.post3", "extension_loaded": True, "warnings": []},
+    "attention_sdpa": {"status": "pass", "max_abs_error": 0.0004},
+    "attention_xformers": {"status": "pass", "max_abs_error": 0.0005},
+    "compile_sdpa": {"status": "pass", "max_abs_error": 0.0004},
+    "compile_xformers": {"status": "pass", "max_abs_error": 0.0005},
+}
+
+
+def statuses(
+    compat: CompatLock, python: str, versions: Mapping[str, str], probe: Mapping[str, Any] | None
+) -> tuple[str | None, dict[str, str]]:
+    entry, findings = check_environment(
+        compat, env=Installed(python=python, versions=versions), probe=probe, hashes=False
+    )
+    return (entry.id if entry else None), {f.name: f.status for f in findings}
+
+
+@pytest.mark.parametrize(
+    ("python", "versions", "probe", "combination", "expected"),
+    [
+        (
+            "3.11",
+            GOOD,
+            GPU_OK,
+            "py3.11-default-torch2.5.1-xformers0.0.28.post3",
+            {
+                "combination": "pass",
+                "verdict": "pass",
+                "versions": "pass",
+                "torch": "pass",
+                "xformers-extension": "pass",
+                "attention-sdpa": "pass",
+                "attention-xformers": "pass",
+                "compile-sdpa": "pass",
+                "compile-xformers": "pass",
+            },
+        ),
+        (  # a local version label still matches; a wrong dependency version fails
+            "3.11",
+            {**GOOD, "torch": "2.5.1+cu124", "filelock": "3.0"},
+            None,
+            "py3.11-default-torch2.5.1-xformers0.0.28.post3",
+            {"combination": "pass", "verdict": "pass", "versions": "fail"},
+        ),
+        (  # no such combination
+            "3.12",
+            GOOD,
+            None,
+            None,
+            {"combination": "fail"},
+        ),
+        (  # the extension did not load; no GPU here
+            "3.11",
+            GOOD,
+            {
+                **GPU_OK,
+                "cuda_available": False,
+                "xformers": {
+                    "version": "0.0.28.post3",
+                    "extension_loaded": False,
+                    "warnings": ["xFormers can't load C++/CUDA extensions"],
+                },
+            },
+            "py3.11-default-torch2.5.1-xformers0.0.28.post3",
+            {
+                "combination": "pass",
+                "verdict": "pass",
+                "versions": "pass",
+                "torch": "pass",
+                "xformers-extension": "fail",
+                "gpu-smoke": "skip",
+            },
+        ),
+        (  # xformers under compile fails where the lockfile verified SDPA as the workaround
+            "3.11",
+            {**GOOD, "torch": "2.6.0", "xformers": "0.0.29.post3"},
+            {**GPU_OK, "compile_xformers": {"status": "fail", "error": "graph break"}},
+            "py3.11-default-torch2.6.0-xformers0.0.29.post3",
+            {
+                "combination": "pass",
+                "verdict": "warn",
+                "versions": "pass",
+                "torch": "pass",
+                "xformers-extension": "pass",
+                "attention-sdpa": "pass",
+                "attention-xformers": "pass",
+                "compile-sdpa": "pass",
+                "compile-xformers": "warn",
+            },
+        ),
+        (  # a combination the lockfile calls broken fails the doctor
+            "3.10",
+            {"torch": "2.4.1", "xformers": "0.0.28.post1", "filelock": "3.16.1"},
+            {"torch": None},
+            "py3.10-default-torch2.4.1-xformers0.0.28.post1",
+            {"combination": "pass", "verdict": "fail", "versions": "pass", "torch": "fail"},
+        ),
+        (  # the probe crashed
+            "3.11",
+            GOOD,
+            {"probe_error": "the probe exited with status -11"},
+            "py3.11-default-torch2.5.1-xformers0.0.28.post3",
+            {"combination": "pass", "verdict": "pass", "versions": "pass", "probe": "fail"},
+        ),
+    ],
+)
+def test_doctor_findings(
+    compat: CompatLock,
+    python: str,
+    versions: Mapping[str, str],
+    probe: Mapping[str, Any] | None,
+    combination: str | None,
+    expected: dict[str, str],
+) -> None:
+    assert statuses(compat, python, versions, probe) == (combination, expected)
+
+
+def test_markdown_table_lists_every_combination_and_verdict(compat: CompatLock) -> None:
+    table = markdown_table(compat, "ab" * 32)
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(compat.combinations)
+    for entry, row in zip(compat.combinations, rows, strict=True):
+        assert f"`{entry.id}`" in row and entry.verdict.verdict in row
+    assert "conflicting results" in table
+
+
+def test_html_page_is_self_contained_with_rows_filters_and_plots(compat: CompatLock) -> None:
+    page = html_page(compat, "ab" * 32)
+    assert page.count('<tr class="combo"') == len(compat.combinations)
+    for key in ("python", "cuda", "gpu"):
+        assert f'id="filter-{key}"' in page
+    assert "<svg" in page and "xformers 1" in page  # the H100 speed bar of the verified one
+    assert "envbuilder install py3.11-default-torch2.5.1-xformers0.0.28.post3" in page
+    assert "envbuilder install py3.10-default" not in page  # broken ones get no install command
+    # nothing is fetched from elsewhere: the only URL is the SVG namespace
+    offline = page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "http://" not in offline and "https://" not in offline
