@@ -191,7 +191,8 @@ def rank_wheels(
 
     for file in files:
         if not file.filename.endswith(".whl"):
-            if sdist_version(file.filename, name) == wanted.public:
+            found = sdist_version(file.filename, name)
+            if found is not None and found.public == wanted.public:
                 reject(file, "source distribution: envbuilder installs wheels only")
             continue
         try:
