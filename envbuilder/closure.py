@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,12 +302,14 @@ def write_atomic(path: Path, data: str) -> str:
     """Write text via a temporary file and rename; return the sha256 of its bytes."""
     raw = data.encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    # Not mkstemp: its 0600 would stick to the lock; os.open applies the umask as usual.
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
-        Path(tmp).replace(path)
+        tmp.replace(path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return hashlib.sha256(raw).hexdigest()
