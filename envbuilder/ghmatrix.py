@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from envbuilder.docker.plan import image_tag
 from envbuilder.errors import InputError
 from envbuilder.model import Combination, Resolution
 
@@ -27,7 +28,6 @@ __all__ = [
     "NotRun",
     "compact",
     "github_output",
-    "image_tag",
     "plan_jobs",
     "workflow_command",
 ]
@@ -98,11 +98,6 @@ class JobMatrix:
             "include": [job.to_include() for job in self.jobs],
             "not_run": [{"id": n.id, "status": n.status, "reason": n.reason} for n in self.not_run],
         }
-
-
-def image_tag(combination_id: str, lock_sha256: str) -> str:
-    """The tag ``envbuilder build`` gives a combination's image: ``envbuilder/<id>:<sha12>``."""
-    return f"envbuilder/{combination_id}:{lock_sha256[:12]}"
 
 
 def plan_jobs(

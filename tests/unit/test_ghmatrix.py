@@ -15,7 +15,6 @@ from envbuilder.ghmatrix import (
     GITHUB_JOB_LIMIT,
     compact,
     github_output,
-    image_tag,
     plan_jobs,
     workflow_command,
 )
@@ -180,8 +179,14 @@ def test_the_limit_counts_jobs_not_combinations_after_unresolvable_ones_drop_out
         ("f" * 64, "envbuilder/py3.11-cpu-torch2.13.0:ffffffffffff"),
     ],
 )
-def test_image_tag_is_the_id_and_the_first_12_hex_of_the_lock_hash(sha: str, tag: str) -> None:
-    assert image_tag(C.id, sha) == tag
+def test_image_tag_is_the_one_envbuilder_build_gives_the_lock(sha: str, tag: str) -> None:
+    plan = plan_jobs([C], resolution=resolution(answer(C, "resolved", sha)))
+    assert plan.jobs[0].image == tag
+
+
+def test_a_malformed_lock_hash_in_the_resolution_is_refused() -> None:
+    with pytest.raises(InputError, match="not 64 lowercase hex digits"):
+        plan_jobs([C], resolution=resolution(answer(C, "resolved", "XYZ")))
 
 
 @pytest.mark.parametrize(
