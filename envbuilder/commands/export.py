@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None and args.format == "pylock" and not is_valid_pylock_path(args.out):
         raise InputError(
             f"--out {str(args.out)!r}: a PEP 751 lock must be named pylock.toml or "
-            f"pylock.<name>.toml (uv and pip recognise it by that name), e.g. pylock.{args.id}.toml"
+            "pylock.<name>.toml with no dots in <name> (uv recognises it only by that name), "
+            f"e.g. pylock.{args.id.replace('.', '_')}.toml"
         )
     data = exported(args.lock or default_lockfile(), args.id, args.format)
     if args.out is None:

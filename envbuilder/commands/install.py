@@ -112,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.venv is not None and not python_exe.exists():
         cmd = [_uv(), "venv", "--python", entry.python, str(args.venv)]
+        if args.installer == "pip":
+            cmd.insert(2, "--seed")  # the venv needs pip itself
         report.command(cmd)
         if not args.dry_run:
             env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}

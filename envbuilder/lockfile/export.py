@@ -3,8 +3,9 @@
 The lockfile points at each combination's ``pylock.<id>.toml`` (path relative
 to the lockfile, and its sha256, checked before use). ``pylock`` output is
 that file, byte for byte: uv installs it with ``uv pip install -r
-pylock.<name>.toml`` (uv recognises a PEP 751 lock only by that file name:
-``pylock.toml`` or ``pylock.<name>.toml``). ``requirements`` output pins
+pylock.toml`` (uv recognises a PEP 751 lock only by its file name:
+``pylock.toml`` or ``pylock.<name>.toml`` with no dot in ``<name>``, so a
+combination id such as ``py3.11-…`` cannot be the name as it stands). ``requirements`` output pins
 every wheel the target (the combination's Python and platform, not the host)
 selects, as a direct URL with its sha256, for ``pip install --require-hashes
 --no-deps -r``.

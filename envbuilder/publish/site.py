@@ -116,7 +116,8 @@ def _row(entry: Entry, gpu_columns: list[tuple[str, str | None]]) -> str:
     if v.verdict in INSTALLABLE and entry.lock is not None:
         cells.append(
             f'<td class="install"><code class="cmd">envbuilder install {escape(entry.id)}</code><br>'
-            f'<code class="cmd">uv pip install -r {escape(PurePosixPath(entry.lock.path).name)}</code> '
+            f'<code class="cmd">envbuilder export {escape(entry.id)} -o pylock.toml '
+            f"&amp;&amp; uv pip install -r pylock.toml</code> "
             f'(<a href="{escape(entry.lock.path)}">download</a>)</td>'
         )
     else:
