@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import http.server
 import json
@@ -96,10 +97,8 @@ class DevTools:
         return result["result"].get("value")
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError, TimeoutError, EOFError, RuntimeError):
             self.send("Browser.close", timeout=5)
-        except (OSError, TimeoutError, EOFError, RuntimeError):
-            pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
