@@ -21,7 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m envbuilder.conformance",
         description="Run the torch.compile + attention conformance suite in this environment.",
     )
-    p.add_argument("--out", type=Path, required=True, help="results file (JSON), written atomically")
+    p.add_argument(
+        "--out", type=Path, required=True, help="results file (JSON), written atomically"
+    )
     p.add_argument(
         "--checks",
         action="append",
@@ -57,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_suite(opts, echo=lambda line: print(line, flush=True))
     print(summarize(results), flush=True)
     print(f"wrote {args.out} and {opts.jsonl}", flush=True)
-    bad = [c for c in results["checks"] if c["gate"] and c["status"] in ("fail", "error", "timeout")]
+    bad = [
+        c for c in results["checks"] if c["gate"] and c["status"] in ("fail", "error", "timeout")
+    ]
     return 1 if bad else 0
 
 

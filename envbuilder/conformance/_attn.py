@@ -100,7 +100,9 @@ def make_inputs(
     gen = torch.Generator(device="cpu").manual_seed(seed)
 
     def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+        return torch.randn(*shape, generator=gen, dtype=torch.float32).to(
+            device=device, dtype=dtype
+        )
 
     q = rand(case.B, case.M, case.H, case.K) * scale
     k = rand(case.B, case.N, case.H, case.K) * scale
@@ -135,7 +137,9 @@ def _dense_additive(inp: Inputs, dtype: torch.dtype) -> torch.Tensor | None:
     return torch.where(allowed, zero, ninf)[None, None]
 
 
-def math_attention(inp: Inputs) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+def math_attention(
+    inp: Inputs,
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """The textbook computation, done entirely in the inputs' dtype (float64 for the reference)."""
     dtype = inp.q.dtype
     additive = _dense_additive(inp, dtype)
@@ -150,7 +154,9 @@ def math_attention(inp: Inputs) -> Callable[[torch.Tensor, torch.Tensor, torch.T
     return fn
 
 
-def sdpa_attention(inp: Inputs) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+def sdpa_attention(
+    inp: Inputs,
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     case = inp.case
     mask: torch.Tensor | None = None
     causal = case.mask == "causal"
@@ -166,7 +172,11 @@ def sdpa_attention(inp: Inputs) -> Callable[[torch.Tensor, torch.Tensor, torch.T
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         out = torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, is_causal=causal
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=mask,
+            is_causal=causal,
         )
         return out.transpose(1, 2)
 

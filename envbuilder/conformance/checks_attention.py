@@ -64,7 +64,9 @@ def _grad_out(inp: Inputs, seed: int) -> torch.Tensor:
 def _is_unsupported(impl: Impl, error: Exception) -> bool:
     if isinstance(error, Problem):
         return True
-    return impl == "sdpa" and isinstance(error, RuntimeError) and "No available kernel" in str(error)
+    return (
+        impl == "sdpa" and isinstance(error, RuntimeError) and "No available kernel" in str(error)
+    )
 
 
 def correctness(ctx: Context, impl: Impl, mask: MaskKind, dtype_name: str) -> Outcome:
@@ -178,9 +180,7 @@ def determinism(ctx: Context, impl: Impl) -> Outcome:
     grad = _grad_out(inp, seed=12)
     runs = [run_attention(_factory(impl), inp, grad) for _ in range(3)]
     fwd_same = all(torch.equal(r["out"], runs[0]["out"]) for r in runs[1:])
-    bwd_same = all(
-        torch.equal(r[t], runs[0][t]) for r in runs[1:] for t in ("dq", "dk", "dv")
-    )
+    bwd_same = all(torch.equal(r[t], runs[0][t]) for r in runs[1:] for t in ("dq", "dk", "dv"))
     numbers: dict[str, Number] = {
         "dtype": dtype_name,
         "case": base.label,

@@ -132,7 +132,10 @@ def _sync(device: str) -> None:
 
 
 def _step(
-    model: Callable[[torch.Tensor], torch.Tensor], params: nn.Module, x: torch.Tensor, g: torch.Tensor
+    model: Callable[[torch.Tensor], torch.Tensor],
+    params: nn.Module,
+    x: torch.Tensor,
+    g: torch.Tensor,
 ) -> dict[str, torch.Tensor]:
     """Forward and backward; returns output, input grad and the attention's qkv weight grad."""
     params.zero_grad(set_to_none=True)
@@ -160,7 +163,12 @@ def _short(error: BaseException) -> str:
 
 
 def compile_check(
-    ctx: Context, attn: str, kind: str, dynamic: bool, fullgraph: bool, workaround: Workaround | None
+    ctx: Context,
+    attn: str,
+    kind: str,
+    dynamic: bool,
+    fullgraph: bool,
+    workaround: Workaround | None,
 ) -> Outcome:
     key = f"{attn}/{kind}/{dynamic}/{fullgraph}"
     if key in ctx.cache:
@@ -172,7 +180,12 @@ def compile_check(
 
 
 def _compile_check(
-    ctx: Context, attn: str, kind: str, dynamic: bool, fullgraph: bool, workaround: Workaround | None
+    ctx: Context,
+    attn: str,
+    kind: str,
+    dynamic: bool,
+    fullgraph: bool,
+    workaround: Workaround | None,
 ) -> Outcome:
     fns: dict[str, AttnFn] = {
         "xformers": attn_xformers,
@@ -186,7 +199,10 @@ def _compile_check(
     reference = _with_attn(model, attn_math).double()
     gen = torch.Generator(device="cpu").manual_seed(1)
     inputs = [
-        (torch.randn(b, m, dim, generator=gen).to(ctx.device, dtype), torch.randn(b, m, dim, generator=gen, dtype=torch.float64).to(ctx.device))
+        (
+            torch.randn(b, m, dim, generator=gen).to(ctx.device, dtype),
+            torch.randn(b, m, dim, generator=gen, dtype=torch.float64).to(ctx.device),
+        )
         for b, m in shapes
     ]
     numbers: dict[str, Number] = {
@@ -245,7 +261,10 @@ def _compile_check(
                             f" (eager {verdict.math_error:.3g}) at {b}x{m}"
                         )
                     if verdict.ratio > worst[0]:
-                        worst = (verdict.ratio, f"{name} at {b}x{m}: error {verdict.error:.3g}, bound {verdict.bound:.3g}")
+                        worst = (
+                            verdict.ratio,
+                            f"{name} at {b}x{m}: error {verdict.error:.3g}, bound {verdict.bound:.3g}",
+                        )
             if pass_no == 1:
                 first_pass_compiles = counter[0]
     except Exception as e:  # a compile failure is this check's finding, not a suite error
@@ -259,7 +278,7 @@ def _compile_check(
         "compilations_allowed": allowed,
         "recompilations_on_seen_shapes": second_pass_compiles,
         "first_call_s": round(times[0], 3),
-        "steady_call_ms": round(statistics.median(times[len(shapes):]) * 1000, 3),
+        "steady_call_ms": round(statistics.median(times[len(shapes) :]) * 1000, 3),
         "nonfinite": nonfinite,
         "worst_ratio": round(worst[0], 4),
         "worst": worst[1],
@@ -287,19 +306,28 @@ def opcheck_xformers(ctx: Context) -> Outcome:
         return value.detach().clone() if isinstance(value, torch.Tensor) else value
 
     class Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
             namespace = getattr(func, "namespace", "")
-            if (namespace.startswith("xformers") or namespace == "flash_attn_3") and func not in seen:
+            if (
+                namespace.startswith("xformers") or namespace == "flash_attn_3"
+            ) and func not in seen:
                 seen[func] = (tree_map(snapshot, args), tree_map(snapshot, kwargs or {}))
             return func(*args, **(kwargs or {}))
 
     dtype = torch.bfloat16 if ctx.is_cuda else torch.float32
     for causal in (False, True):
-        q, k, v = (torch.randn(2, 64, 4, 64, device=ctx.device, dtype=dtype, requires_grad=True) for _ in range(3))
+        q, k, v = (
+            torch.randn(2, 64, 4, 64, device=ctx.device, dtype=dtype, requires_grad=True)
+            for _ in range(3)
+        )
         with Recorder():
             attn_xformers(q, k, v, causal).sum().backward()
     if not seen:
-        return Outcome.passed({"ops": "", "note": "attention called no xformers-registered operator"})
+        return Outcome.passed(
+            {"ops": "", "note": "attention called no xformers-registered operator"}
+        )
     numbers: dict[str, Number] = {"ops": " ".join(sorted(str(f) for f in seen))}
     problems: list[str] = []
     for func, (args, kwargs) in seen.items():
@@ -331,7 +359,8 @@ def specs(ctx: Context) -> list[CheckSpec]:
                             impl=impl,
                             needs=needs,
                             run=partial(compile_check, ctx, impl, kind, dynamic, fullgraph, None),
-                            quick=kind == "block" and fullgraph,
+                            # a CPU compile costs ~20 s on 2 cores: --quick keeps one there
+                            quick=kind == "block" and fullgraph and (ctx.is_cuda or dynamic),
                         )
                     )
     for dynamic in (False, True):
@@ -343,7 +372,10 @@ def specs(ctx: Context) -> list[CheckSpec]:
                 impl="xformers",
                 workaround="dynamo-disable",
                 needs=frozenset({"xformers"}),
-                run=partial(compile_check, ctx, "dynamo-disable", "block", dynamic, False, "dynamo-disable"),
+                run=partial(
+                    compile_check, ctx, "dynamo-disable", "block", dynamic, False, "dynamo-disable"
+                ),
+                quick=ctx.is_cuda or dynamic,
             )
         )
         out.append(
@@ -352,7 +384,10 @@ def specs(ctx: Context) -> list[CheckSpec]:
                 gate=True,
                 impl="sdpa",
                 workaround="sdpa-under-compile",
-                run=partial(compile_check, ctx, "sdpa", "block", dynamic, True, "sdpa-under-compile"),
+                run=partial(
+                    compile_check, ctx, "sdpa", "block", dynamic, True, "sdpa-under-compile"
+                ),
+                quick=ctx.is_cuda or dynamic,
             )
         )
     out.append(

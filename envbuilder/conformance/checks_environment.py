@@ -125,7 +125,9 @@ def versions(ctx: Context) -> Outcome:
         "torch_cuda": torch.version.cuda,
         "torch_git": getattr(torch.version, "git_version", None),
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version()))
+        if torch.cuda.is_available()
+        else None,
     }
     for dist in ("xformers", "triton", "diffusers", "numpy", "nvidia-cuda-runtime-cu12"):
         numbers[dist.replace("-", "_")] = _version(dist)
@@ -191,9 +193,16 @@ def build_record(ctx: Context) -> Outcome:
         "running_cuda": torch.version.cuda,
     }
     problems: list[str] = []
-    if built_torch and release_of(built_torch).split(".")[:2] != release_of(torch.__version__).split(".")[:2]:
+    if (
+        built_torch
+        and release_of(built_torch).split(".")[:2] != release_of(torch.__version__).split(".")[:2]
+    ):
         problems.append(f"built for torch {built_torch}, running torch {torch.__version__}")
-    if built_cuda and torch.version.cuda and built_cuda.split(".")[0] != torch.version.cuda.split(".")[0]:
+    if (
+        built_cuda
+        and torch.version.cuda
+        and built_cuda.split(".")[0] != torch.version.cuda.split(".")[0]
+    ):
         problems.append(
             f"built with CUDA {built_cuda}, torch uses CUDA {torch.version.cuda}"
             " (a different major: the extension needs that CUDA's runtime library)"
@@ -218,7 +227,9 @@ def extension_loads(ctx: Context) -> Outcome:
     from xformers import _cpp_lib
 
     error = getattr(_cpp_lib, "_cpp_library_load_exception", None)
-    numbers: dict[str, Number] = {"has_cpp_library": bool(getattr(xformers, "_has_cpp_library", error is None))}
+    numbers: dict[str, Number] = {
+        "has_cpp_library": bool(getattr(xformers, "_has_cpp_library", error is None))
+    }
     if error is None:
         return Outcome.passed(numbers)
     chain: list[BaseException] = []

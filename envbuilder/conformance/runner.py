@@ -9,6 +9,7 @@ at the end.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.conformance import GROUPS, RESULTS_SCHEMA, SUITE_VERSION
-from envbuilder.conformance._record import CheckResult, append_jsonl, read_jsonl
+from envbuilder.conformance._record import CheckResult, Status, append_jsonl, read_jsonl
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
@@ -133,8 +134,10 @@ def settle(
     tail = f"; last output: {run.log_tail}" if run.log_tail else ""
     if run.plan is None:
         meta = {"name": f"{group}.worker", "gate": True, "impl": None, "workaround": None}
-        status = "timeout" if timed_out else "error"
-        return [CheckResult.synthetic(meta, status, f"{how} before it planned its checks{tail}")], False
+        status: Status = "timeout" if timed_out else "error"
+        return [
+            CheckResult.synthetic(meta, status, f"{how} before it planned its checks{tail}")
+        ], False
     records: list[CheckResult] = []
     done = set(run.done)
     current = run.started[-1] if run.started and run.started[-1] not in done else None
@@ -179,17 +182,13 @@ def _spawn(argv: Sequence[str], log: Path, timeout: float) -> int | None:
         try:
             return proc.wait(timeout=max(timeout, 1.0))
         except subprocess.TimeoutExpired:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait()
             return None
 
 
-def _run_group(
-    group: str, opts: RunOptions, workdir: Path, echo: Callable[[str], None]
-) -> None:
+def _run_group(group: str, opts: RunOptions, workdir: Path, echo: Callable[[str], None]) -> None:
     limit = opts.timeout_for(group)
     start = time.monotonic()
     state = workdir / f"{group}.state.jsonl"
@@ -229,7 +228,9 @@ def _run_group(
         for record in records:
             append_jsonl(opts.jsonl, record.to_json())
         if records:
-            echo(f"  ! {group}: {records[0].status} in {records[0].name}: {records[0].reason[:300]}")
+            echo(
+                f"  ! {group}: {records[0].status} in {records[0].name}: {records[0].reason[:300]}"
+            )
         if not again:
             return
 
@@ -251,7 +252,9 @@ def _collect_runner(opts: RunOptions, workdir: Path) -> dict[str, Any]:
     out = workdir / "runner.json"
     with out.open("wb") as sink:
         try:
-            proc = subprocess.run(argv, stdout=sink, stderr=subprocess.DEVNULL, timeout=180, check=False)
+            proc = subprocess.run(
+                argv, stdout=sink, stderr=subprocess.DEVNULL, timeout=180, check=False
+            )
         except subprocess.TimeoutExpired:
             return fallback
     if proc.returncode != 0:
@@ -277,7 +280,7 @@ def write_atomic(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -288,7 +291,9 @@ def _line(check: Mapping[str, Any]) -> str:
         str(check["status"]), "?"
     )
     gate = "gate" if check.get("gate") else "info"
-    text = f"  {mark} {check['status']:<7} {gate} {check['name']} ({check.get('duration_s', 0):.1f}s)"
+    text = (
+        f"  {mark} {check['status']:<7} {gate} {check['name']} ({check.get('duration_s', 0):.1f}s)"
+    )
     if check["status"] != "pass" and check.get("reason"):
         text += f": {str(check['reason'])[:240]}"
     return text
@@ -297,7 +302,10 @@ def _line(check: Mapping[str, Any]) -> str:
 def summarize(results: Mapping[str, Any]) -> str:
     """The closing summary: counts by status, gates, and every gate check that did not pass."""
     checks: list[Mapping[str, Any]] = list(results["checks"])
-    counts = {s: sum(1 for c in checks if c["status"] == s) for s in ("pass", "fail", "skip", "error", "timeout")}
+    counts = {
+        s: sum(1 for c in checks if c["status"] == s)
+        for s in ("pass", "fail", "skip", "error", "timeout")
+    }
     gates = [c for c in checks if c.get("gate")]
     bad_gates = [c for c in gates if c["status"] in ("fail", "error", "timeout")]
     runner = results.get("runner", {})
@@ -307,8 +315,7 @@ def summarize(results: Mapping[str, Any]) -> str:
         f"conformance {results.get('suite_version')} — {results.get('combination') or 'current environment'}",
         f"  runner: torch {runner.get('torch')} (CUDA {runner.get('torch_cuda')}), xformers "
         f"{runner.get('xformers')}, {gpu_text}, driver {runner.get('driver')}",
-        f"  {len(checks)} checks: "
-        + ", ".join(f"{n} {s}" for s, n in counts.items()),
+        f"  {len(checks)} checks: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
         f"  gates: {len(gates)} ({sum(1 for c in gates if c['status'] == 'pass')} pass, "
         f"{len(bad_gates)} fail/error/timeout, {sum(1 for c in gates if c['status'] == 'skip')} skip)",
     ]

@@ -147,7 +147,13 @@ def _cuda_error(result: CheckResult) -> bool:
 
 
 def run_group(
-    group: str, *, jsonl: Path, state: Path, device: str | None, quick: bool, patterns: Sequence[str]
+    group: str,
+    *,
+    jsonl: Path,
+    state: Path,
+    device: str | None,
+    quick: bool,
+    patterns: Sequence[str],
 ) -> int:
     ctx = Context(device=device or _default_device(), quick=quick)
     module = importlib.import_module(GROUP_MODULES[group])
