@@ -1,0 +1,216 @@
+"""Fixtures for tests against a real Docker daemon.
+
+No registry is reachable, so the base image is made here: ``docker/make-base.sh``
+debootstraps a minimal Debian with Python 3.11 from this machine's apt mirror
+and imports it (once; later runs reuse the image). The real combination is
+the CPU build of torch 2.13.0 for Python 3.11, locked with real uv from pip's
+find-links (where that wheel lies) and the configured index.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from envbuilder.docker.build import DOCKER_DIR
+from envbuilder.docker.cache import WheelCache
+from envbuilder.docker.plan import lock_digest
+from envbuilder.model import Resolution, ResolvedCombination, ResolvedTorch
+from envbuilder.pipconfig import default_index_url, pip_config_value
+from tests.support.wheels import BuiltWheel
+
+BASE_IMAGE = "envbuilder-test/python:3.11"
+TORCH_ID = "py3.11-cpu-torch2.13.0"
+TORCH_VERSION = "2.13.0"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Locked:
+    """A combination's resolution record and its lock on disk."""
+
+    resolved: ResolvedCombination
+    lock: Path
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Any:
+    from docker.client import DockerClient
+    from docker.errors import DockerException
+
+    try:
+        client = DockerClient.from_env(timeout=3600)
+        client.ping()
+    except DockerException as e:
+        pytest.skip(f"no Docker daemon ({e}); `sudo bash .ci/setup` installs and starts one")
+    return client
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client: Any) -> str:
+    from docker.errors import ImageNotFound
+
+    try:
+        docker_client.images.get(BASE_IMAGE)
+        return BASE_IMAGE
+    except ImageNotFound:
+        pass
+    if shutil.which("debootstrap") is None:
+        pytest.skip(
+            f"{BASE_IMAGE} is absent and debootstrap is not installed (sudo bash .ci/setup)"
+        )
+    if os.geteuid() != 0:
+        pytest.skip(f"{BASE_IMAGE} is absent and debootstrap needs root")
+    subprocess.run(["bash", str(DOCKER_DIR / "make-base.sh"), BASE_IMAGE, "bookworm"], check=True)
+    return BASE_IMAGE
+
+
+@pytest.fixture(scope="session")
+def wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> WheelCache:
+    return WheelCache(tmp_path_factory.mktemp("wheel-cache"))
+
+
+def resolved_record(
+    combination_id: str, lock: Path, *, torch: str, cuda: str = "cpu"
+) -> ResolvedCombination:
+    return ResolvedCombination(
+        id=combination_id,
+        status="resolved",
+        reason="",
+        python="3.11",
+        cuda=cuda,
+        platform="manylinux_2_28_x86_64",
+        torch=ResolvedTorch(
+            version=torch, cuda=None, cuda_source="none", filename="", url="", sha256="0" * 64
+        ),
+        lock=str(lock),
+        lock_sha256=lock_digest(lock.read_bytes()),
+    )
+
+
+def write_lock(path: Path, wheels: Sequence[BuiltWheel]) -> Path:
+    """A PEP 751 lock of exactly these wheels, by file URL."""
+    document = {
+        "lock-version": "1.0",
+        "created-by": "envbuilder-tests",
+        "requires-python": ">=3.11",
+        "packages": [
+            {
+                "name": w.name,
+                "version": w.version,
+                "wheels": [
+                    {"url": w.path.as_uri(), "size": w.size, "hashes": {"sha256": w.sha256}}
+                ],
+            }
+            for w in wheels
+        ],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(document), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def synthetic_lock(
+    tmp_path: Path, docker_client: Any
+) -> Iterator[Callable[[str, Sequence[BuiltWheel]], Locked]]:
+    """Make a lock of test-built wheels; images built from such locks are removed afterwards."""
+    made: list[str] = []
+
+    def make(combination_id: str, wheels: Sequence[BuiltWheel]) -> Locked:
+        lock = write_lock(tmp_path / "locks" / f"pylock.{combination_id}.toml", wheels)
+        made.append(combination_id)
+        torch = next((w.version for w in wheels if w.name == "torch"), "0")
+        return Locked(resolved=resolved_record(combination_id, lock, torch=torch), lock=lock)
+
+    yield make
+    for combination_id in made:
+        for image in docker_client.images.list(name=f"envbuilder/{combination_id}"):
+            docker_client.images.remove(image.id, force=True)
+
+
+@pytest.fixture(scope="session")
+def torch_locks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``locks/`` for the real combination: pylock, resolution.json and a matrix with its base image."""
+    find_links = pip_config_value("find-links")
+    wheels = [
+        f
+        for d in (find_links or "").split()
+        if Path(d).is_dir()
+        for f in Path(d).glob(f"torch-{TORCH_VERSION}+cpu-cp311-*.whl")
+    ]
+    if not wheels:
+        pytest.skip(
+            f"no CPU wheel of torch {TORCH_VERSION} for cp311 in pip's find-links ({find_links!r})"
+        )
+    root = tmp_path_factory.mktemp("torch")
+    locks = root / "locks"
+    locks.mkdir()
+    (root / "requirements.in").write_text(f"torch=={TORCH_VERSION}\n", encoding="utf-8")
+    lock = locks / f"pylock.{TORCH_ID}.toml"
+    beside = Path(sys.executable).parent / "uv"
+    uv = str(beside) if beside.exists() else shutil.which("uv") or "uv"
+    command = [
+        uv, "pip", "compile", "--quiet", "--format", "pylock.toml", "--generate-hashes",
+        "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
+        "--default-index", default_index_url(), "--find-links", str(wheels[0].parent),
+        "--no-header", str(root / "requirements.in"), "-o", str(root / "pylock.toml"),
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    )
+    if done.returncode != 0:
+        if "connect" in done.stderr or "Failed to fetch" in done.stderr:
+            pytest.skip(
+                f"uv could not reach the index to lock torch {TORCH_VERSION}: {done.stderr[-500:]}"
+            )
+        pytest.fail(f"uv could not lock torch {TORCH_VERSION}: {done.stderr[-2000:]}")
+    (root / "pylock.toml").replace(
+        lock
+    )  # uv only writes pylock.toml / pylock.<name-without-dots>.toml
+    matrix = root / "matrix.toml"
+    matrix.write_text(
+        "[defaults]\n"
+        'base-image = "envbuilder-test/python:{python}"\n'
+        '[axes]\npython = ["3.11"]\n'
+        '[[combinations]]\npython = "3.11"\ncuda = "cpu"\ntorch = "2.13.0"\n'
+        '[[combinations]]\npython = "3.11"\ncuda = "cpu"\ntorch = "2.12.0"\n',
+        encoding="utf-8",
+    )
+    resolution = Resolution(
+        matrix=str(matrix),
+        matrix_sha256=lock_digest(matrix.read_bytes()),
+        combinations=(
+            resolved_record(TORCH_ID, lock, torch=f"{TORCH_VERSION}+cpu"),
+            ResolvedCombination(
+                id="py3.11-cpu-torch2.12.0",
+                status="unsatisfiable",
+                reason="no torch 2.12.0 wheel for cp311 on any index",
+                python="3.11",
+                cuda="cpu",
+                platform="manylinux_2_28_x86_64",
+            ),
+        ),
+    )
+    import json
+
+    (locks / "resolution.json").write_text(
+        json.dumps(resolution.to_json(), indent=2), encoding="utf-8"
+    )
+    return locks
+
+
+@pytest.fixture(scope="session")
+def torch_combination(torch_locks: Path) -> Locked:
+    from envbuilder.model import load_resolution
+
+    resolved = load_resolution(torch_locks / "resolution.json").by_id()[TORCH_ID]
+    return Locked(resolved=resolved, lock=torch_locks / f"pylock.{TORCH_ID}.toml")
