@@ -10,8 +10,11 @@ Python, CUDA and GPU, install commands and xformers-vs-SDPA plots.
 
 Performance numbers come from ``performance`` checks with ``impl`` =
 ``xformers`` or ``sdpa``; the two of one benchmark share a name apart from
-the impl segment. Speed is read from ``median_ms`` (or ``ms``, ``mean_ms``,
-``time_ms``), memory from ``peak_mib`` (or ``peak_memory_mib``, ``memory_mib``).
+the impl segment (``performance.xformers.bf16.s1024.d64`` and
+``performance.sdpa.bf16.s1024.d64``). Speed is read from ``fwd_bwd_ms_median``
+(else ``fwd_ms_median``, ``compiled_step_ms_median``, ``median_ms``), memory
+from ``fwd_bwd_peak_mib`` (else ``fwd_peak_mib``, ``peak_mib``); see
+`envbuilder.publish.plots`.
 """
 
 from envbuilder.publish.site import build_site, markdown_table

@@ -10,8 +10,9 @@ from envbuilder.lockfile.model import Entry
 
 __all__ = ["Bench", "benchmarks", "svg_chart"]
 
-TIME_KEYS = ("median_ms", "ms", "mean_ms", "time_ms")
-MEMORY_KEYS = ("peak_mib", "peak_memory_mib", "memory_mib")
+#: Number keys read for the plots, first found wins (the conformance suite's names first).
+TIME_KEYS = ("fwd_bwd_ms_median", "fwd_ms_median", "compiled_step_ms_median", "median_ms", "ms")
+MEMORY_KEYS = ("fwd_bwd_peak_mib", "fwd_peak_mib", "peak_mib", "memory_mib")
 COLOURS = {"xformers": "#4c72b0", "sdpa": "#dd8452"}
 
 

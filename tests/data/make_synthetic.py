@@ -198,16 +198,16 @@ def checks(
             numbers={"recompiles": 1},
         ),
         check(
-            "performance.attention.fwd_bwd.xformers",
+            "performance.xformers.bf16.s1024.d64",
             gate=False,
             impl="xformers",
-            numbers={"median_ms": xf_ms, "peak_mib": xf_mib},
+            numbers={"fwd_bwd_ms_median": xf_ms, "fwd_bwd_peak_mib": xf_mib},
         ),
         check(
-            "performance.attention.fwd_bwd.sdpa",
+            "performance.sdpa.bf16.s1024.d64",
             gate=False,
             impl="sdpa",
-            numbers={"median_ms": sdpa_ms, "peak_mib": sdpa_mib},
+            numbers={"fwd_bwd_ms_median": sdpa_ms, "fwd_bwd_peak_mib": sdpa_mib},
         ),
     ]
 
