@@ -39,6 +39,20 @@ def matrix(session: nox.Session) -> None:
     session.run("envbuilder", "matrix", "--resolution", "locks/resolution.json", *session.posargs)
 
 
+@nox.session(python=PYTHON, tags=["pipeline"])
+def lock(session: nox.Session) -> None:
+    """Merge locks/ and results/ into compat.lock.json: nox -s lock -- [envbuilder lock OPTIONS]."""
+    _install_project(session)
+    session.run("envbuilder", "lock", *session.posargs)
+
+
+@nox.session(python=PYTHON, tags=["pipeline"])
+def publish(session: nox.Session) -> None:
+    """Write the static site (site/) from compat.lock.json: nox -s publish -- [envbuilder publish OPTIONS]."""
+    _install_project(session)
+    session.run("envbuilder", "publish", *session.posargs)
+
+
 @nox.session(python=PYTHON, tags=["check"])
 def lint(session: nox.Session) -> None:
     """Run ruff over the package, tests and noxfile, and actionlint over the workflows."""
