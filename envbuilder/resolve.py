@@ -197,7 +197,13 @@ class Resolver:
 
         def read() -> BuildRecord | None:
             data = remotewheel.read_member(self.client, file, BUILD_RECORD)  # type: ignore[arg-type]
-            return parse_build_record(data) if data is not None else None
+            if data is None:
+                return None
+            try:
+                return parse_build_record(data)
+            except ValueError as e:  # a broken record is this combination's error, not a crash
+                name = getattr(file, "filename", file)
+                raise EnvbuilderError(f"{name!r}: unreadable {BUILD_RECORD}: {e}") from e
 
         return self._memo.get(("build-record", getattr(file, "url", None)), read)  # type: ignore[return-value]
 

@@ -1,0 +1,586 @@
+"""``envbuilder resolve`` against a loopback index of real (small) wheels, with real uv.
+
+The index mimics the public one (torch pinning its CUDA runtime, xformers
+carrying ``xformers/cpp_lib.json``) and a PyTorch-style per-CUDA index
+(``<base>/<cuda>/<project>/``, ``torch-2.5.1+cu121-...`` wheels).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuilder import cli
+from envbuilder.closure import find_uv
+from envbuilder.errors import MissingToolError
+from tests.support.index_server import IndexedFile, IndexServer
+from tests.support.wheels import BuiltWheel, build_wheel, cpp_lib_json
+
+LINUX_X86 = 'platform_system == "Linux" and platform_machine == "x86_64"'
+TORCH_SIZE = 3 * 2**20  # large enough that reading a whole wheel shows in the byte counts
+
+OK = "py3.11-cu121-torch2.4.1-xformers0.0.28.post1"
+PIN_MISMATCH = "py3.11-cu121-torch2.4.1-xformers0.0.26.post1"
+TORCH_CUDA_MISMATCH = "py3.11-cu124-torch2.4.1"
+MAJOR_MISMATCH = "py3.11-cu130-torch2.11.0-xformers0.0.35"
+WITH_RUNTIME = "py3.11-cu130-torch2.11.0-xformers0.0.35-cudart"
+PER_CUDA = "py3.11-cu121-torch2.5.1"
+
+
+@pytest.fixture(scope="module")
+def uv() -> str:
+    try:
+        return find_uv()
+    except MissingToolError as e:
+        pytest.skip(f"uv is needed for closures: {e}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wheels:
+    torch241: BuiltWheel
+    torch2110: BuiltWheel
+    torch251_cu121: BuiltWheel
+    torch251_cu118: BuiltWheel
+    xformers_ok: BuiltWheel
+    xformers_old: BuiltWheel
+    xformers_035: BuiltWheel
+    runtime_121: BuiltWheel
+    runtime_128: BuiltWheel
+    toolkit_130: BuiltWheel
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Wheels:
+    d = tmp_path_factory.mktemp("resolver-wheels")
+    return Wheels(
+        torch241=build_wheel(
+            d,
+            "torch",
+            "2.4.1",
+            tags="cp311-cp311-manylinux_2_28_x86_64",
+            requires_dist=[f"nvidia-cuda-runtime-cu12==12.1.105; {LINUX_X86}"],
+            padding=TORCH_SIZE,
+        ),
+        torch2110=build_wheel(
+            d,
+            "torch",
+            "2.11.0",
+            tags="cp311-cp311-manylinux_2_28_x86_64",
+            requires_dist=['cuda-toolkit==13.0.2; platform_system == "Linux"'],
+            padding=TORCH_SIZE,
+            seed=1,
+        ),
+        torch251_cu121=build_wheel(
+            d,
+            "torch",
+            "2.5.1+cu121",
+            tags="cp311-cp311-linux_x86_64",
+            requires_dist=[f"nvidia-cuda-runtime-cu12==12.1.105; {LINUX_X86}"],
+        ),
+        torch251_cu118=build_wheel(
+            d,
+            "torch",
+            "2.5.1+cu118",
+            tags="cp311-cp311-linux_x86_64",
+            requires_dist=["nvidia-cuda-runtime-cu11==11.8.89"],
+        ),
+        xformers_ok=build_wheel(
+            d,
+            "xformers",
+            "0.0.28.post1",
+            tags="cp311-cp311-manylinux_2_28_x86_64",
+            requires_dist=["torch==2.4.1"],
+            members={
+                "xformers/cpp_lib.json": cpp_lib_json(
+                    torch="2.4.1+cu121", cuda=1201, arch_list="8.0 9.0+PTX"
+                )
+            },
+            padding=2**20,
+        ),
+        xformers_old=build_wheel(
+            d,
+            "xformers",
+            "0.0.26.post1",
+            tags="cp311-cp311-manylinux2014_x86_64",
+            requires_dist=["torch==2.3.0"],
+            members={
+                "xformers/cpp_lib.json": cpp_lib_json(
+                    torch="2.3.0+cu121", cuda=1201, arch_list="8.0"
+                )
+            },
+        ),
+        xformers_035=build_wheel(
+            d,
+            "xformers",
+            "0.0.35",
+            tags="py39-none-manylinux_2_28_x86_64",
+            requires_dist=["torch>=2.10"],
+            members={
+                "xformers/cpp_lib.json": cpp_lib_json(
+                    torch="2.10.0+cu128", cuda=1208, arch_list="8.0 9.0 10.0+PTX"
+                )
+            },
+            padding=2**20,
+        ),
+        runtime_121=build_wheel(
+            d, "nvidia-cuda-runtime-cu12", "12.1.105", tags="py3-none-manylinux1_x86_64"
+        ),
+        runtime_128=build_wheel(
+            d, "nvidia-cuda-runtime-cu12", "12.8.90", tags="py3-none-manylinux_2_27_x86_64"
+        ),
+        toolkit_130=build_wheel(d, "cuda-toolkit", "13.0.2", tags="py3-none-any"),
+    )
+
+
+def _default_projects(w: Wheels) -> dict[str, list[IndexedFile | BuiltWheel]]:
+    return {
+        "torch": [w.torch241, w.torch2110],
+        "xformers": [w.xformers_ok, w.xformers_old, w.xformers_035],
+        "nvidia-cuda-runtime-cu12": [w.runtime_121, w.runtime_128],
+        "cuda-toolkit": [w.toolkit_130],
+    }
+
+
+def _server(w: Wheels, **switches: Any) -> IndexServer:
+    server = IndexServer(**switches)
+    server.add_index("simple", _default_projects(w))
+    server.add_index("whl/cu121", {"torch": [w.torch251_cu121]})
+    server.add_index("whl/cu118", {"torch": [w.torch251_cu118]})
+    return server
+
+
+@pytest.fixture
+def server(wheels: Wheels) -> Iterator[IndexServer]:
+    with _server(wheels) as s:
+        yield s
+
+
+MATRIX_ROWS = """
+[axes]
+python = ["3.11"]
+
+[[combinations]]
+python = "3.11"
+cuda = "cu121"
+torch = "2.4.1"
+xformers = "0.0.28.post1"
+
+[[combinations]]
+python = "3.11"
+cuda = "cu121"
+torch = "2.4.1"
+xformers = "0.0.26.post1"
+
+[[combinations]]
+python = "3.11"
+cuda = "cu124"
+torch = "2.4.1"
+
+[[combinations]]
+python = "3.11"
+cuda = "cu130"
+torch = "2.11.0"
+xformers = "0.0.35"
+
+[[combinations]]
+python = "3.11"
+cuda = "cu130"
+torch = "2.11.0"
+xformers = "0.0.35"
+add-cuda-runtime = true
+
+[[combinations]]
+python = "3.11"
+cuda = "cu121"
+torch = "2.5.1"
+torch-index = "pytorch"
+"""
+
+
+def _matrix(tmp_path: Path, default_url: str, pytorch_url: str, rows: str = MATRIX_ROWS) -> Path:
+    path = tmp_path / "matrix.toml"
+    path.write_text(
+        f'[indexes.default]\nurl = "{default_url}"\n\n'
+        f'[indexes.pytorch]\nurl = "{pytorch_url}"\nprojects = ["torch"]\n' + rows,
+        encoding="utf-8",
+    )
+    return path
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    rc: int
+    doc: dict[str, Any]
+    out: Path
+    stderr: str
+
+    def by_id(self) -> dict[str, dict[str, Any]]:
+        return {c["id"]: c for c in self.doc["combinations"]}
+
+    def written(self) -> dict[str, dict[str, Any]]:
+        data = json.loads((self.out / "resolution.json").read_text(encoding="utf-8"))
+        return {c["id"]: c for c in data["combinations"]}
+
+    def lock(self, cid: str) -> dict[str, Any]:
+        return tomllib.loads((self.out / f"pylock.{cid}.toml").read_text(encoding="utf-8"))
+
+    def locked(self, cid: str) -> dict[str, str]:
+        return {p["name"]: p["version"] for p in self.lock(cid)["packages"]}
+
+
+@pytest.fixture
+def resolve(tmp_path: Path, capsys: pytest.CaptureFixture[str], uv: str) -> Iterator[Any]:
+    """``resolve(matrix, *selectors, "--offline", ...)`` runs the CLI in-process."""
+
+    def run(matrix: Path, *args: str, out: Path | None = None, cache: Path | None = None) -> Run:
+        out = out or tmp_path / "locks"
+        cache = cache or tmp_path / "cache"
+        argv = ["resolve", "--matrix", str(matrix), "--out", str(out), "--cache-dir", str(cache)]
+        rc = cli.main([*argv, "--json", "--jobs", "2", *args])
+        captured = capsys.readouterr()
+        return Run(rc=rc, doc=json.loads(captured.out), out=out, stderr=captured.err)
+
+    yield run
+
+
+def _matrix_for(tmp_path: Path, server: IndexServer) -> Path:
+    return _matrix(tmp_path, server.index_url("simple"), server.index_url("whl") + "/{cuda}")
+
+
+# -- what the resolver decides ----------------------------------------------------------------
+
+
+EXPECTED_STATUS = {
+    OK: "resolved",
+    PIN_MISMATCH: "unsatisfiable",
+    TORCH_CUDA_MISMATCH: "unsatisfiable",
+    MAJOR_MISMATCH: "unsatisfiable",
+    WITH_RUNTIME: "resolved",
+    PER_CUDA: "resolved",
+}
+
+
+@pytest.mark.parametrize(
+    "switches",
+    [
+        pytest.param({"format": "json"}, id="json-page-metadata-advertised"),
+        pytest.param({"format": "html"}, id="html-page-metadata-advertised"),
+        pytest.param(
+            {"format": "json", "advertise_metadata": False, "serve_metadata": False},
+            id="json-page-range-fallback",
+        ),
+        pytest.param(
+            {"format": "html", "advertise_metadata": False, "serve_metadata": True},
+            id="html-page-metadata-unadvertised",
+        ),
+    ],
+)
+def test_every_combination_gets_its_status_and_reason(
+    wheels: Wheels, tmp_path: Path, resolve: Any, switches: dict[str, Any]
+) -> None:
+    with _server(wheels, **switches) as server:
+        run = resolve(_matrix_for(tmp_path, server))
+        largest_response = max((r.body_bytes for r in server.stats.log), default=0)
+        sent = server.stats.bytes_sent
+    results = run.by_id()
+    assert {cid: r["status"] for cid, r in results.items()} == EXPECTED_STATUS
+    assert run.rc == 0
+
+    # No whole torch or xformers wheel crossed the wire, whatever the index advertises.
+    assert largest_response < wheels.xformers_ok.size // 4
+    assert sent < wheels.torch241.size
+
+    ok = results[OK]
+    assert ok["torch"]["filename"] == wheels.torch241.filename
+    assert ok["torch"]["sha256"] == wheels.torch241.sha256
+    assert (ok["torch"]["cuda"], ok["torch"]["cuda_source"]) == ("12.1", "requires-dist")
+    assert ok["xformers"]["built_with"] == {
+        "torch": "2.4.1+cu121",
+        "cuda": "12.1",
+        "arch_list": "8.0 9.0+PTX",
+    }
+    assert ok["xformers"]["requires_torch"] == "==2.4.1"
+    assert run.locked(OK) == {
+        "nvidia-cuda-runtime-cu12": "12.1.105",
+        "torch": "2.4.1",
+        "xformers": "0.0.28.post1",
+    }
+
+
+def test_reasons_name_the_evidence(server: IndexServer, tmp_path: Path, resolve: Any) -> None:
+    run = resolve(_matrix_for(tmp_path, server))
+    results = run.by_id()
+
+    pin = results[PIN_MISMATCH]["reason"]
+    assert "torch==2.3.0" in pin and "2.4.1" in pin
+
+    torch_cuda = results[TORCH_CUDA_MISMATCH]["reason"]
+    assert "CUDA 12.1" in torch_cuda and "cu124" in torch_cuda
+
+    major = results[MAJOR_MISMATCH]["reason"]
+    assert "12.8" in major and "13.0" in major
+    assert "add-cuda-runtime" in major
+
+    for cid in (PIN_MISMATCH, TORCH_CUDA_MISMATCH, MAJOR_MISMATCH):
+        assert results[cid]["lock"] is None
+        assert not (run.out / f"pylock.{cid}.toml").exists()
+
+
+def test_add_cuda_runtime_adds_the_runtime_xformers_was_built_for(
+    server: IndexServer, tmp_path: Path, resolve: Any
+) -> None:
+    run = resolve(_matrix_for(tmp_path, server), WITH_RUNTIME)
+    result = run.by_id()[WITH_RUNTIME]
+    assert result["status"] == "resolved"
+    assert result["torch"]["cuda"] == "13.0"
+    assert result["xformers"]["built_with"]["cuda"] == "12.8"
+    assert result["extra_runtime"] == ["nvidia-cuda-runtime-cu12==12.8.90"]
+    assert run.locked(WITH_RUNTIME) == {
+        "cuda-toolkit": "13.0.2",
+        "nvidia-cuda-runtime-cu12": "12.8.90",
+        "torch": "2.11.0",
+        "xformers": "0.0.35",
+    }
+    requirements = (run.out / f"requirements.{WITH_RUNTIME}.txt").read_text(encoding="utf-8")
+    assert (
+        f"nvidia-cuda-runtime-cu12==12.8.90 \\\n    --hash=sha256:{server_sha(server, 'nvidia-cuda-runtime-cu12', '12.8.90')}"
+        in requirements
+    )
+
+
+def server_sha(server: IndexServer, project: str, version: str) -> str:
+    for files in server._indexes.values():
+        for entry in files.get(project, []):
+            if entry.wheel.version == version:
+                return entry.wheel.sha256
+    raise AssertionError(f"{project} {version} is not served")
+
+
+def test_a_per_cuda_index_gives_torch_by_its_local_label(
+    server: IndexServer, tmp_path: Path, resolve: Any
+) -> None:
+    run = resolve(_matrix_for(tmp_path, server), PER_CUDA)
+    result = run.by_id()[PER_CUDA]
+    assert result["status"] == "resolved"
+    torch = result["torch"]
+    assert torch["filename"] == "torch-2.5.1+cu121-cp311-cp311-linux_x86_64.whl"
+    assert (torch["cuda"], torch["cuda_source"], torch["index"]) == (
+        "12.1",
+        "local-label",
+        "pytorch",
+    )
+    assert torch["url"].startswith(server.index_url("whl/cu121"))
+    # torch's own dependencies come from the default index
+    assert run.locked(PER_CUDA) == {"nvidia-cuda-runtime-cu12": "12.1.105", "torch": "2.5.1+cu121"}
+    requirements = (run.out / f"requirements.{PER_CUDA}.txt").read_text(encoding="utf-8")
+    assert f"--extra-index-url {server.index_url('whl/cu121')}\n" in requirements
+    assert not any("/whl/cu118/" in path for path in server.stats.paths())
+
+
+@pytest.mark.parametrize(
+    ("entries", "chosen", "note", "rejected"),
+    [
+        pytest.param(
+            [("cp311-cp311-manylinux_2_28_x86_64", "broken build")],
+            "xformers-0.0.28.post1-cp311-cp311-manylinux_2_28_x86_64.whl",
+            "broken build",
+            [],
+            id="only-yanked-is-used-with-a-note",
+        ),
+        pytest.param(
+            [("cp311-cp311-manylinux_2_28_x86_64", "broken build"), ("cp311-cp311-manylinux2014_x86_64", None)],
+            "xformers-0.0.28.post1-cp311-cp311-manylinux2014_x86_64.whl",
+            None,
+            ["yanked (broken build)"],
+            id="unyanked-preferred",
+        ),
+    ],
+)  # fmt: skip
+def test_a_yanked_file(
+    wheels: Wheels,
+    tmp_path: Path,
+    resolve: Any,
+    entries: list[tuple[str, str | None]],
+    chosen: str,
+    note: str | None,
+    rejected: list[str],
+) -> None:
+    files: list[IndexedFile | BuiltWheel] = []
+    for i, (tags, yanked) in enumerate(entries):
+        wheel = build_wheel(
+            tmp_path / f"yanked{i}",
+            "xformers",
+            "0.0.28.post1",
+            tags=tags,
+            requires_dist=["torch==2.4.1"],
+            members={
+                "xformers/cpp_lib.json": cpp_lib_json(torch="2.4.1", cuda=1201, arch_list="8.0")
+            },
+        )
+        files.append(IndexedFile(wheel=wheel, yanked=yanked or False))
+    with IndexServer() as server:
+        server.add_index("simple", {**_default_projects(wheels), "xformers": files})
+        run = resolve(_matrix_for(tmp_path, server), OK)
+    result = run.by_id()[OK]
+    assert result["status"] == "resolved"
+    assert result["xformers"]["filename"] == chosen
+    assert [r["reason"] for r in result["rejected"] if r["project"] == "xformers"] == rejected
+    yanked_notes = [n for n in result["notes"] if "yanked" in n]
+    if note is None:
+        assert yanked_notes == []
+    else:
+        assert len(yanked_notes) == 1 and note in yanked_notes[0]
+
+
+def test_an_unreadable_build_record_is_an_error_for_that_combination_only(
+    wheels: Wheels, tmp_path: Path, resolve: Any
+) -> None:
+    broken = build_wheel(
+        tmp_path / "broken",
+        "xformers",
+        "0.0.28.post1",
+        tags="cp311-cp311-manylinux_2_28_x86_64",
+        requires_dist=["torch==2.4.1"],
+        members={"xformers/cpp_lib.json": b"{not json"},
+    )
+    with IndexServer() as server:
+        server.add_index(
+            "simple", {**_default_projects(wheels), "xformers": [broken, wheels.xformers_old]}
+        )
+        run = resolve(_matrix_for(tmp_path, server), OK, PIN_MISMATCH)
+    results = run.by_id()
+    assert results[OK]["status"] == "error"
+    assert broken.filename in results[OK]["reason"] and "cpp_lib.json" in results[OK]["reason"]
+    assert results[PIN_MISMATCH]["status"] == "unsatisfiable"
+    assert run.rc == 1
+
+
+# -- failures stay per combination ------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_unreachable_index_is_an_error_and_the_rest_is_still_written(
+    server: IndexServer, tmp_path: Path, resolve: Any
+) -> None:
+    dead = f"http://127.0.0.1:{_closed_port()}/whl/{{cuda}}"
+    matrix = _matrix(tmp_path, server.index_url("simple"), dead)
+    run = resolve(matrix, OK, PER_CUDA)
+    assert run.rc == 1
+    results = run.written()
+    assert results[PER_CUDA]["status"] == "error"
+    assert "127.0.0.1" in results[PER_CUDA]["reason"]
+    assert results[OK]["status"] == "resolved"
+    assert (run.out / f"pylock.{OK}.toml").is_file()
+    assert (run.out / f"requirements.{OK}.txt").is_file()
+
+
+def test_offline_works_from_the_cache_and_a_miss_is_an_error(
+    server: IndexServer, tmp_path: Path, resolve: Any
+) -> None:
+    matrix = _matrix_for(tmp_path, server)
+    online = resolve(matrix, OK)
+    assert online.by_id()[OK]["status"] == "resolved"
+    server.stats.reset()
+
+    offline = resolve(matrix, OK, PER_CUDA, "--offline", out=tmp_path / "offline-locks")
+    assert server.stats.requests == 0
+    results = offline.written()
+    assert results[OK]["status"] == "resolved"
+    assert results[OK]["lock_sha256"] == online.by_id()[OK]["lock_sha256"]
+    assert results[PER_CUDA]["status"] == "error"
+    assert "offline" in results[PER_CUDA]["reason"]
+    assert offline.rc == 1
+
+
+# -- stable, reproducible outputs -------------------------------------------------------------
+
+
+def _uv_wrapper(tmp_path: Path, uv: str) -> tuple[Path, Path]:
+    calls = tmp_path / "uv-calls"
+    wrapper = tmp_path / "bin" / "uv"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> "{calls}"\nexec "{uv}" "$@"\n', encoding="utf-8")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return wrapper, calls
+
+
+def _calls(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
+
+
+def test_a_rerun_is_byte_identical_keeps_locks_and_upgrade_re_resolves(
+    server: IndexServer,
+    tmp_path: Path,
+    resolve: Any,
+    uv: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wrapper, calls = _uv_wrapper(tmp_path, uv)
+    monkeypatch.setattr("envbuilder.closure.find_uv", lambda: str(wrapper))
+    matrix = _matrix_for(tmp_path, server)
+
+    first = resolve(matrix)
+    resolved = [cid for cid, status in EXPECTED_STATUS.items() if status == "resolved"]
+    assert _calls(calls) == len(resolved)
+    snapshot = {p.name: p.read_bytes() for p in first.out.iterdir()}
+    mtimes = {p.name: p.stat().st_mtime_ns for p in first.out.glob("pylock.*.toml")}
+    assert sorted(mtimes) == sorted(f"pylock.{cid}.toml" for cid in resolved)
+
+    second = resolve(matrix)
+    assert _calls(calls) == len(resolved), "an unchanged decision must not run uv again"
+    assert {p.name: p.read_bytes() for p in second.out.iterdir()} == snapshot
+    assert second.doc == first.doc
+
+    upgraded = resolve(matrix, "--upgrade")
+    assert _calls(calls) == 2 * len(resolved)
+    assert {p.name: p.read_bytes() for p in upgraded.out.iterdir()} == snapshot
+
+
+def test_a_changed_decision_relocks_that_combination(
+    wheels: Wheels, tmp_path: Path, resolve: Any, uv: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrapper, calls = _uv_wrapper(tmp_path, uv)
+    monkeypatch.setattr("envbuilder.closure.find_uv", lambda: str(wrapper))
+    with _server(wheels) as server:
+        matrix = _matrix_for(tmp_path, server)
+        first = resolve(matrix, OK)
+        rebuilt = build_wheel(
+            tmp_path / "rebuilt",
+            "xformers",
+            "0.0.28.post1",
+            tags="cp311-cp311-manylinux_2_28_x86_64",
+            requires_dist=["torch==2.4.1"],
+            members={
+                "xformers/cpp_lib.json": cpp_lib_json(torch="2.4.1", cuda=1201, arch_list="9.0")
+            },
+        )
+        server._indexes["simple"]["xformers"] = [IndexedFile(wheel=rebuilt)]
+        second = resolve(matrix, OK, cache=tmp_path / "fresh-cache")
+    assert _calls(calls) == 2
+    assert second.by_id()[OK]["xformers"]["sha256"] == rebuilt.sha256
+    assert second.by_id()[OK]["lock_sha256"] != first.by_id()[OK]["lock_sha256"]
+    assert rebuilt.sha256 in (second.out / f"requirements.{OK}.txt").read_text(encoding="utf-8")
+
+
+def test_outputs_are_readable_by_others(server: IndexServer, tmp_path: Path, resolve: Any) -> None:
+    mask = os.umask(0o022)
+    try:
+        run = resolve(_matrix_for(tmp_path, server), OK)
+    finally:
+        os.umask(mask)
+    for path in run.out.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path.name
