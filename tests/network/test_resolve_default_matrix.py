@@ -1,0 +1,112 @@
+"""The repository's ``matrix.toml`` rows that issue 2 names, resolved against the real index.
+
+The default index comes from pip's configuration; one CLI run resolves all
+four rows (torch's and xformers' evidence through range reads, uv for the
+closures), so the whole module stays well under a minute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuilder import cli
+from envbuilder.closure import find_uv
+from envbuilder.errors import MissingToolError
+
+MATRIX = Path(__file__).resolve().parents[2] / "matrix.toml"
+
+RESOLVED_CU121 = "py3.11-cu121-torch2.4.1-xformers0.0.28.post1"
+PIN_MISMATCH = "py3.11-cu124-torch2.6.0-xformers0.0.26.post1"
+CUDA_MAJOR_MISMATCH = "py3.12-cu130-torch2.11.0-xformers0.0.35"
+WITH_RUNTIME = "py3.12-cu130-torch2.11.0-xformers0.0.35-cudart"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
+    try:
+        find_uv()
+    except MissingToolError as e:
+        pytest.skip(f"uv is needed for closures: {e}")
+    tmp = tmp_path_factory.mktemp("resolve-default")
+    out = tmp / "locks"
+    capture = tmp / "stdout.json"
+    argv = [
+        "resolve",
+        RESOLVED_CU121,
+        PIN_MISMATCH,
+        CUDA_MAJOR_MISMATCH,
+        WITH_RUNTIME,
+        "--matrix", str(MATRIX),
+        "--out", str(out),
+        "--cache-dir", str(tmp / "cache"),
+        "--json",
+    ]  # fmt: skip
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        rc = cli.main(argv)
+    capture.write_text(buffer.getvalue(), encoding="utf-8")
+    doc = json.loads(buffer.getvalue())
+    return rc, {c["id"]: c for c in doc["combinations"]}, out
+
+
+def test_the_run_succeeds_and_reports_exactly_the_selected_rows(
+    run: tuple[int, dict[str, Any], Path],
+) -> None:
+    rc, results, _ = run
+    assert rc == 0
+    assert {cid: r["status"] for cid, r in results.items()} == {
+        RESOLVED_CU121: "resolved",
+        PIN_MISMATCH: "unsatisfiable",
+        CUDA_MAJOR_MISMATCH: "unsatisfiable",
+        WITH_RUNTIME: "resolved",
+    }
+
+
+def test_torch_2_4_1_and_xformers_0_0_28_post1_are_both_cuda_12_1(
+    run: tuple[int, dict[str, Any], Path],
+) -> None:
+    result = run[1][RESOLVED_CU121]
+    assert result["torch"]["version"] == "2.4.1"
+    assert (result["torch"]["cuda"], result["torch"]["cuda_source"]) == ("12.1", "requires-dist")
+    assert result["xformers"]["built_with"]["cuda"] == "12.1"
+    assert result["xformers"]["requires_torch"] == "==2.4.1"
+    lock = tomllib.loads((run[2] / f"pylock.{RESOLVED_CU121}.toml").read_text(encoding="utf-8"))
+    versions = {p["name"]: p["version"] for p in lock["packages"]}
+    assert versions["torch"] == "2.4.1"
+    assert versions["xformers"] == "0.0.28.post1"
+    assert versions["nvidia-cuda-runtime-cu12"] == "12.1.105"
+
+
+def test_xformers_0_0_26_post1_pins_another_torch(run: tuple[int, dict[str, Any], Path]) -> None:
+    result = run[1][PIN_MISMATCH]
+    assert "torch==2.3.0" in result["reason"]
+    assert result["lock"] is None
+
+
+def test_xformers_0_0_35_is_a_cuda_12_8_build_and_torch_2_11_0_brings_cuda_13_0(
+    run: tuple[int, dict[str, Any], Path],
+) -> None:
+    result = run[1][CUDA_MAJOR_MISMATCH]
+    assert "12.8" in result["reason"] and "13.0" in result["reason"]
+    assert result["torch"]["cuda"] == "13.0"
+    assert result["xformers"]["built_with"]["cuda"] == "12.8"
+
+
+def test_add_cuda_runtime_puts_the_cuda_12_8_runtime_in_the_lock(
+    run: tuple[int, dict[str, Any], Path],
+) -> None:
+    result = run[1][WITH_RUNTIME]
+    (runtime,) = result["extra_runtime"]
+    assert runtime.startswith("nvidia-cuda-runtime-cu12==12.8.")
+    lock = tomllib.loads((run[2] / f"pylock.{WITH_RUNTIME}.toml").read_text(encoding="utf-8"))
+    versions = {p["name"]: p["version"] for p in lock["packages"]}
+    assert versions["nvidia-cuda-runtime-cu12"].startswith("12.8.")
+    assert versions["torch"] == "2.11.0"
+    assert versions["xformers"] == "0.0.35"
