@@ -1,0 +1,142 @@
+"""``envbuilder resolve``: arguments, bad input (exit 2, nothing written), progress and summary."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from envbuilder import cli
+from envbuilder.commands import resolve as command
+from envbuilder.model import Rejection, ResolvedCombination
+from envbuilder.reporter import Reporter
+
+MATRIX = """
+[axes]
+python = ["3.11"]
+
+[[combinations]]
+python = "3.11"
+cuda = "cu121"
+torch = "2.4.1"
+xformers = "0.0.28.post1"
+"""
+
+
+def _result(
+    status: str, reason: str, *, cid: str = "py3.11-cu121-torch2.4.1"
+) -> ResolvedCombination:
+    return ResolvedCombination(
+        id=cid,
+        status=status,  # type: ignore[arg-type]
+        reason=reason,
+        python="3.11",
+        cuda="cu121",
+        platform="manylinux_2_28_x86_64",
+        notes=("a note",),
+        rejected=(Rejection(project="torch", filename="torch-2.4.1-cp312.whl", reason="tags"),),
+    )
+
+
+def test_defaults() -> None:
+    args = cli.build_parser().parse_args(["resolve"])
+    assert (args.selectors, args.matrix, args.out, args.cache_dir) == (
+        [],
+        Path("matrix.toml"),
+        Path("locks"),
+        None,
+    )
+    assert (args.offline, args.upgrade, args.jobs, args.json, args.verbose) == (
+        False,
+        False,
+        8,
+        False,
+        0,
+    )
+
+
+def test_options() -> None:
+    argv = ["resolve", "cu121", "py3.11", "--matrix", "m.toml", "--out", "o", "--cache-dir", "c"]
+    argv += ["--offline", "--upgrade", "--jobs", "3", "--json", "-v"]
+    args = cli.build_parser().parse_args(argv)
+    assert args.selectors == ["cu121", "py3.11"]
+    assert (args.matrix, args.out, args.cache_dir) == (Path("m.toml"), Path("o"), Path("c"))
+    assert (args.offline, args.upgrade, args.jobs, args.json, args.verbose) == (
+        True,
+        True,
+        3,
+        True,
+        1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("matrix_text", "extra", "message"),
+    [
+        (MATRIX, ["--jobs", "0"], "--jobs must be at least 1, not 0"),
+        (MATRIX, ["cu999"], "cu999"),
+        ("[axes]\npython = [3.11]\n", [], "got float 3.11"),
+        ("not toml [", [], "TOML syntax error"),
+    ],
+)
+def test_bad_input_exits_2_with_the_problem_and_writes_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    matrix_text: str,
+    extra: list[str],
+    message: str,
+) -> None:
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(matrix_text, encoding="utf-8")
+    out = tmp_path / "locks"
+    argv = ["resolve", "--matrix", str(matrix), "--out", str(out), "--cache-dir", str(tmp_path)]
+    rc = cli.main([*argv, *extra])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert message in captured.err
+    assert captured.err.startswith("envbuilder resolve: error: ")
+    assert captured.out == ""
+    assert not out.exists()
+
+
+def test_a_missing_matrix_file_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.toml"
+    rc = cli.main(["resolve", "--matrix", str(missing), "--out", str(tmp_path / "locks")])
+    assert rc == 2
+    assert "nope.toml" in capsys.readouterr().err
+    assert not (tmp_path / "locks").exists()
+
+
+@pytest.mark.parametrize(
+    ("status", "mark"), [("resolved", "✓"), ("unsatisfiable", "✕"), ("error", "!")]
+)
+@pytest.mark.parametrize("verbose", [0, 1])
+def test_progress_prints_one_line_per_combination_and_rejections_with_v(
+    status: str, mark: str, verbose: int
+) -> None:
+    stream = io.StringIO()
+    progress = command._Progress(Reporter(stream, verbose=verbose), total=12)
+    progress.done(_result(status, "because"), 1.25)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == f"[ 1/12] {mark} py3.11-cu121-torch2.4.1  {status} (1.2s): because"
+    assert lines[1] == "      note: a note"
+    rejected = "      rejected torch-2.4.1-cp312.whl: tags"
+    assert lines[2:] == ([rejected] if verbose else [])
+
+
+def test_the_summary_is_a_markdown_table_with_pipes_in_reasons_escaped() -> None:
+    table = command._markdown(
+        [
+            _result("resolved", "torch 2.4.1 (CUDA 12.1)"),
+            _result("unsatisfiable", "a | b", cid="py3.11-cu124-torch2.4.1"),
+        ]
+    )
+    assert table.splitlines() == [
+        "| combination | status | reason |",
+        "|---|---|---|",
+        "| `py3.11-cu121-torch2.4.1` | resolved | torch 2.4.1 (CUDA 12.1) |",
+        "| `py3.11-cu124-torch2.4.1` | unsatisfiable | a / b |",
+    ]
