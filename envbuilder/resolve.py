@@ -463,9 +463,9 @@ class Resolver:
         resolved = d.result("resolved", _resolved_reason(d))
         return replace(
             resolved,
-            lock=_relative(lock_path),
+            lock=_relative(lock_path, out),
             lock_sha256=sha,
-            requirements=_relative(req_path),
+            requirements=_relative(req_path, out),
         )
 
     def resolve(self, combinations: Sequence[Combination]) -> list[ResolvedCombination]:
@@ -496,11 +496,9 @@ def _sha256(file: object) -> str:
     return str(sha)
 
 
-def _relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+def _relative(path: Path, out_dir: Path) -> str:
+    """The path relative to the output's parent (docs/contracts.md), whatever the cwd."""
+    return path.resolve().relative_to(out_dir.resolve().parent).as_posix()
 
 
 def _nothing_fits(

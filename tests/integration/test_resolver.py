@@ -7,6 +7,7 @@ carrying ``xformers/cpp_lib.json``) and a PyTorch-style per-CUDA index
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -350,7 +351,12 @@ def test_add_cuda_runtime_adds_the_runtime_xformers_was_built_for(
         "torch": "2.11.0",
         "xformers": "0.0.35",
     }
-    requirements = (run.out / f"requirements.{WITH_RUNTIME}.txt").read_text(encoding="utf-8")
+    # Paths are relative to the output's parent (docs/contracts.md), not to the cwd.
+    assert result["lock"] == f"locks/pylock.{WITH_RUNTIME}.toml"
+    assert result["requirements"] == f"locks/requirements.{WITH_RUNTIME}.txt"
+    lock_bytes = (run.out.parent / result["lock"]).read_bytes()
+    assert hashlib.sha256(lock_bytes).hexdigest() == result["lock_sha256"]
+    requirements = (run.out.parent / result["requirements"]).read_text(encoding="utf-8")
     assert (
         f"nvidia-cuda-runtime-cu12==12.8.90 \\\n    --hash=sha256:{server_sha(server, 'nvidia-cuda-runtime-cu12', '12.8.90')}"
         in requirements
