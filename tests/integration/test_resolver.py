@@ -16,7 +16,7 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -392,6 +392,95 @@ def test_a_per_cuda_index_gives_torch_by_its_local_label(
     assert not any("/whl/cu118/" in path for path in server.stats.paths())
 
 
+MORE_ROWS = """
+[axes]
+python = ["3.11", "3.12"]
+
+[[combinations]]
+python = "3.11"
+cuda = "default"
+torch = "2.5.1"
+xformers = "0.0.28.post3"
+
+[[combinations]]
+python = "3.11"
+cuda = "cu121"
+torch = "2.4.2"
+
+[[combinations]]
+python = "3.12"
+cuda = "cu121"
+torch = "2.4.1"
+
+[[combinations]]
+python = "3.11"
+cuda = "cpu"
+torch = "2.4.1"
+
+[[combinations]]
+python = "3.11"
+cuda = "cu121"
+torch = "2.4.1"
+xformers = "0.0.99"
+"""
+
+
+@pytest.mark.parametrize(
+    ("cid", "status", "evidence"),
+    [
+        ("py3.11-default-torch2.5.1-xformers0.0.28.post3", "resolved", ["CUDA minor versions differ", "12.1", "12.4"]),
+        ("py3.11-cu121-torch2.4.2", "unsatisfiable", ["torch 2.4.2 is not on index 'default'", "2.4.1"]),
+        ("py3.12-cu121-torch2.4.1", "unsatisfiable", ["no torch 2.4.1 wheel fits cp312", "cp311-cp311-manylinux_2_28_x86_64"]),
+        ("py3.11-cpu-torch2.4.1", "unsatisfiable", ["CUDA 12.1", "CPU build"]),
+        ("py3.11-cu121-torch2.4.1-xformers0.0.99", "unsatisfiable", ["xformers 0.0.99 is not on index 'default'"]),
+    ],
+)  # fmt: skip
+def test_more_outcomes_and_their_evidence(
+    wheels: Wheels,
+    tmp_path: Path,
+    resolve: Any,
+    cid: str,
+    status: str,
+    evidence: list[str],
+) -> None:
+    d = tmp_path / "more"
+    torch251 = build_wheel(
+        d,
+        "torch",
+        "2.5.1",
+        tags="cp311-cp311-manylinux1_x86_64",
+        requires_dist=[f"nvidia-cuda-runtime-cu12==12.4.127; {LINUX_X86}"],
+    )
+    xformers_post3 = build_wheel(
+        d,
+        "xformers",
+        "0.0.28.post3",
+        tags="cp311-cp311-manylinux_2_28_x86_64",
+        requires_dist=["torch==2.5.1"],
+        members={
+            "xformers/cpp_lib.json": cpp_lib_json(torch="2.5.1+cu121", cuda=1201, arch_list="8.0")
+        },
+    )
+    runtime_124 = build_wheel(
+        d, "nvidia-cuda-runtime-cu12", "12.4.127", tags="py3-none-manylinux2014_x86_64"
+    )
+    projects = _default_projects(wheels)
+    projects["torch"] = [*projects["torch"], torch251]
+    projects["xformers"] = [*projects["xformers"], xformers_post3]
+    projects["nvidia-cuda-runtime-cu12"] = [*projects["nvidia-cuda-runtime-cu12"], runtime_124]
+    with IndexServer() as server:
+        server.add_index("simple", projects)
+        matrix = _matrix(
+            tmp_path, server.index_url("simple"), server.url + "/whl/{cuda}", MORE_ROWS
+        )
+        run = resolve(matrix, cid)
+    result = run.by_id()[cid]
+    assert result["status"] == status
+    said = " ".join([result["reason"], *result["notes"]])
+    for text in evidence:
+        assert text in said
+
+
 @pytest.mark.parametrize(
     ("entries", "chosen", "note", "rejected"),
     [
@@ -411,10 +500,12 @@ def test_a_per_cuda_index_gives_torch_by_its_local_label(
         ),
     ],
 )  # fmt: skip
+@pytest.mark.parametrize("page_format", ["json", "html"])
 def test_a_yanked_file(
     wheels: Wheels,
     tmp_path: Path,
     resolve: Any,
+    page_format: Literal["json", "html"],
     entries: list[tuple[str, str | None]],
     chosen: str,
     note: str | None,
@@ -433,7 +524,7 @@ def test_a_yanked_file(
             },
         )
         files.append(IndexedFile(wheel=wheel, yanked=yanked or False))
-    with IndexServer() as server:
+    with IndexServer(format=page_format) as server:
         server.add_index("simple", {**_default_projects(wheels), "xformers": files})
         run = resolve(_matrix_for(tmp_path, server), OK)
     result = run.by_id()[OK]
