@@ -681,3 +681,16 @@ def test_outputs_are_readable_by_others(server: IndexServer, tmp_path: Path, res
         os.umask(mask)
     for path in run.out.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path.name
+
+
+def test_an_index_without_metadata_or_ranges_is_an_error_not_a_whole_wheel_download(
+    wheels: Wheels, tmp_path: Path, resolve: Any
+) -> None:
+    with _server(wheels, advertise_metadata=False, serve_metadata=False, ranges=False) as server:
+        run = resolve(_matrix_for(tmp_path, server), OK)
+        sent = server.stats.bytes_sent
+    result = run.by_id()[OK]
+    assert result["status"] == "error"
+    assert wheels.torch241.filename in result["reason"] and "Range" in result["reason"]
+    assert sent < wheels.torch241.size // 4
+    assert run.rc == 1
