@@ -29,6 +29,15 @@ def resolve(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["pipeline"])
+def build(session: nox.Session) -> None:
+    """One Docker image per resolved combination, from its lock: nox -s build -- SELECTOR [--force] [--push REGISTRY]."""
+    if not session.posargs:
+        session.error("Usage: nox -s build -- SELECTOR [SELECTOR...] [--force] [--push REGISTRY]")
+    _install_project(session)
+    session.run("envbuilder", "build", *session.posargs)
+
+
+@nox.session(python=PYTHON, tags=["pipeline"])
 def matrix(session: nox.Session) -> None:
     """GitHub Actions job matrix of resolvable combinations: nox -s matrix -- [SELECTOR...] [--format github|json|ids]."""
     _install_project(session)

@@ -44,6 +44,8 @@ __all__ = [
     "LABEL_PREFIX",
     "BuildFailed",
     "Manifest",
+    "build_context",
+    "docker_build",
     "docker_client",
     "ensure_image",
     "image_labels",
@@ -192,8 +194,8 @@ def ensure_image(
         with reporter.step(f"fetch {len(plan.wheels())} wheel(s) into {cache.root}"):
             for wheel in plan.wheels():
                 cache.fetch(wheel)
-        with _context(plan, cache) as context:
-            image_id = _build(
+        with build_context(plan, cache) as context:
+            image_id = docker_build(
                 client,
                 path=str(context),
                 buildargs={"BASE_IMAGE": base, "PYTHON_VERSION": resolved.python},
@@ -212,7 +214,7 @@ def ensure_image(
             plan=plan,
             revision=source_revision(),
         )
-        _build(
+        docker_build(
             client,
             fileobj=io.BytesIO(label_dockerfile(image_id, labels).encode()),
             tag=tag,
@@ -260,7 +262,7 @@ def _ensure_base(client: Any, base: str, reporter: Reporter) -> None:
 
 
 @contextmanager
-def _context(plan: LayerPlan, cache: WheelCache) -> Iterator[Path]:
+def build_context(plan: LayerPlan, cache: WheelCache) -> Iterator[Path]:
     """A build context with the Dockerfile, its helpers and exactly the lock's wheels."""
     if not (DOCKER_DIR / "Dockerfile").is_file():
         raise MissingToolError(
@@ -281,7 +283,7 @@ def _context(plan: LayerPlan, cache: WheelCache) -> Iterator[Path]:
         yield root
 
 
-def _build(
+def docker_build(
     client: Any,
     *,
     log: IO[str],
