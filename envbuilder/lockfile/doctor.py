@@ -184,7 +184,7 @@ def _hashes(entry: Entry) -> Iterable[Finding]:
         )
 
 
-def run_probe(python: str = sys.executable, timeout: float = 900) -> dict[str, Any]:
+def run_probe(python: str = sys.executable, timeout: float = 300) -> dict[str, Any]:
     """Run `_smoke` in a child interpreter and return its report."""
     try:
         proc = subprocess.run(
