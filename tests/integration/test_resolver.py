@@ -248,6 +248,8 @@ def resolve(tmp_path: Path, capsys: pytest.CaptureFixture[str], uv: str) -> Iter
         argv = ["resolve", "--matrix", str(matrix), "--out", str(out), "--cache-dir", str(cache)]
         rc = cli.main([*argv, "--json", "--jobs", "2", *args])
         captured = capsys.readouterr()
+        if not captured.out:
+            pytest.fail(f"envbuilder resolve printed no JSON (exit {rc}):\n{captured.err}")
         return Run(rc=rc, doc=json.loads(captured.out), out=out, stderr=captured.err)
 
     yield run
@@ -694,3 +696,32 @@ def test_an_index_without_metadata_or_ranges_is_an_error_not_a_whole_wheel_downl
     assert wheels.torch241.filename in result["reason"] and "Range" in result["reason"]
     assert sent < wheels.torch241.size // 4
     assert run.rc == 1
+
+
+def test_the_default_index_comes_from_pip_s_configuration(
+    server: IndexServer, tmp_path: Path, resolve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PIP_INDEX_URL", server.index_url("simple"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(  # no [indexes] at all
+        '[[combinations]]\npython = "3.11"\ncuda = "cu121"\ntorch = "2.4.1"\n'
+        'xformers = "0.0.28.post1"\n',
+        encoding="utf-8",
+    )
+    run = resolve(matrix, OK)
+    result = run.by_id()[OK]
+    assert result["status"] == "resolved"
+    assert result["torch"]["url"].startswith(server.index_url("simple"))
+    assert run.lock(OK)["tool"]["envbuilder"]["indexes"] == [
+        f"default {server.index_url('simple')}"
+    ]
+
+
+def test_transient_server_errors_are_retried(
+    server: IndexServer, tmp_path: Path, resolve: Any
+) -> None:
+    server.fail_next(2, 503)
+    run = resolve(_matrix_for(tmp_path, server), OK)
+    assert run.by_id()[OK]["status"] == "resolved"
+    assert [r.status for r in server.stats.log[:2]] == [503, 503]
