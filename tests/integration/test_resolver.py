@@ -394,6 +394,26 @@ def test_a_per_cuda_index_gives_torch_by_its_local_label(
     assert not any("/whl/cu118/" in path for path in server.stats.paths())
 
 
+def test_torch_s_dependencies_may_come_from_the_per_cuda_index_itself(
+    wheels: Wheels, tmp_path: Path, resolve: Any
+) -> None:
+    projects = _default_projects(wheels)
+    del projects["nvidia-cuda-runtime-cu12"]  # only the PyTorch-style index has it
+    with IndexServer() as server:
+        server.add_index("simple", projects)
+        server.add_index(
+            "whl/cu121",
+            {"torch": [wheels.torch251_cu121], "nvidia-cuda-runtime-cu12": [wheels.runtime_121]},
+        )
+        run = resolve(_matrix_for(tmp_path, server), PER_CUDA)
+    assert run.by_id()[PER_CUDA]["status"] == "resolved"
+    runtime = next(
+        p for p in run.lock(PER_CUDA)["packages"] if p["name"] == "nvidia-cuda-runtime-cu12"
+    )
+    assert runtime["wheels"][0]["url"].startswith(server.index_url("whl/cu121"))
+    assert runtime["wheels"][0]["hashes"]["sha256"] == wheels.runtime_121.sha256
+
+
 MORE_ROWS = """
 [axes]
 python = ["3.11", "3.12"]
