@@ -22,6 +22,7 @@ import io
 import random
 import shutil
 import subprocess
+import sys
 import time
 import zipfile
 from collections.abc import Sequence
@@ -46,7 +47,7 @@ from envbuilder.docker.plan import (
     plan_layers,
     requirements_text,
 )
-from envbuilder.errors import InputError
+from envbuilder.errors import EnvbuilderError, InputError
 from envbuilder.model import ResolvedCombination, ResolvedTorch, load_resolution
 from envbuilder.reporter import Reporter
 
@@ -65,6 +66,14 @@ class Case:
 
 
 def main(argv: Sequence[str]) -> int:
+    try:
+        return _main(argv)
+    except EnvbuilderError as e:
+        print(f"bench build: error: {e}", file=sys.stderr)
+        return e.return_code
+
+
+def _main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m envbuilder.bench build", description=__doc__)
     parser.add_argument(
         "--synthetic", action="store_true", help="generate three locks of real wheels"
