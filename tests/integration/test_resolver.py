@@ -294,8 +294,18 @@ def test_every_combination_gets_its_status_and_reason(
         run = resolve(_matrix_for(tmp_path, server))
         largest_response = max((r.body_bytes for r in server.stats.log), default=0)
         sent = server.stats.bytes_sent
+        log = list(server.stats.log)
     results = run.by_id()
     assert {cid: r["status"] for cid, r in results.items()} == EXPECTED_STATUS
+
+    # The evidence came the way the index offers it: PEP 658 files, else HTTP ranges.
+    metadata_reads = [r for r in log if r.path.endswith(".metadata") and r.status == 200]
+    range_reads = [r for r in log if r.status == 206]
+    if switches.get("advertise_metadata", True):
+        assert len(metadata_reads) >= 4  # torch 2.4.1, 2.11.0, 2.5.1+cu121, xformers ...
+    else:
+        assert metadata_reads == []
+        assert len(range_reads) >= 4
     assert run.rc == 0
 
     # No whole torch or xformers wheel crossed the wire, whatever the index advertises.
