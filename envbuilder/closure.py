@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
-from packaging.pylock import Pylock, PylockValidationError
+from packaging.pylock import (
+    PackageSdist,
+    PackageWheel,
+    Pylock,
+    PylockSelectError,
+    PylockValidationError,
+)
 
 from envbuilder.errors import EnvbuilderError, MissingToolError
 from envbuilder.wheels import Target
@@ -43,6 +49,7 @@ __all__ = [
     "parse_lock",
     "read_lock_inputs",
     "requirements_text",
+    "select_for_target",
     "uv_platform",
     "write_atomic",
 ]
@@ -130,7 +137,7 @@ def lock_inputs(
 def compile_closure(
     *,
     requirements: Sequence[str],
-    target: Target,
+    python_floor: str,
     indexes: Sequence[IndexArgument],
     cache_dir: Path,
     uv: str,
@@ -138,7 +145,12 @@ def compile_closure(
     ca_bundle: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run ``uv pip compile`` for the target; return its PEP 751 document."""
+    """Run ``uv pip compile --universal`` from ``python_floor`` up; return its PEP 751 document.
+
+    One universal resolution serves every target that shares the same
+    requirements (the Python versions of one torch/xformers pair): each
+    target then takes its own packages with `select_for_target`.
+    """
     if not requirements:
         return {"lock-version": "1.0", "created-by": "uv", "packages": []}
     env = dict(os.environ if environ is None else environ)
@@ -166,8 +178,8 @@ def compile_closure(
         out = Path(tmp) / "pylock.toml"
         argv = [
             uv, "pip", "compile", str(req_in),
-            "--python-version", target.python,
-            "--python-platform", uv_platform(target),
+            "--universal",
+            "--python-version", python_floor,
             "--generate-hashes",
             "--format", "pylock.toml",
             "--no-header",
@@ -184,6 +196,34 @@ def compile_closure(
             message = (proc.stderr or proc.stdout).strip()
             raise ClosureError(f"uv could not resolve {', '.join(requirements)}: {message}")
         return tomllib.loads(out.read_text(encoding="utf-8"))
+
+
+def select_for_target(closure: Mapping[str, Any], target: Target) -> dict[str, Any]:
+    """The target's part of a universal lock: each package whose marker holds, with the
+    one archive that fits the target's tags (PEP 751 selection, by ``packaging.pylock``)."""
+    try:
+        lock = Pylock.from_dict(closure)
+        chosen = list(lock.select(environment=target.marker_environment, tags=target.tags))  # type: ignore[arg-type]
+    except (PylockValidationError, PylockSelectError) as e:
+        raise ClosureError(f"no closure for {target.describe()}: {e}") from e
+    packages: list[dict[str, Any]] = []
+    for package, archive in chosen:
+        if not isinstance(archive, PackageWheel | PackageSdist):
+            raise ClosureError(f"{package.name}: envbuilder locks only wheels and sdists")
+        entry: dict[str, Any] = {"url": archive.url, "hashes": dict(archive.hashes)}
+        if archive.name:
+            entry["name"] = archive.name
+        if archive.size is not None:
+            entry["size"] = archive.size
+        kind = "wheels" if isinstance(archive, PackageWheel) else "sdist"
+        packages.append(
+            {
+                "name": str(package.name),
+                "version": str(package.version),
+                kind: [entry] if kind == "wheels" else entry,
+            }
+        )
+    return {"packages": packages}
 
 
 @dataclass(frozen=True, kw_only=True)

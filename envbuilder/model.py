@@ -28,6 +28,7 @@ __all__ = [
     "ResolvedXformers",
     "Status",
     "load_resolution",
+    "lock_filename",
 ]
 
 RESOLUTION_SCHEMA = "envbuilder.resolution/1"
@@ -214,6 +215,12 @@ class Resolution:
             matrix_sha256=data["matrix_sha256"],
             combinations=tuple(ResolvedCombination.from_json(c) for c in combos),
         )
+
+
+def lock_filename(combination_id: str) -> str:
+    """``pylock.<name>.toml`` for a combination: PEP 751 allows no dot in ``<name>``,
+    so the id's dots become underscores (``pylock.py3_11-cu121-torch2_4_1-….toml``)."""
+    return f"pylock.{combination_id.replace('.', '_')}.toml"
 
 
 def load_resolution(path: Path) -> Resolution:

@@ -11,14 +11,16 @@ The closure of a decided combination is computed by uv (``closure``).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from email.message import Message
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -34,6 +36,7 @@ from envbuilder.closure import (
     parse_lock,
     read_lock_inputs,
     requirements_text,
+    select_for_target,
     write_atomic,
 )
 from envbuilder.errors import EnvbuilderError
@@ -45,6 +48,7 @@ from envbuilder.model import (
     ResolvedCombination,
     ResolvedTorch,
     ResolvedXformers,
+    lock_filename,
 )
 from envbuilder.wheels import (
     Target,
@@ -54,6 +58,7 @@ from envbuilder.wheels import (
     cuda_from_requirements,
     cuda_tag_to_version,
     parse_build_record,
+    portable_requirements,
     rank_wheels,
     requirements_of,
     torch_requirement,
@@ -100,6 +105,8 @@ class _Decision:
     rejected: list[Rejection] = field(default_factory=list)
     indexes: list[IndexArgument] = field(default_factory=list)
     dependencies: list[str] = field(default_factory=list)  # of torch and xformers, for the target
+    raw_dependencies: list[str] = field(default_factory=list)  # the same, markers kept
+    started: float = field(default_factory=time.monotonic)
 
     def result(self, status: str, reason: str) -> ResolvedCombination:
         c = self.combination
@@ -283,6 +290,7 @@ class Resolver:
                 problems.append(f"{filename} is {mismatch}")
                 continue
             d.dependencies += applicable_requirements(requirements, d.target)
+            d.raw_dependencies += portable_requirements(requirements)
             return ResolvedTorch(
                 version=str(version),
                 cuda=cuda,
@@ -322,6 +330,7 @@ class Resolver:
         xf_requirements = requirements_of(self._metadata(file))
         req = torch_requirement(xf_requirements, d.target)
         d.dependencies += applicable_requirements(xf_requirements, d.target, exclude=["torch"])
+        d.raw_dependencies += portable_requirements(xf_requirements, exclude=["torch"])
         requires = str(req.specifier) if req is not None else ""
         record = self._build_record(file)
         if record is None:
@@ -409,72 +418,175 @@ class Resolver:
     # -- whole runs --
 
     def resolve_one(self, combination: Combination) -> ResolvedCombination:
-        start = time.monotonic()
+        return self.resolve([combination])[0]
+
+    def _decide_one(self, combination: Combination) -> tuple[_Decision, ResolvedCombination | None]:
+        """Phase one: the decision, or the final answer when there is nothing to lock."""
         d = self._new_decision(combination)
         try:
             self._decide(d)
         except _Unsatisfiable as e:
-            result = d.result("unsatisfiable", e.reason)
+            return d, self._done(d, d.result("unsatisfiable", e.reason))
         except EnvbuilderError as e:
-            result = d.result("error", str(e))
-        else:
-            result = self._lock(d)
+            return d, self._done(d, d.result("error", str(e)))
+        except ValueError as e:  # evidence the resolver cannot read, e.g. a broken build record
+            return d, self._done(d, d.result("error", f"unreadable evidence: {e}"))
+        return d, None
+
+    def _done(self, d: _Decision, result: ResolvedCombination) -> ResolvedCombination:
         if self.on_done is not None:
-            self.on_done(result, time.monotonic() - start)
+            self.on_done(result, time.monotonic() - d.started)
         return result
 
-    def _lock(self, d: _Decision) -> ResolvedCombination:
-        """Lock the closure: uv resolves the chosen wheels' dependencies, envbuilder adds the wheels."""
-        c = d.combination
-        assert d.torch is not None
-        pinned = [_pinned("torch", d.torch.version, d.torch)]
-        if d.xformers is not None:
-            pinned.append(_pinned("xformers", d.xformers.version, d.xformers))
-        dependencies = list(dict.fromkeys(d.dependencies + d.extra_runtime))
-        out = self.settings.out_dir
-        lock_path = out / f"pylock.{c.id}.toml"
-        req_path = out / f"requirements.{c.id}.txt"
-        inputs = lock_inputs(dependencies, d.target, d.indexes, pinned)
-        text = doc = None
-        if not self.settings.upgrade and lock_path.exists():
-            existing = lock_path.read_text(encoding="utf-8")
-            doc = parse_lock(existing)
-            if doc is not None and read_lock_inputs(doc) == inputs:
-                text = existing  # stable: same decision, same indexes -> keep the lock
+    def _lock_group(self, members: Sequence[_Decision]) -> list[ResolvedCombination]:
+        """Phase two: lock decisions that share their requirements with one uv resolution.
+
+        A member whose existing lock was made from the same inputs keeps it; the
+        others take their part of one universal closure.
+        """
+        results: dict[str, ResolvedCombination] = {}
+        pending: list[tuple[_Decision, list[PinnedFile], dict[str, Any]]] = []
+        for d in members:
+            pinned = _pins(d)
+            inputs = lock_inputs(_dependencies(d), d.target, d.indexes, pinned)
+            existing = self._existing_lock(d, inputs)
+            if existing is not None:
+                results[d.combination.id] = self._write(d, existing)
+            else:
+                pending.append((d, pinned, inputs))
+        if not pending:
+            return [results[d.combination.id] for d in members]
+        requirements = list(
+            dict.fromkeys(r for d, _, _ in pending for r in d.raw_dependencies + d.extra_runtime)
+        )
+        floor = min((d.target.python for d, _, _ in pending), key=_python_key)
+        closure: dict[str, Any] | None = None
+        failure = ""
         try:
-            if text is None or doc is None:
-                closure = compile_closure(
-                    requirements=dependencies,
+            closure = compile_closure(
+                requirements=requirements,
+                python_floor=floor,
+                indexes=pending[0][0].indexes,
+                cache_dir=self.settings.cache_dir / "uv" / _digest(requirements),
+                uv=self.settings.uv,
+                offline=self.settings.offline,
+                ca_bundle=self.settings.ca_bundle,
+            )
+        except ClosureError as e:
+            failure = str(e)
+        for d, pinned, inputs in pending:
+            if closure is None:
+                results[d.combination.id] = self._done(d, d.result("error", failure))
+                continue
+            try:
+                text = assemble_lock(
+                    select_for_target(closure, d.target),
+                    pinned=pinned,
+                    inputs=inputs,
                     target=d.target,
-                    indexes=d.indexes,
-                    cache_dir=self.settings.cache_dir / "uv",
-                    uv=self.settings.uv,
-                    offline=self.settings.offline,
-                    ca_bundle=self.settings.ca_bundle,
                 )
-                text = assemble_lock(closure, pinned=pinned, inputs=inputs, target=d.target)
-                doc = parse_lock(text)
-                assert doc is not None
+            except ClosureError as e:
+                results[d.combination.id] = self._done(d, d.result("error", str(e)))
+                continue
+            results[d.combination.id] = self._write(d, text)
+        return [results[d.combination.id] for d in members]
+
+    def _existing_lock(self, d: _Decision, inputs: Mapping[str, Any]) -> str | None:
+        """The lock already written for this combination, if it was made from the same inputs."""
+        if self.settings.upgrade:
+            return None
+        path = self.settings.out_dir / lock_filename(d.combination.id)
+        if not path.exists():
+            return None
+        text = path.read_text(encoding="utf-8")
+        doc = parse_lock(text)
+        if doc is not None and read_lock_inputs(doc) == inputs:
+            return text
+        return None
+
+    def _write(self, d: _Decision, text: str) -> ResolvedCombination:
+        out = self.settings.out_dir
+        c = d.combination
+        lock_path = out / lock_filename(c.id)
+        req_path = out / f"requirements.{c.id}.txt"
+        doc = parse_lock(text)
+        try:
+            if doc is None:
+                raise ClosureError(f"{c.id}: the lock is not valid TOML")
             packages = locked_packages(doc)
             sha = write_atomic(lock_path, text)
             write_atomic(req_path, requirements_text(c.id, packages, d.indexes))
         except ClosureError as e:
-            return d.result("error", str(e))
-        resolved = d.result("resolved", _resolved_reason(d))
-        return replace(
-            resolved,
+            return self._done(d, d.result("error", str(e)))
+        resolved = replace(
+            d.result("resolved", _resolved_reason(d)),
             lock=_relative(lock_path, out),
             lock_sha256=sha,
             requirements=_relative(req_path, out),
         )
+        return self._done(d, resolved)
 
     def resolve(self, combinations: Sequence[Combination]) -> list[ResolvedCombination]:
-        """Resolve in parallel; the result keeps the input order."""
+        """Resolve combinations; the result keeps the input order.
+
+        Combinations of one torch/xformers pairing (typically its Python
+        versions) go through together: their decisions run in parallel, then
+        one uv resolution locks them all, while other pairings proceed.
+        """
         if not combinations:
             return []
+        pairings: dict[tuple[object, ...], list[Combination]] = {}
+        for c in combinations:
+            pairings.setdefault(_pairing_key(c), []).append(c)
         workers = max(1, min(self.settings.jobs, len(combinations)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resolve") as pool:
-            return list(pool.map(self.resolve_one, combinations))
+        answers: dict[str, ResolvedCombination] = {}
+        with (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decide") as deciders,
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lock") as lockers,
+        ):
+
+            def pairing(members: list[Combination]) -> list[ResolvedCombination]:
+                decided = list(deciders.map(self._decide_one, members))
+                groups: dict[tuple[object, ...], list[_Decision]] = {}
+                for d, answer in decided:
+                    if answer is None:
+                        groups.setdefault(_closure_key(d), []).append(d)
+                locked = {r.id: r for g in groups.values() for r in self._lock_group(g)}
+                return [answer or locked[d.combination.id] for d, answer in decided]
+
+            for results in lockers.map(pairing, list(pairings.values())):
+                answers.update((r.id, r) for r in results)
+        return [answers[c.id] for c in combinations]
+
+
+def _pairing_key(c: Combination) -> tuple[object, ...]:
+    return (c.torch, c.xformers, c.cuda, c.torch_index, c.xformers_index, c.add_cuda_runtime)
+
+
+def _dependencies(d: _Decision) -> list[str]:
+    return list(dict.fromkeys(d.dependencies + d.extra_runtime))
+
+
+def _pins(d: _Decision) -> list[PinnedFile]:
+    assert d.torch is not None
+    pinned = [_pinned("torch", d.torch.version, d.torch)]
+    if d.xformers is not None:
+        pinned.append(_pinned("xformers", d.xformers.version, d.xformers))
+    return pinned
+
+
+def _closure_key(d: _Decision) -> tuple[object, ...]:
+    """Decisions with the same key are locked from one universal resolution."""
+    return (tuple(sorted(set(d.raw_dependencies + d.extra_runtime))), tuple(d.indexes))
+
+
+def _digest(requirements: Sequence[str]) -> str:
+    """One uv cache per closure: parallel uv processes sharing one cache wait on its locks."""
+    return hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:16]
+
+
+def _python_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
 
 
 def _pinned(name: str, version: str, chosen: ResolvedTorch | ResolvedXformers) -> PinnedFile:

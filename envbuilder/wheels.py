@@ -37,6 +37,7 @@ __all__ = [
     "cuda_tag_to_version",
     "cuda_version_to_tag",
     "parse_build_record",
+    "portable_requirements",
     "rank_wheels",
     "requirements_of",
     "sdist_version",
@@ -361,6 +362,22 @@ def applicable_requirements(
         extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
         url = f" @ {req.url}" if req.url else ""
         out.append(f"{req.name}{extras}{req.specifier}{url}")
+    return out
+
+
+def portable_requirements(
+    requirements: Sequence[Requirement], *, exclude: Iterable[str] = ()
+) -> list[str]:
+    """The requirements with their markers kept (extras-only ones dropped), for a
+    resolution that serves several targets at once."""
+    skip = {canonicalize_name(n) for n in exclude}
+    out: list[str] = []
+    for req in requirements:
+        if canonicalize_name(req.name) in skip:
+            continue
+        if req.marker is not None and "extra" in str(req.marker):
+            continue
+        out.append(str(req))
     return out
 
 
