@@ -7,7 +7,7 @@ processes it or the benchmark starts — through it via ``HTTPS_PROXY``, so
 
 from __future__ import annotations
 
-import select
+import selectors
 import socket
 import socketserver
 import threading
@@ -42,13 +42,17 @@ class _Handler(socketserver.StreamRequestHandler):
         self._relay(self.connection, upstream)
 
     def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
-        sockets = [client, upstream]
+        selector = selectors.DefaultSelector()  # epoll: no FD_SETSIZE limit under many connections
+        selector.register(client, selectors.EVENT_READ)
+        selector.register(upstream, selectors.EVENT_READ)
         try:
             while True:
-                readable, _, broken = select.select(sockets, [], sockets, 120)
-                if broken or not readable:
+                events = selector.select(timeout=120)
+                if not events:
                     return
-                for sock in readable:
+                for key, _ in events:
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
                     data = sock.recv(_BUFFER)
                     if not data:
                         return
@@ -61,6 +65,7 @@ class _Handler(socketserver.StreamRequestHandler):
         except OSError:
             return
         finally:
+            selector.close()
             upstream.close()
 
 
