@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import stat
 import tomllib
@@ -23,6 +24,7 @@ import pytest
 from envbuilder import cli
 from envbuilder.closure import find_uv
 from envbuilder.errors import MissingToolError
+from envbuilder.model import lock_filename
 from tests.support.index_server import IndexedFile, IndexServer
 from tests.support.wheels import BuiltWheel, build_wheel, cpp_lib_json
 
@@ -232,7 +234,8 @@ class Run:
         return {c["id"]: c for c in data["combinations"]}
 
     def lock(self, cid: str) -> dict[str, Any]:
-        return tomllib.loads((self.out / f"pylock.{cid}.toml").read_text(encoding="utf-8"))
+        path = self.out.parent / self.by_id()[cid]["lock"]  # docs/contracts.md: take it from here
+        return tomllib.loads(path.read_text(encoding="utf-8"))
 
     def locked(self, cid: str) -> dict[str, str]:
         return {p["name"]: p["version"] for p in self.lock(cid)["packages"]}
@@ -345,7 +348,7 @@ def test_reasons_name_the_evidence(server: IndexServer, tmp_path: Path, resolve:
 
     for cid in (PIN_MISMATCH, TORCH_CUDA_MISMATCH, MAJOR_MISMATCH):
         assert results[cid]["lock"] is None
-        assert not (run.out / f"pylock.{cid}.toml").exists()
+        assert not (run.out / lock_filename(cid)).exists()
 
 
 def test_add_cuda_runtime_adds_the_runtime_xformers_was_built_for(
@@ -364,7 +367,8 @@ def test_add_cuda_runtime_adds_the_runtime_xformers_was_built_for(
         "xformers": "0.0.35",
     }
     # Paths are relative to the output's parent (docs/contracts.md), not to the cwd.
-    assert result["lock"] == f"locks/pylock.{WITH_RUNTIME}.toml"
+    assert result["lock"] == f"locks/{lock_filename(WITH_RUNTIME)}"
+    assert re.fullmatch(r"pylock\.[^.]+\.toml", Path(result["lock"]).name)  # PEP 751's name rule
     assert result["requirements"] == f"locks/requirements.{WITH_RUNTIME}.txt"
     lock_bytes = (run.out.parent / result["lock"]).read_bytes()
     assert hashlib.sha256(lock_bytes).hexdigest() == result["lock_sha256"]
@@ -613,7 +617,7 @@ def test_an_unreachable_index_is_an_error_and_the_rest_is_still_written(
     assert results[PER_CUDA]["status"] == "error"
     assert "127.0.0.1" in results[PER_CUDA]["reason"]
     assert results[OK]["status"] == "resolved"
-    assert (run.out / f"pylock.{OK}.toml").is_file()
+    assert (run.out / lock_filename(OK)).is_file()
     assert (run.out / f"requirements.{OK}.txt").is_file()
 
 
@@ -667,8 +671,8 @@ def test_a_rerun_is_byte_identical_keeps_locks_and_upgrade_re_resolves(
     uv_runs = _calls(calls)
     assert uv_runs >= 1
     snapshot = {p.name: p.read_bytes() for p in first.out.iterdir()}
-    mtimes = {p.name: p.stat().st_mtime_ns for p in first.out.glob("pylock.*.toml")}
-    assert sorted(mtimes) == sorted(f"pylock.{cid}.toml" for cid in resolved)
+    locks = sorted(p.name for p in first.out.glob("pylock.*.toml"))
+    assert locks == sorted(lock_filename(cid) for cid in resolved)
 
     second = resolve(matrix)
     assert _calls(calls) == uv_runs, "an unchanged decision must not run uv again"
