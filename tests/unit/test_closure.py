@@ -24,6 +24,7 @@ from envbuilder.closure import (
     parse_lock,
     read_lock_inputs,
     requirements_text,
+    select_for_target,
     uv_platform,
     write_atomic,
 )
@@ -266,3 +267,82 @@ def test_write_atomic_gives_the_file_the_usual_permissions_not_mkstemp_s(tmp_pat
     finally:
         os.umask(mask)
     assert stat.S_IMODE((tmp_path / "resolution.json").stat().st_mode) == 0o640
+
+
+def _wheel(filename: str, sha: str) -> dict[str, Any]:
+    return {"url": f"http://127.0.0.1:1/files/{filename}", "hashes": {"sha256": sha}}
+
+
+UNIVERSAL = {
+    "lock-version": "1.0",
+    "created-by": "uv",
+    "requires-python": ">=3.11",
+    "packages": [
+        {
+            "name": "numpy",
+            "version": "2.1.0",
+            "wheels": [
+                _wheel("numpy-2.1.0-cp312-cp312-manylinux_2_17_x86_64.whl", "2" * 64),
+                _wheel("numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl", "1" * 64),
+                _wheel("numpy-2.1.0-cp311-cp311-win_amd64.whl", "9" * 64),
+                _wheel("numpy-2.1.0-cp311-cp311-manylinux_2_17_aarch64.whl", "8" * 64),
+            ],
+        },
+        {
+            "name": "colorama",
+            "version": "0.4.6",
+            "marker": "sys_platform == 'win32'",
+            "wheels": [_wheel("colorama-0.4.6-py2.py3-none-any.whl", "c" * 64)],
+        },
+        {
+            "name": "tomli",
+            "version": "2.0.1",
+            "marker": "python_full_version < '3.12'",
+            "wheels": [_wheel("tomli-2.0.1-py3-none-any.whl", "e" * 64)],
+        },
+        {
+            "name": "sdist-only",
+            "version": "1.0",
+            "sdist": {
+                "url": "http://127.0.0.1:1/files/sdist-only-1.0.tar.gz",
+                "hashes": {"sha256": "f" * 64},
+            },
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("python", "expected"),
+    [
+        ("3.11", {"numpy": "numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl", "tomli": "tomli-2.0.1-py3-none-any.whl", "sdist-only": "sdist-only-1.0.tar.gz"}),
+        ("3.12", {"numpy": "numpy-2.1.0-cp312-cp312-manylinux_2_17_x86_64.whl", "sdist-only": "sdist-only-1.0.tar.gz"}),
+    ],
+)  # fmt: skip
+def test_a_target_takes_its_packages_and_files_from_a_universal_closure(
+    python: str, expected: dict[str, str]
+) -> None:
+    selected = select_for_target(UNIVERSAL, Target(python=python))
+    chosen = {p.filename: p for p in locked_packages(selected)}
+    assert {p.name: name for name, p in chosen.items()} == expected
+    # the selection assembles into a valid lock for that target
+    text = assemble_lock(selected, pinned=_pins(), inputs=_inputs(), target=Target(python=python))
+    assert Pylock.from_dict(tomllib.loads(text)).packages
+
+
+def test_a_package_with_no_file_for_the_target_is_an_error_naming_the_target() -> None:
+    closure = {
+        "lock-version": "1.0",
+        "created-by": "uv",
+        "packages": [
+            {
+                "name": "x",
+                "version": "1",
+                "wheels": [_wheel("x-1-cp311-cp311-win_amd64.whl", "a" * 64)],
+            }
+        ],
+    }
+    with pytest.raises(
+        ClosureError, match=re.escape("no closure for cp311 on manylinux_2_28_x86_64")
+    ):
+        select_for_target(closure, PY311)

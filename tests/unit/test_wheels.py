@@ -23,6 +23,7 @@ from envbuilder.wheels import (
     cuda_tag_to_version,
     cuda_version_to_tag,
     parse_build_record,
+    portable_requirements,
     rank_wheels,
     requirements_of,
     torch_requirement,
@@ -469,3 +470,20 @@ def test_markers_are_evaluated_for_the_target_python_not_the_host() -> None:
     requirements = [Requirement('numpy<2; python_version < "3.12"')]
     assert applicable_requirements(requirements, Target(python="3.10")) == ["numpy<2"]
     assert applicable_requirements(requirements, Target(python="3.13")) == []
+
+
+@pytest.mark.parametrize(
+    ("requires_dist", "exclude", "expected"),
+    [
+        (['nvidia-cuda-runtime-cu12==12.1.105; platform_system == "Linux" and platform_machine == "x86_64"'], [], ['nvidia-cuda-runtime-cu12==12.1.105; platform_system == "Linux" and platform_machine == "x86_64"']),
+        (['triton==3.0.0; python_version < "3.13"'], [], ['triton==3.0.0; python_version < "3.13"']),
+        (['opt-einsum>=3.3; extra == "opt-einsum"'], [], []),
+        (['pywin32; sys_platform == "win32"'], [], ['pywin32; sys_platform == "win32"']),
+        (["numpy", "torch==2.4.1"], ["torch"], ["numpy"]),
+    ],
+)  # fmt: skip
+def test_portable_requirements_keep_markers_for_a_resolution_across_targets(
+    requires_dist: list[str], exclude: list[str], expected: list[str]
+) -> None:
+    requirements = [Requirement(r) for r in requires_dist]
+    assert portable_requirements(requirements, exclude=exclude) == expected
