@@ -761,3 +761,57 @@ def test_transient_server_errors_are_retried(
     run = resolve(_matrix_for(tmp_path, server), OK)
     assert run.by_id()[OK]["status"] == "resolved"
     assert [r.status for r in server.stats.log[:2]] == [503, 503]
+
+
+def test_one_pair_over_two_pythons_shares_one_uv_run_and_each_takes_its_part(
+    tmp_path: Path, resolve: Any, uv: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrapper, calls = _uv_wrapper(tmp_path, uv)
+    monkeypatch.setattr("envbuilder.closure.find_uv", lambda: str(wrapper))
+    d = tmp_path / "pair"
+    record = {"xformers/cpp_lib.json": cpp_lib_json(torch="2.4.1", cuda=1201, arch_list="8.0")}
+    runtime = [f"nvidia-cuda-runtime-cu12==12.1.105; {LINUX_X86}"]
+    only_311 = ['backport==1.0; python_version < "3.12"']
+    projects: dict[str, list[IndexedFile | BuiltWheel]] = {
+        "torch": [
+            build_wheel(d, "torch", "2.4.1", tags=f"cp{v}-cp{v}-manylinux1_x86_64", requires_dist=runtime + only_311)
+            for v in ("311", "312")
+        ],
+        "xformers": [
+            build_wheel(d, "xformers", "0.0.28.post1", tags=f"cp{v}-cp{v}-manylinux_2_28_x86_64", requires_dist=["torch==2.4.1"], members=record)
+            for v in ("311", "312")
+        ],
+        "nvidia-cuda-runtime-cu12": [build_wheel(d, "nvidia-cuda-runtime-cu12", "12.1.105", tags="py3-none-manylinux1_x86_64")],
+        "backport": [build_wheel(d, "backport", "1.0")],
+    }  # fmt: skip
+    rows = """
+[axes]
+python = ["3.11", "3.12"]
+
+[[pairs]]
+torch = "2.4.1"
+xformers = "0.0.28.post1"
+cuda = "cu121"
+"""
+    with IndexServer() as server:
+        server.add_index("simple", projects)
+        run = resolve(_matrix(tmp_path, server.index_url("simple"), server.url + "/{cuda}", rows))
+    py311, py312 = OK, OK.replace("py3.11", "py3.12")
+    assert {cid: r["status"] for cid, r in run.by_id().items()} == {
+        py311: "resolved",
+        py312: "resolved",
+    }
+    assert _calls(calls) == 1
+    assert run.locked(py311) == {
+        "backport": "1.0",
+        "nvidia-cuda-runtime-cu12": "12.1.105",
+        "torch": "2.4.1",
+        "xformers": "0.0.28.post1",
+    }
+    assert run.locked(py312) == {
+        "nvidia-cuda-runtime-cu12": "12.1.105",
+        "torch": "2.4.1",
+        "xformers": "0.0.28.post1",
+    }
+    assert "cp312" in run.by_id()[py312]["torch"]["filename"]
+    assert run.lock(py312)["requires-python"] == "==3.12.*"
