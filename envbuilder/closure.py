@@ -341,6 +341,12 @@ def requirements_text(
 def write_atomic(path: Path, data: str) -> str:
     """Write text via a temporary file and rename; return the sha256 of its bytes."""
     raw = data.encode("utf-8")
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        if path.read_bytes() == raw:
+            return digest  # unchanged: keep the file (and its mtime) as it is
+    except OSError:
+        pass
     path.parent.mkdir(parents=True, exist_ok=True)
     # Not mkstemp: its 0600 would stick to the lock; os.open applies the umask as usual.
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
@@ -352,4 +358,4 @@ def write_atomic(path: Path, data: str) -> str:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return hashlib.sha256(raw).hexdigest()
+    return digest

@@ -11,6 +11,7 @@ The closure of a decided combination is computed by uv (``closure``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -223,7 +224,7 @@ class Resolver:
         return d
 
     def _new_decision(self, combination: Combination) -> _Decision:
-        target = Target(python=combination.python, platform=combination.platform)
+        target = _target(combination.python, combination.platform)
         d = _Decision(combination=combination, target=target)
         default_spec = self.indexes.get("default", IndexSpec(name="default", url=None))
         default_url = self._index_url(default_spec, combination.cuda)
@@ -451,7 +452,7 @@ class Resolver:
             inputs = lock_inputs(_dependencies(d), d.target, d.indexes, pinned)
             existing = self._existing_lock(d, inputs)
             if existing is not None:
-                results[d.combination.id] = self._write(d, existing)
+                results[d.combination.id] = self._write(d, *existing)
             else:
                 pending.append((d, pinned, inputs))
         if not pending:
@@ -491,7 +492,9 @@ class Resolver:
             results[d.combination.id] = self._write(d, text)
         return [results[d.combination.id] for d in members]
 
-    def _existing_lock(self, d: _Decision, inputs: Mapping[str, Any]) -> str | None:
+    def _existing_lock(
+        self, d: _Decision, inputs: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]] | None:
         """The lock already written for this combination, if it was made from the same inputs."""
         if self.settings.upgrade:
             return None
@@ -501,15 +504,18 @@ class Resolver:
         text = path.read_text(encoding="utf-8")
         doc = parse_lock(text)
         if doc is not None and read_lock_inputs(doc) == inputs:
-            return text
+            return text, doc
         return None
 
-    def _write(self, d: _Decision, text: str) -> ResolvedCombination:
+    def _write(
+        self, d: _Decision, text: str, doc: dict[str, Any] | None = None
+    ) -> ResolvedCombination:
         out = self.settings.out_dir
         c = d.combination
         lock_path = out / lock_filename(c.id)
         req_path = out / f"requirements.{c.id}.txt"
-        doc = parse_lock(text)
+        if doc is None:
+            doc = parse_lock(text)
         try:
             if doc is None:
                 raise ClosureError(f"{c.id}: the lock is not valid TOML")
@@ -557,6 +563,12 @@ class Resolver:
             for results in lockers.map(pairing, list(pairings.values())):
                 answers.update((r.id, r) for r in results)
         return [answers[c.id] for c in combinations]
+
+
+@functools.cache
+def _target(python: str, platform: str) -> Target:
+    """Targets are shared: their tag lists are long to compute."""
+    return Target(python=python, platform=platform)
 
 
 def _pairing_key(c: Combination) -> tuple[object, ...]:
