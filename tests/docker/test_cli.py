@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import image_tag, lock_digest
 from tests.docker.conftest import TORCH_ID
 
@@ -35,11 +36,11 @@ def torch_tag(locks: Path) -> str:
 
 
 def test_build_makes_the_resolved_and_skips_the_unsatisfiable(
-    docker_client: Any, base_image: str, torch_locks: Path, tmp_path: Path
+    docker_client: Any, base_image: str, wheel_cache: WheelCache, torch_locks: Path, tmp_path: Path
 ) -> None:
     done = envbuilder(
         "build", "py3.11", "--locks", str(torch_locks), "--log-dir", str(tmp_path / "logs"),
-        "--wheel-cache", str(tmp_path / "cache"),
+        "--wheel-cache", str(wheel_cache.root),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [torch_tag(torch_locks)]
@@ -51,11 +52,11 @@ def test_build_makes_the_resolved_and_skips_the_unsatisfiable(
 
 
 def test_forced_build_writes_one_log_per_combination(
-    docker_client: Any, base_image: str, torch_locks: Path, tmp_path: Path
+    docker_client: Any, base_image: str, wheel_cache: WheelCache, torch_locks: Path, tmp_path: Path
 ) -> None:
     done = envbuilder(
         "build", TORCH_ID, "--force", "--locks", str(torch_locks), "--log-dir", str(tmp_path / "logs"),
-        "--wheel-cache", str(tmp_path / "cache"),
+        "--wheel-cache", str(wheel_cache.root),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [f"{TORCH_ID}.log"]
@@ -141,11 +142,16 @@ def registry(tmp_path: Path) -> Iterator[str]:
 
 
 def test_push_sends_the_image_to_the_registry(
-    docker_client: Any, base_image: str, torch_locks: Path, registry: str, tmp_path: Path
+    docker_client: Any,
+    base_image: str,
+    wheel_cache: WheelCache,
+    torch_locks: Path,
+    registry: str,
+    tmp_path: Path,
 ) -> None:
     done = envbuilder(
         "build", TORCH_ID, "--locks", str(torch_locks), "--push", registry,
-        "--log-dir", str(tmp_path / "logs"), "--wheel-cache", str(tmp_path / "cache"),
+        "--log-dir", str(tmp_path / "logs"), "--wheel-cache", str(wheel_cache.root),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     tag = torch_tag(torch_locks)
