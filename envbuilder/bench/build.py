@@ -38,6 +38,7 @@ from envbuilder.docker.build import (
     docker_build,
     docker_client,
     ensure_image,
+    lock_path,
 )
 from envbuilder.docker.cache import WheelCache, default_cache_dir
 from envbuilder.docker.plan import (
@@ -210,23 +211,22 @@ def naive_image(
 
 
 def cases_sharing_a_runtime(locks: Path) -> list[Case]:
-    """Three resolved combinations whose locks pin the same CUDA runtime wheels."""
+    """Three resolved combinations of one Python (so one base image) whose locks pin the same CUDA runtime wheels."""
     resolution = load_resolution(locks / "resolution.json")
-    by_runtime: dict[str, list[Case]] = {}
+    groups: dict[tuple[str, str], list[Case]] = {}
     for rc in resolution.combinations:
         if rc.status != "resolved":
             continue
-        lock = locks / f"pylock.{rc.id}.toml"
+        lock = lock_path(rc, locks)
         runtime = plan_layers(load_lock(lock.read_bytes(), source=lock)).groups["runtime"]
         if runtime:
-            by_runtime.setdefault(requirements_text(runtime), []).append(
-                Case(resolved=rc, lock=lock)
-            )
-    best = max(by_runtime.values(), key=len, default=[])
+            key = (rc.python, requirements_text(runtime))
+            groups.setdefault(key, []).append(Case(resolved=rc, lock=lock))
+    best = max(groups.values(), key=len, default=[])
     if len(best) < 3:
         raise InputError(
-            f"{locks}: no three resolved combinations pin the same CUDA runtime wheels "
-            f"(largest group: {len(best)}); resolve more (`nox -s resolve -- cu124`) or use --synthetic"
+            f"{locks}: no three resolved combinations of one Python pin the same CUDA runtime "
+            f"wheels (largest group: {len(best)}); resolve more (`nox -s resolve`) or use --synthetic"
         )
     return best[:3]
 

@@ -56,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.docker.build import docker_client, ensure_image, push_image
+    from envbuilder.docker.build import docker_client, ensure_image, lock_path, push_image
     from envbuilder.docker.cache import WheelCache, default_cache_dir
     from envbuilder.matrix import load_matrix
     from envbuilder.model import load_resolution
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         )
         tag = ensure_image(
             rc,
-            locks / f"pylock.{rc.id}.toml",
+            lock_path(rc, locks),
             client=client,
             force=args.force,
             base_image=base,

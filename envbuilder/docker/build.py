@@ -50,6 +50,7 @@ __all__ = [
     "ensure_image",
     "image_labels",
     "label_dockerfile",
+    "lock_path",
     "measure_manifest",
     "push_image",
     "source_revision",
@@ -142,6 +143,17 @@ def image_labels(
         f"{p}.layers": ",".join(f"{g}={len(plan.groups[g])}" for g in GROUPS),
     }
     return labels
+
+
+def lock_path(resolved: ResolvedCombination, locks: Path) -> Path:
+    """Where ``resolved``'s lock is: its ``lock`` field, relative to the parent of ``locks`` (docs/contracts.md)."""
+    if not resolved.lock:
+        raise InputError(
+            f"{locks / 'resolution.json'}: combination {resolved.id!r} has no lock; "
+            f"run `nox -s resolve -- {resolved.id}`"
+        )
+    path = Path(resolved.lock)
+    return path if path.is_absolute() else locks.parent / path
 
 
 def ensure_image(

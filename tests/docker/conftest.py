@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import tomli_w
 
-from envbuilder.docker.build import DOCKER_DIR
+from envbuilder.docker.build import DOCKER_DIR, lock_path
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import lock_digest
-from envbuilder.model import Resolution, ResolvedCombination, ResolvedTorch
+from envbuilder.model import Resolution, ResolvedCombination, ResolvedTorch, lock_filename
 from envbuilder.pipconfig import default_index_url, pip_config_value
 from tests.support.wheels import BuiltWheel
 
@@ -91,7 +91,7 @@ def resolved_record(
         torch=ResolvedTorch(
             version=torch, cuda=None, cuda_source="none", filename="", url="", sha256="0" * 64
         ),
-        lock=str(lock),
+        lock=f"{lock.parent.name}/{lock.name}",  # relative to the output's parent (docs/contracts.md)
         lock_sha256=lock_digest(lock.read_bytes()),
     )
 
@@ -126,7 +126,7 @@ def synthetic_lock(
     made: list[str] = []
 
     def make(combination_id: str, wheels: Sequence[BuiltWheel]) -> Locked:
-        lock = write_lock(tmp_path / "locks" / f"pylock.{combination_id}.toml", wheels)
+        lock = write_lock(tmp_path / "locks" / lock_filename(combination_id), wheels)
         made.append(combination_id)
         torch = next((w.version for w in wheels if w.name == "torch"), "0")
         return Locked(resolved=resolved_record(combination_id, lock, torch=torch), lock=lock)
@@ -155,7 +155,7 @@ def torch_locks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     locks = root / "locks"
     locks.mkdir()
     (root / "requirements.in").write_text(f"torch=={TORCH_VERSION}\n", encoding="utf-8")
-    lock = locks / f"pylock.{TORCH_ID}.toml"
+    lock = locks / lock_filename(TORCH_ID)
     beside = Path(sys.executable).parent / "uv"
     uv = str(beside) if beside.exists() else shutil.which("uv") or "uv"
     command = [
@@ -213,4 +213,4 @@ def torch_combination(torch_locks: Path) -> Locked:
     from envbuilder.model import load_resolution
 
     resolved = load_resolution(torch_locks / "resolution.json").by_id()[TORCH_ID]
-    return Locked(resolved=resolved, lock=torch_locks / f"pylock.{TORCH_ID}.toml")
+    return Locked(resolved=resolved, lock=lock_path(resolved, torch_locks))

@@ -18,6 +18,7 @@ import pytest
 
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import image_tag, lock_digest
+from envbuilder.model import lock_filename
 from tests.docker.conftest import TORCH_ID
 
 
@@ -32,7 +33,7 @@ def envbuilder(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 
 
 def torch_tag(locks: Path) -> str:
-    return image_tag(TORCH_ID, lock_digest((locks / f"pylock.{TORCH_ID}.toml").read_bytes()))
+    return image_tag(TORCH_ID, lock_digest((locks / lock_filename(TORCH_ID)).read_bytes()))
 
 
 def test_build_makes_the_resolved_and_skips_the_unsatisfiable(

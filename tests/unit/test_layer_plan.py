@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.docker.build import Manifest, image_labels, label_dockerfile
+from envbuilder.docker.build import Manifest, image_labels, label_dockerfile, lock_path
 from envbuilder.docker.plan import (
     GROUPS,
     LockedWheel,
@@ -234,3 +234,44 @@ def test_labels_go_into_one_quoted_instruction() -> None:
         '    "b"="say \\"hi\\"" \\\n'
         '    "c"="two lines"\n'
     )
+
+
+@pytest.mark.parametrize(
+    ("lock", "expected"),
+    [
+        ("locks/pylock.py3_11-cpu-torch2_13_0.toml", Path("out/locks/pylock.py3_11-cpu-torch2_13_0.toml")),
+        ("/abs/pylock.x.toml", Path("/abs/pylock.x.toml")),
+    ],
+)  # fmt: skip
+def test_the_lock_is_where_the_resolution_says(lock: str, expected: Path) -> None:
+    resolved = ResolvedCombination(
+        id="py3.11-cpu-torch2.13.0", status="resolved", reason="", python="3.11", cuda="cpu",
+        platform="manylinux_2_28_x86_64", lock=lock,
+    )  # fmt: skip
+    assert lock_path(resolved, Path("out/locks")) == expected
+
+
+def test_a_combination_without_a_lock_says_to_resolve() -> None:
+    resolved = ResolvedCombination(
+        id="py3.11-cpu-torch2.13.0", status="resolved", reason="", python="3.11", cuda="cpu",
+        platform="manylinux_2_28_x86_64",
+    )  # fmt: skip
+    with pytest.raises(
+        InputError, match=r"has no lock; run `nox -s resolve -- py3\.11-cpu-torch2\.13\.0`"
+    ):
+        lock_path(resolved, Path("locks"))
+
+
+@pytest.mark.parametrize("status", ["unsatisfiable", "error"])
+def test_an_unresolved_combination_has_no_image(tmp_path: Path, status: str) -> None:
+    from envbuilder.docker.build import ensure_image
+
+    resolved = ResolvedCombination(
+        id="py3.11-cpu-torch2.12.0", status=status, reason="no torch 2.12.0 wheel for cp311",  # type: ignore[arg-type]
+        python="3.11", cuda="cpu", platform="manylinux_2_28_x86_64",
+    )  # fmt: skip
+    with pytest.raises(
+        InputError, match=f"is {status} \\(no torch 2.12.0 wheel for cp311\\); nothing to build"
+    ):
+        ensure_image(resolved, tmp_path / "pylock.toml", log_dir=tmp_path / "logs")
+    assert not (tmp_path / "logs").exists()
