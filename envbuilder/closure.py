@@ -9,7 +9,6 @@ not the host — is uv's job. The result is written as a PEP 751
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -17,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +49,6 @@ __all__ = [
     "requirements_text",
     "select_for_target",
     "uv_platform",
-    "write_atomic",
 ]
 
 logger = logging.getLogger(__name__)
@@ -336,26 +333,3 @@ def requirements_text(
             raise ClosureError(f"{combination_id}: {pkg.name} has no sha256 in its lock")
         lines.append(f"{pkg.name}=={pkg.version} \\\n    --hash=sha256:{pkg.sha256}")
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: Path, data: str) -> str:
-    """Write text via a temporary file and rename; return the sha256 of its bytes."""
-    raw = data.encode("utf-8")
-    digest = hashlib.sha256(raw).hexdigest()
-    try:
-        if path.read_bytes() == raw:
-            return digest  # unchanged: keep the file (and its mtime) as it is
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Not mkstemp: its 0600 would stick to the lock; os.open applies the umask as usual.
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return digest

@@ -38,9 +38,9 @@ from envbuilder.closure import (
     read_lock_inputs,
     requirements_text,
     select_for_target,
-    write_atomic,
 )
 from envbuilder.errors import EnvbuilderError
+from envbuilder.files import write_atomic
 from envbuilder.model import (
     BuildRecord,
     Combination,

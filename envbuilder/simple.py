@@ -28,6 +28,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import IndexError_
+from envbuilder.files import sha256_file
 from envbuilder.http import HttpClient, HttpNotFound
 
 __all__ = [
@@ -338,14 +339,6 @@ def local_path(location: str) -> Path:
     return Path(location)
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def list_local_directory(directory: Path, project: str | None = None) -> ProjectPage:
     """The wheels in a directory (of ``project`` only, if given), with sha256 computed here."""
     if not directory.is_dir():
@@ -360,7 +353,7 @@ def list_local_directory(directory: Path, project: str | None = None) -> Project
             DistributionFile(
                 filename=path.name,
                 url=path.resolve().as_uri(),
-                hashes={"sha256": _file_sha256(path)},
+                hashes={"sha256": sha256_file(path)},
                 size=path.stat().st_size,
             )
         )

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from packaging.pylock import is_valid_pylock_path
 
     from envbuilder.errors import InputError
-    from envbuilder.lockfile.canonical import write_atomic
+    from envbuilder.files import write_atomic
     from envbuilder.lockfile.read import default_lockfile
 
     if args.out is not None and args.format == "pylock" and not is_valid_pylock_path(args.out):

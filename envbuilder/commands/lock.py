@@ -45,7 +45,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from envbuilder.errors import InputError
-    from envbuilder.lockfile.canonical import seal, write_atomic
+    from envbuilder.files import write_atomic
+    from envbuilder.lockfile.canonical import seal
     from envbuilder.lockfile.merge import build_lockfile
     from envbuilder.lockfile.results import find_results
     from envbuilder.model import load_resolution

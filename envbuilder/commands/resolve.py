@@ -58,8 +58,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from envbuilder import pipconfig
-    from envbuilder.closure import find_uv, write_atomic
+    from envbuilder.closure import find_uv
     from envbuilder.errors import InputError
+    from envbuilder.files import write_atomic
     from envbuilder.http import HttpClient, default_cache_dir
     from envbuilder.matrix import load_matrix
     from envbuilder.model import Resolution, load_resolution

@@ -12,10 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -24,8 +21,6 @@ __all__ = [
     "content_sha256",
     "finite",
     "seal",
-    "sha256_file",
-    "write_atomic",
 ]
 
 HASH_KEY = "content_sha256"
@@ -66,27 +61,3 @@ def finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [finite(v) for v in value]
     return value
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write *data* to *path* through a temporary file in the same directory and
-    ``os.replace``: readers see the old file or the new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 from string import Template
 
 from envbuilder.errors import InputError
-from envbuilder.lockfile.canonical import write_atomic
+from envbuilder.files import write_atomic
 from envbuilder.lockfile.model import VERDICTS, CompatLock, Entry
 from envbuilder.lockfile.read import load_lockfile
 from envbuilder.publish.plots import MEMORY_KEYS, TIME_KEYS, benchmarks, svg_chart

@@ -26,8 +26,8 @@ from envbuilder.closure import (
     requirements_text,
     select_for_target,
     uv_platform,
-    write_atomic,
 )
+from envbuilder.files import write_atomic
 from envbuilder.wheels import Target
 
 PY311 = Target(python="3.11", platform="manylinux_2_28_x86_64")
