@@ -19,6 +19,7 @@ import argparse
 import base64
 import hashlib
 import io
+import itertools
 import random
 import shutil
 import subprocess
@@ -42,6 +43,7 @@ from envbuilder.docker.build import (
 )
 from envbuilder.docker.cache import WheelCache, default_cache_dir
 from envbuilder.docker.plan import (
+    GROUPS,
     image_tag,
     load_lock,
     lock_digest,
@@ -211,24 +213,36 @@ def naive_image(
 
 
 def cases_sharing_a_runtime(locks: Path) -> list[Case]:
-    """Three resolved combinations of one Python (so one base image) whose locks pin the same CUDA runtime wheels."""
+    """Three resolved CUDA combinations of one Python and one CUDA (so one base image) whose
+    layers would share the most bytes. A layer is shared only where it and every layer below
+    it hold the same wheels, so the pick weighs each layer's chain, by the locks' wheel sizes."""
     resolution = load_resolution(locks / "resolution.json")
-    groups: dict[tuple[str, str], list[Case]] = {}
+    groups: dict[tuple[str, str], list[tuple[Case, dict[tuple[str, ...], int]]]] = {}
     for rc in resolution.combinations:
-        if rc.status != "resolved":
+        if rc.status != "resolved" or rc.cuda == "cpu":
             continue
         lock = lock_path(rc, locks)
-        runtime = plan_layers(load_lock(lock.read_bytes(), source=lock)).groups["runtime"]
-        if runtime:
-            key = (rc.python, requirements_text(runtime))
-            groups.setdefault(key, []).append(Case(resolved=rc, lock=lock))
-    best = max(groups.values(), key=len, default=[])
-    if len(best) < 3:
+        plan = plan_layers(load_lock(lock.read_bytes(), source=lock))
+        chains: dict[tuple[str, ...], int] = {}
+        chain: tuple[str, ...] = ()
+        for group in GROUPS:
+            chain = (*chain, requirements_text(plan.groups[group]))
+            chains[chain] = sum(w.size or 0 for w in plan.groups[group])
+        groups.setdefault((rc.python, rc.cuda), []).append((Case(resolved=rc, lock=lock), chains))
+
+    def saved(triple: tuple[tuple[Case, dict[tuple[str, ...], int]], ...]) -> int:
+        unique: dict[tuple[str, ...], int] = {}
+        for _, chains in triple:
+            unique.update(chains)
+        return sum(sum(chains.values()) for _, chains in triple) - sum(unique.values())
+
+    triples = [t for members in groups.values() for t in itertools.combinations(members, 3)]
+    if not triples:
         raise InputError(
-            f"{locks}: no three resolved combinations of one Python pin the same CUDA runtime "
-            f"wheels (largest group: {len(best)}); resolve more (`nox -s resolve`) or use --synthetic"
+            f"{locks}: no three resolved CUDA combinations of one Python and CUDA; "
+            "resolve more (`nox -s resolve`) or use --synthetic"
         )
-    return best[:3]
+    return [case for case, _ in max(triples, key=saved)]
 
 
 def synthetic_cases(work: Path, *, runtime_mb: int, torch_mb: int) -> list[Case]:
