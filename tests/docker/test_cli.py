@@ -167,3 +167,4 @@ def test_push_sends_the_image_to_the_registry(
     with urllib.request.urlopen(request) as response:
         pushed_layers = len(json.load(response)["layers"])
     assert pushed_layers == len(docker_client.images.get(tag).attrs["RootFS"]["Layers"])
+    docker_client.images.remove(f"{registry}/{tag}")  # the local name of the pushed copy
