@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import torch
 
+from envbuilder.conformance._record import describe_error
+
 __all__ = [
     "DTYPES",
     "Case",
@@ -205,14 +207,10 @@ def xformers_attention(
         try:
             out: torch.Tensor = xops.memory_efficient_attention(q, k, v, attn_bias=bias)
         except NotImplementedError as e:
-            raise Problem(_first_lines(str(e))) from e
+            raise Problem(describe_error(e)) from e
         return out
 
     return fn
-
-
-def _first_lines(text: str, n: int = 6) -> str:
-    return " | ".join(line.strip() for line in text.strip().splitlines()[:n] if line.strip())
 
 
 def run_attention(

@@ -23,6 +23,7 @@ __all__ = [
     "Status",
     "Workaround",
     "append_jsonl",
+    "describe_error",
     "matches",
     "read_jsonl",
 ]
@@ -197,3 +198,16 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         if isinstance(value, dict):
             records.append(value)
     return records
+
+
+def describe_error(error: BaseException, limit: int = 1500) -> str:
+    """An exception as one line that keeps what explains it.
+
+    For xformers' "No operator found" errors that is the first line, the
+    ``attn_bias`` line and each operator's "not supported because" reasons,
+    which come after the (long) list of input shapes.
+    """
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    start = next((i for i, line in enumerate(lines) if line.startswith("attn_bias")), None)
+    keep = lines[:1] + lines[start:] if start is not None else lines[:6]
+    return f"{type(error).__name__}: {' | '.join(keep)}"[:limit]

@@ -28,7 +28,14 @@ from torch import nn
 
 from envbuilder.conformance import tolerance
 from envbuilder.conformance._context import Context
-from envbuilder.conformance._record import CheckSpec, Impl, Number, Outcome, Workaround
+from envbuilder.conformance._record import (
+    CheckSpec,
+    Impl,
+    Number,
+    Outcome,
+    Workaround,
+    describe_error,
+)
 
 __all__ = ["specs"]
 
@@ -158,8 +165,7 @@ def _counting_backend(counter: list[int]) -> Callable[..., Any]:
 
 
 def _short(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    return f"{type(error).__name__}: {' | '.join(lines[:4])}"[:800]
+    return describe_error(error, limit=1200)
 
 
 def compile_check(
@@ -216,7 +222,10 @@ def _compile_check(
     problems: list[str] = []
 
     torch._dynamo.reset()
-    explained = torch._dynamo.explain(model)(inputs[0][0])
+    try:
+        explained = torch._dynamo.explain(model)(inputs[0][0])
+    except Exception as e:  # the module does not even run under dynamo's tracing
+        return Outcome.failed(f"tracing with torch._dynamo.explain failed: {_short(e)}", numbers)
     breaks = int(explained.graph_break_count)
     reasons = [str(getattr(r, "reason", r)).splitlines()[0] for r in explained.break_reasons]
     numbers["graph_breaks"] = breaks

@@ -19,7 +19,7 @@ import torch
 
 from envbuilder.conformance import tolerance
 from envbuilder.conformance._context import Context
-from envbuilder.conformance._record import CheckSpec, Impl, Number, Outcome, Skip
+from envbuilder.conformance._record import CheckSpec, Impl, Number, Outcome, Skip, describe_error
 
 __all__ = ["specs"]
 
@@ -120,8 +120,7 @@ def model_check(ctx: Context, impl: Impl, compiled: bool) -> Outcome:
     try:
         got = _run(runner, inputs)
     except Exception as e:  # the backend or the compiler refusing the model is the finding
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        return Outcome.failed(f"{type(e).__name__}: {' | '.join(lines[:4])}"[:800], numbers)
+        return Outcome.failed(describe_error(e), numbers)
     bad = int((~torch.isfinite(got)).sum().item())
     verdict = tolerance.judge(
         float((got.double() - expected).abs().max().item()),

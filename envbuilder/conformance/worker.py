@@ -32,6 +32,7 @@ from envbuilder.conformance._record import (
     Outcome,
     Skip,
     append_jsonl,
+    describe_error,
     matches,
     read_jsonl,
 )
@@ -88,9 +89,7 @@ def _missing(need: str, ctx: Context) -> str | None:
 def _describe(error: BaseException) -> str:
     frames = traceback.extract_tb(error.__traceback__)
     where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    message = str(error).strip().splitlines()
-    head = " | ".join(line.strip() for line in message[:8] if line.strip())
-    return f"{type(error).__name__}: {head}{where}"[:2000]
+    return f"{describe_error(error)}{where}"[:2000]
 
 
 def execute(spec: CheckSpec, ctx: Context) -> CheckResult:
