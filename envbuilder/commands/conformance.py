@@ -1,0 +1,306 @@
+"""``envbuilder conformance``: run the conformance suite for selected combinations.
+
+Each combination's image is built (``envbuilder.docker.build.ensure_image``) and
+the suite runs in a container with the host's GPUs (Docker device requests),
+writing ``<out-dir>/<id>.json``. ``--in-place`` runs it in this environment
+instead, after checking that this environment is the selected combination.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from envbuilder.errors import InputError, MissingToolError
+from envbuilder.model import Combination
+
+__all__ = ["HELP", "configure", "cuda_tag", "environment_mismatches", "run"]
+
+HELP = "Run the torch.compile + attention conformance suite for selected combinations."
+
+log = logging.getLogger(__name__)
+
+#: where the suite's source is mounted inside a container (a path in the container only)
+SUITE_MOUNT = "/envbuilder-suite"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "selectors", nargs="*", metavar="SELECTOR", help="ids, cu121, torch2.5, globs"
+    )
+    parser.add_argument(
+        "--in-place", action="store_true", help="run in this environment, not a container"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="with --in-place: run even if this environment differs"
+    )
+    parser.add_argument("--out-dir", type=Path, default=Path("results"), help="default: results/")
+    parser.add_argument(
+        "--quick", action="store_true", help="the smaller run (about 2 minutes per GPU)"
+    )
+    parser.add_argument("--checks", action="append", default=[], metavar="PATTERN")
+    parser.add_argument("--locks", type=Path, default=Path("locks"), help="default: locks/")
+    parser.add_argument(
+        "--matrix", type=Path, help="default: the matrix the locks were resolved from"
+    )
+    parser.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="run without a GPU (CPU checks only, GPU checks skip)",
+    )
+
+
+def cuda_tag(torch_cuda: str | None) -> str:
+    """torch.version.cuda as a combination's cuda field: ``"13.0"`` -> ``"cu130"``, None -> ``"cpu"``."""
+    if not torch_cuda:
+        return "cpu"
+    major, _, minor = torch_cuda.partition(".")
+    return f"cu{major}{minor.split('.')[0] or '0'}"
+
+
+def environment_mismatches(
+    combination: Combination,
+    *,
+    torch_version: str | None,
+    torch_cuda: str | None,
+    xformers_version: str | None,
+) -> list[str]:
+    """How this environment differs from ``combination``; empty when it is that combination.
+
+    Public versions are compared (``2.11.0+cu130`` is ``2.11.0``), and the
+    CUDA of the running torch must agree with the combination's unless the
+    combination takes whatever build the index has (``default``).
+    """
+    from packaging.version import InvalidVersion, Version
+
+    def public(v: str) -> Version | None:
+        try:
+            return Version(Version(v).public)
+        except InvalidVersion:
+            return None
+
+    problems: list[str] = []
+    if torch_version is None:
+        problems.append("torch is not installed here")
+    elif public(torch_version) != public(combination.torch):
+        problems.append(
+            f"torch is {torch_version!r} here, {combination.torch!r} in {combination.id}"
+        )
+    elif combination.cuda != "default" and cuda_tag(torch_cuda) != combination.cuda:
+        problems.append(
+            f"torch here is built for {cuda_tag(torch_cuda)!r} (torch {torch_version!r}),"
+            f" {combination.id} needs {combination.cuda!r}"
+        )
+    if combination.xformers is None:
+        if xformers_version is not None:
+            problems.append(
+                f"xformers {xformers_version!r} is installed, {combination.id} has none"
+            )
+    elif xformers_version is None:
+        problems.append(
+            f"xformers is not installed, {combination.id} needs {combination.xformers!r}"
+        )
+    elif public(xformers_version) != public(combination.xformers):
+        problems.append(
+            f"xformers is {xformers_version!r} here, {combination.xformers!r} in {combination.id}"
+        )
+    return problems
+
+
+def _installed(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _options(args: argparse.Namespace, combination: str, lock_sha256: str | None) -> list[str]:
+    argv = ["--combination", combination]
+    if lock_sha256:
+        argv += ["--lock-sha256", lock_sha256]
+    if args.quick:
+        argv.append("--quick")
+    for pattern in args.checks:
+        argv += ["--checks", pattern]
+    return argv
+
+
+def run(args: argparse.Namespace) -> int:
+    from envbuilder.matrix import load_matrix
+    from envbuilder.model import Resolution, load_resolution
+
+    resolution: Resolution | None = None
+    resolution_path: Path = args.locks / "resolution.json"
+    if resolution_path.is_file():
+        resolution = load_resolution(resolution_path)
+    elif not args.in_place:
+        raise InputError(f"{resolution_path}: not found; run `nox -s resolve` first")
+    matrix_path = args.matrix or (Path(resolution.matrix) if resolution else Path("matrix.toml"))
+    chosen = load_matrix(matrix_path).select(args.selectors)
+    locks = resolution.by_id() if resolution else {}
+    if args.in_place:
+        return _run_in_place(args, chosen, {k: v.lock_sha256 for k, v in locks.items()})
+    return _run_in_containers(args, chosen, resolution, locks)
+
+
+def _run_in_place(
+    args: argparse.Namespace, chosen: Sequence[Combination], lock_sha: dict[str, str | None]
+) -> int:
+    from envbuilder.conformance.runner import RunOptions, run_suite, summarize
+
+    try:
+        import torch
+    except ImportError as e:
+        raise MissingToolError(
+            f"torch is not importable in this environment ({sys.executable}): {e}"
+        ) from e
+    here = {
+        "torch_version": str(torch.__version__),
+        "torch_cuda": torch.version.cuda,
+        "xformers_version": _installed("xformers"),
+    }
+    problems = {c.id: environment_mismatches(c, **here) for c in chosen}
+    matching = [c for c in chosen if not problems[c.id]]
+    if not matching:
+        if not args.force or len(chosen) != 1:
+            detail = "\n".join(f"  {cid}: {'; '.join(p)}" for cid, p in problems.items())
+            hint = "select one combination and pass --force" if len(chosen) != 1 else "pass --force"
+            raise InputError(
+                f"this environment is none of the selected combinations:\n{detail}\n"
+                f"install the combination (envbuilder install) or {hint} to run anyway"
+            )
+        matching = list(chosen)
+    if len(matching) > 1:
+        raise InputError(
+            "this environment matches several selected combinations: "
+            + ", ".join(c.id for c in matching)
+            + "; select one"
+        )
+    if not torch.cuda.is_available() and not args.allow_cpu:
+        raise MissingToolError(
+            "no CUDA GPU is visible to torch here; run on a GPU machine, or pass --allow-cpu"
+            " to run only the CPU checks (GPU checks are recorded as skipped)"
+        )
+    combination = matching[0]
+    sha = lock_sha.get(combination.id)
+    if sha is None:
+        log.warning(
+            "no lock hash for %s (no locks/resolution.json entry): lock_sha256 stays null",
+            combination.id,
+        )
+    out = args.out_dir / f"{combination.id}.json"
+    from envbuilder.conformance.__main__ import build_parser
+
+    suite_args = build_parser().parse_args(
+        ["--out", str(out), *_options(args, combination.id, sha)]
+    )
+    results = run_suite(
+        RunOptions(
+            out=out,
+            checks=tuple(suite_args.checks),
+            quick=suite_args.quick,
+            combination=combination.id,
+            lock_sha256=sha,
+        ),
+        echo=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(summarize(results), file=sys.stderr)
+    print(out)
+    return 0
+
+
+def _gpu_request(client: Any, allow_cpu: bool) -> list[Any]:
+    from docker.types import DeviceRequest
+
+    runtimes = client.info().get("Runtimes", {}) or {}
+    has_gpu = "nvidia" in runtimes or shutil.which("nvidia-smi") is not None
+    if has_gpu:
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if allow_cpu:
+        return []
+    raise MissingToolError(
+        "no GPU for containers: the Docker daemon has no 'nvidia' runtime and nvidia-smi is not"
+        " on PATH; install the NVIDIA driver and NVIDIA Container Toolkit, run on a GPU runner,"
+        " or pass --allow-cpu to run only the CPU checks"
+    )
+
+
+def _run_in_containers(
+    args: argparse.Namespace,
+    chosen: Sequence[Combination],
+    resolution: Any,
+    locks: dict[str, Any],
+) -> int:
+    try:
+        from envbuilder.docker.build import docker_client, ensure_image, lock_path
+    except ImportError as e:
+        raise MissingToolError(
+            f"the Docker image builder (envbuilder.docker.build) is not available: {e}; "
+            "use --in-place to run in this environment"
+        ) from e
+    import envbuilder
+    from envbuilder.reporter import Reporter
+
+    client = docker_client()
+    devices = _gpu_request(client, args.allow_cpu)
+    reporter = Reporter(verbose=getattr(args, "verbose", 0))
+    out_dir: Path = args.out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    package_dir = Path(envbuilder.__file__).resolve().parent
+    failed: list[str] = []
+    for combination in chosen:
+        resolved = locks.get(combination.id)
+        if resolved is None:
+            raise InputError(
+                f"{args.locks / 'resolution.json'} has no {combination.id!r};"
+                f" run `nox -s resolve -- {combination.id}`"
+            )
+        with reporter.step(f"conformance {combination.id}"):
+            tag = ensure_image(
+                resolved,
+                lock_path(resolved, args.locks),
+                client=client,
+                reporter=reporter,
+                log_dir=args.locks / "build-logs",
+            )
+            command = [
+                "python",
+                "-m",
+                "envbuilder.conformance",
+                "--out",
+                f"/results/{combination.id}.json",
+                *_options(args, combination.id, resolved.lock_sha256),
+            ]
+            reporter.command(["docker", "run", tag, *command])
+            container = client.containers.run(
+                tag,
+                command=command,
+                detach=True,
+                environment={"PYTHONPATH": SUITE_MOUNT, "PYTHONUNBUFFERED": "1"},
+                volumes={
+                    str(package_dir): {"bind": f"{SUITE_MOUNT}/envbuilder", "mode": "ro"},
+                    str(out_dir): {"bind": "/results", "mode": "rw"},
+                },
+                device_requests=devices,
+                shm_size="8g",
+            )
+            try:
+                for chunk in container.logs(stream=True, follow=True):
+                    sys.stderr.write(chunk.decode("utf-8", errors="replace"))
+                status = int(container.wait().get("StatusCode", 1))
+            finally:
+                container.remove(force=True)
+            if status not in (0, 1):  # 1: the suite ran and a gate check failed
+                failed.append(f"{combination.id} (exit status {status})")
+            print(out_dir / f"{combination.id}.json")
+    if failed:
+        reporter.line("suite did not complete for: " + ", ".join(failed))
+        return 1
+    return 0
