@@ -48,6 +48,16 @@ def matrix(session: nox.Session) -> None:
     session.run("envbuilder", "matrix", "--resolution", "locks/resolution.json", *session.posargs)
 
 
+@nox.session(python=False, default=False, tags=["pipeline"])
+def conformance(session: nox.Session) -> None:
+    """Run the conformance suite: nox -s conformance -- SELECTOR [--in-place] [--quick] (results/<id>.json)."""
+    if not [a for a in session.posargs if not a.startswith("-")]:
+        session.error("Usage: nox -s conformance -- SELECTOR [SELECTOR...] [--in-place] [--quick]")
+    # No virtualenv: --in-place tests the environment nox was started from, whose `python`
+    # must be able to import envbuilder (run from the repository root, or install it there).
+    session.run("python", "-m", "envbuilder", "conformance", *session.posargs, external=True)
+
+
 @nox.session(python=PYTHON, tags=["pipeline"])
 def lock(session: nox.Session) -> None:
     """Merge locks/ and results/ into compat.lock.json: nox -s lock -- [envbuilder lock OPTIONS]."""
