@@ -267,12 +267,7 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
         def _finish(
             self, status: int, body: bytes, headers: Mapping[str, str], *, send_body: bool = True
         ) -> None:
-            self.send_response(status)
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            # Recorded before the body goes out, so a client that has the response sees the record.
+            # Recorded before anything goes out, so a client that has the response sees the record.
             record = RequestRecord(
                 method=self.command,
                 path=self.path,
@@ -281,6 +276,11 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
                 body_bytes=len(body) if send_body else 0,
             )
             server.stats.record(record)
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
             if not (send_body and body):
                 return
             sent = 0
