@@ -58,13 +58,14 @@ def arch_covered(entries: list[tuple[int, int, str]], capability: tuple[int, int
     own; PTX is compiled by the driver for any later capability.
     """
     major, minor = capability
-    for e_major, e_minor, suffix in entries:
-        if suffix == "ptx" and (e_major, e_minor) <= capability:
-            return f"{e_major}.{e_minor}+PTX"
+    for e_major, e_minor, suffix in entries:  # machine code first: no JIT at start-up
         if suffix in ("a", "f") and (e_major, e_minor) == capability:
             return f"{e_major}.{e_minor}{suffix}"
         if suffix == "" and e_major == major and e_minor <= minor:
             return f"{e_major}.{e_minor}"
+    for e_major, e_minor, suffix in entries:
+        if suffix == "ptx" and (e_major, e_minor) <= capability:
+            return f"{e_major}.{e_minor}+PTX"
     return None
 
 

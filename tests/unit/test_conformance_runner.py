@@ -1,0 +1,195 @@
+"""The runner's bookkeeping: what a dead or killed group leaves behind, selection, summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuilder.conformance import GROUPS
+from envbuilder.conformance._record import append_jsonl, describe_error, matches, read_jsonl
+from envbuilder.conformance.runner import GroupRun, groups_for, settle, summarize, write_atomic
+
+
+def _meta(name: str, gate: bool = True) -> Mapping[str, Any]:
+    return {"name": name, "gate": gate, "impl": "sdpa", "workaround": None}
+
+
+PLAN = (_meta("attention.a"), _meta("attention.b"), _meta("attention.c", gate=False))
+
+
+@pytest.mark.parametrize(
+    ("started", "done", "exit_status", "expected", "restart"),
+    [
+        # killed at the time limit in b: b timeout, c not started
+        (
+            ("attention.a", "attention.b"),
+            {"attention.a"},
+            None,
+            {"attention.b": "timeout", "attention.c": "skip"},
+            False,
+        ),
+        # segfault in b: b error, restart for c
+        (("attention.a", "attention.b"), {"attention.a"}, -11, {"attention.b": "error"}, True),
+        # crash after the last check finished: nothing to record, nothing to rerun
+        (
+            ("attention.a", "attention.b", "attention.c"),
+            {"attention.a", "attention.b", "attention.c"},
+            1,
+            {},
+            False,
+        ),
+        # worker exited 0 but skipped c: recorded as not run
+        (
+            ("attention.a", "attention.b"),
+            {"attention.a", "attention.b"},
+            0,
+            {"attention.c": "skip"},
+            False,
+        ),
+    ],
+)
+def test_settle(
+    started: tuple[str, ...],
+    done: set[str],
+    exit_status: int | None,
+    expected: dict[str, str],
+    restart: bool,
+) -> None:
+    run = GroupRun(
+        plan=PLAN, started=started, done=frozenset(done), exit_status=exit_status, log_tail="boom"
+    )
+    records, again = settle("attention", run, limit_s=60, elapsed_s=10)
+    assert {r.name: r.status for r in records} == expected
+    assert again is restart
+    for record in records:
+        assert record.reason
+        assert record.gate == (record.name != "attention.c")
+
+
+def test_settle_names_the_signal() -> None:
+    run = GroupRun(
+        plan=PLAN, started=("attention.a",), done=frozenset(), exit_status=-11, log_tail=""
+    )
+    records, _ = settle("attention", run, limit_s=60, elapsed_s=1)
+    assert "SIGSEGV" in records[0].reason
+
+
+def test_settle_without_a_plan_records_the_group() -> None:
+    run = GroupRun(
+        plan=None, started=(), done=frozenset(), exit_status=1, log_tail="ImportError: torch"
+    )
+    records, again = settle("compile", run, limit_s=60, elapsed_s=1)
+    assert [(r.name, r.status) for r in records] == [("compile.worker", "error")]
+    assert "ImportError: torch" in records[0].reason
+    assert again is False
+
+
+def test_no_restart_once_time_is_up() -> None:
+    run = GroupRun(
+        plan=PLAN, started=("attention.a",), done=frozenset(), exit_status=-6, log_tail=""
+    )
+    _, again = settle("attention", run, limit_s=60, elapsed_s=61)
+    assert again is False
+
+
+@pytest.mark.parametrize(
+    ("patterns", "groups"),
+    [
+        ((), GROUPS),
+        (("attention",), ("attention",)),
+        (("compile.*.dynamic.*", "environment.versions"), ("environment", "compile")),
+        (("*.xformers.*",), GROUPS),
+    ],
+)
+def test_groups_for(patterns: tuple[str, ...], groups: tuple[str, ...]) -> None:
+    assert groups_for(patterns) == groups
+
+
+@pytest.mark.parametrize(
+    ("name", "patterns", "selected"),
+    [
+        ("attention.sdpa.none.bf16", (), True),
+        ("attention.sdpa.none.bf16", ("attention",), True),
+        ("attention.sdpa.none.bf16", ("attention.sdpa",), True),
+        ("attention.sdpa.none.bf16", ("attention.sd",), False),
+        ("attention.sdpa.none.bf16", ("*.bf16",), True),
+        ("compile.sdpa.block.static.fullgraph", ("attention",), False),
+    ],
+)
+def test_matches(name: str, patterns: tuple[str, ...], selected: bool) -> None:
+    assert matches(name, patterns) is selected
+
+
+def test_a_torn_last_line_is_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    append_jsonl(path, {"name": "a"})
+    with path.open("a", encoding="utf-8") as f:
+        f.write('{"name": "b", "sta')
+    assert read_jsonl(path) == [{"name": "a"}]
+
+
+def test_write_atomic_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "out" / "results.json"
+    write_atomic(target, "{}\n")
+    write_atomic(target, '{"x": 1}\n')
+    assert json.loads(target.read_text()) == {"x": 1}
+    assert [p.name for p in target.parent.iterdir()] == ["results.json"]
+
+
+def test_describe_error_keeps_xformers_reasons() -> None:
+    message = (
+        "No operator found for `memory_efficient_attention_forward` with inputs:\n"
+        "     query       : shape=(2, 269, 4, 64) (torch.bfloat16)\n"
+        "     attn_bias   : <class 'torch.Tensor'>\n"
+        "`cutlassF-pt` is not supported because:\n"
+        "    attn_bias.stride(-2) % 8 != 0\n"
+    )
+    text = describe_error(NotImplementedError(message))
+    assert text.startswith("NotImplementedError: No operator found")
+    assert "attn_bias.stride(-2) % 8 != 0" in text
+    assert "query" not in text
+
+
+def test_summary_lists_failing_gates_only() -> None:
+    results = {
+        "suite_version": "1.0.0",
+        "combination": "py3.11-cpu-torch2.13.0",
+        "runner": {
+            "torch": "2.13.0",
+            "torch_cuda": None,
+            "xformers": None,
+            "driver": None,
+            "gpus": [],
+        },
+        "checks": [
+            {
+                "name": "attention.sdpa.none.bf16",
+                "status": "pass",
+                "gate": True,
+                "reason": "",
+                "duration_s": 1,
+            },
+            {
+                "name": "attention.x",
+                "status": "fail",
+                "gate": True,
+                "reason": "too far",
+                "duration_s": 1,
+            },
+            {
+                "name": "performance.y",
+                "status": "error",
+                "gate": False,
+                "reason": "oops",
+                "duration_s": 1,
+            },
+        ],
+    }
+    text = summarize(results)
+    assert "3 checks: 1 pass, 1 fail, 0 skip, 1 error, 0 timeout" in text
+    assert "attention.x" in text and "too far" in text
+    assert "performance.y" not in text
