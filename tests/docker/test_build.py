@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -177,9 +178,17 @@ def test_a_build_without_cache_installs_the_same_tree(
         "test-reproducible",
         [*runtime_wheels(wheels), build_wheel(wheels, "demo-tool", "1.0", members=scripts)],
     )
-    first = build(locked, wheel_cache, base_image, tmp_path)
+    # A build without cache starts new cache chains from its base image; a base of its own
+    # (the same layers, one more label) keeps the other tests' chains as they were.
+    base = f"{base_image}-no-cache-test"
+    docker_client.images.build(
+        fileobj=io.BytesIO(f"FROM {base_image}\nLABEL io.envbuilder.test=no-cache\n".encode()),
+        tag=base,
+        network_mode="none",
+    )
+    first = build(locked, wheel_cache, base, tmp_path)
     before = docker_client.images.get(first)
-    second = build(locked, wheel_cache, base_image, tmp_path, force=True, no_cache=True)
+    second = build(locked, wheel_cache, base, tmp_path, force=True, no_cache=True)
     after = docker_client.images.get(second)
     assert second == first
     assert after.id != before.id  # it really was built again
