@@ -1,0 +1,150 @@
+"""The suite on CPU with a real torch: CPU checks run, GPU checks skip with a reason,
+and a crash or a hang in one check loses nothing else (fault injection)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from envbuilder.conformance.runner import RunOptions, run_suite
+from envbuilder.conformance.worker import FAULT_VARIABLE
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "envbuilder" / "schemas" / "results.schema.json").read_text())
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch is not installed (the tests nox session installs torch==2.13.0)",
+)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU path, even on a machine with a GPU
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, str]:
+    out = tmp_path_factory.mktemp("conformance") / "results.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envbuilder.conformance",
+            "--quick",
+            "--out",
+            str(out),
+            "--combination",
+            "py3.11-cpu-torch2.13.0",
+            "--checks",
+            "environment",
+            "--checks",
+            "attention",
+            "--checks",
+            "compile.sdpa.block.dynamic.*",
+            "--checks",
+            "performance",
+            "--checks",
+            "multigpu",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text()), out, proc.stdout
+
+
+def test_results_follow_the_schema(quick_run: tuple[dict[str, Any], Path, str]) -> None:
+    results, _, _ = quick_run
+    jsonschema.Draft202012Validator(SCHEMA).validate(results)
+    assert results["combination"] == "py3.11-cpu-torch2.13.0"
+    assert results["runner"]["gpus"] == []
+
+
+def test_jsonl_stream_holds_every_check(quick_run: tuple[dict[str, Any], Path, str]) -> None:
+    results, out, _ = quick_run
+    lines = [
+        json.loads(line) for line in out.with_name(out.name + ".jsonl").read_text().splitlines()
+    ]
+    assert [line["name"] for line in lines] == [c["name"] for c in results["checks"]]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("mask", ["none", "causal", "blockdiag", "bias", "bias_expanded"])
+def test_sdpa_is_checked_for_real_on_cpu(
+    quick_run: tuple[dict[str, Any], Path, str], mask: str, dtype: str
+) -> None:
+    check = {c["name"]: c for c in quick_run[0]["checks"]}[f"attention.sdpa.{mask}.{dtype}"]
+    assert check["status"] == "pass", check["reason"]
+    assert check["numbers"]["worst_error"] <= check["numbers"]["worst_bound"]
+    assert check["numbers"]["cases"] >= 2
+
+
+def test_compile_runs_on_cpu_with_dynamic_shapes(
+    quick_run: tuple[dict[str, Any], Path, str],
+) -> None:
+    check = {c["name"]: c for c in quick_run[0]["checks"]}["compile.sdpa.block.dynamic.fullgraph"]
+    assert check["status"] == "pass", check["reason"]
+    assert check["numbers"]["graph_breaks"] == 0
+    assert check["numbers"]["recompilations_on_seen_shapes"] == 0
+
+
+def test_gpu_checks_skip_with_the_reason(quick_run: tuple[dict[str, Any], Path, str]) -> None:
+    checks = {c["name"]: c for c in quick_run[0]["checks"]}
+    for name in (
+        "environment.cuda.device",
+        "performance.sdpa.bf16.s8192.d128",
+        "multigpu.ddp.xformers",
+    ):
+        assert checks[name]["status"] == "skip"
+        assert checks[name]["reason"]
+    assert "CUDA" in checks["performance.sdpa.bf16.s8192.d128"]["reason"]
+
+
+def test_summary_is_printed(quick_run: tuple[dict[str, Any], Path, str]) -> None:
+    assert "checks:" in quick_run[2] and "gates:" in quick_run[2]
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "words"),
+    [
+        ("abort", "error", "SIGSEGV"),
+        ("hang", "timeout", "time limit"),
+        ("raise", "error", "fault injected"),
+    ],
+)
+def test_a_crash_or_hang_loses_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, status: str, words: str
+) -> None:
+    victim = "attention.sdpa.causal.fp16"
+    for key, value in _env(**{FAULT_VARIABLE: f"{victim}={fault}"}).items():
+        monkeypatch.setenv(key, value)
+    opts = RunOptions(
+        out=tmp_path / "r.json",
+        checks=("attention.sdpa.none", "attention.sdpa.causal", "environment.versions"),
+        timeouts={"attention": 25, "environment": 120},
+    )
+    results = run_suite(opts, echo=lambda _line: None)
+    checks = {c["name"]: c for c in results["checks"]}
+    assert checks[victim]["status"] == status
+    assert words in checks[victim]["reason"]
+    assert checks["attention.sdpa.none.fp32"]["status"] == "pass"  # ran before the fault
+    assert checks["environment.versions"]["status"] == "pass"  # another group, unaffected
+    # after a crash the worker is restarted for what was left; after a hang the time is up
+    after = {"abort": "pass", "raise": "pass", "hang": "skip"}[fault]
+    assert checks["attention.sdpa.causal.fp32"]["status"] == after
