@@ -125,6 +125,8 @@ def image_labels(
 ) -> dict[str, str]:
     """The image's labels: OCI annotations plus the combination, lock and manifest."""
     p = LABEL_PREFIX
+    in_lock = {w.name: w.version for w in plan.wheels()}
+    locked = {name: in_lock.get(name, "") for name in ("torch", "xformers")}
     labels = {
         "org.opencontainers.image.title": f"envbuilder/{resolved.id}",
         "org.opencontainers.image.version": lock_sha256[:12],
@@ -135,8 +137,10 @@ def image_labels(
         f"{p}.combination.python": resolved.python,
         f"{p}.combination.cuda": resolved.cuda,
         f"{p}.combination.platform": resolved.platform,
-        f"{p}.combination.torch": resolved.torch.version if resolved.torch else "",
-        f"{p}.combination.xformers": resolved.xformers.version if resolved.xformers else "",
+        f"{p}.combination.torch": resolved.torch.version if resolved.torch else locked["torch"],
+        f"{p}.combination.xformers": (
+            resolved.xformers.version if resolved.xformers else locked["xformers"]
+        ),
         f"{p}.lock.sha256": lock_sha256,
         f"{p}.manifest.sha256": manifest.sha256,
         f"{p}.manifest.files": str(manifest.files),

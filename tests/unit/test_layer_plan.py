@@ -226,6 +226,23 @@ def test_labels_carry_the_combination_the_lock_and_the_manifest() -> None:
     }
 
 
+def test_without_resolver_details_the_versions_come_from_the_lock() -> None:
+    resolved = ResolvedCombination(
+        id="py3.11-cu128-torch2.9.1-xformers0.0.33.post2", status="resolved", reason="",
+        python="3.11", cuda="cu128", platform="manylinux_2_28_x86_64",
+    )  # fmt: skip
+    labels = image_labels(
+        resolved,
+        lock_sha256=SHA_B,
+        manifest=Manifest(sha256=SHA_A, files=3),
+        base_image="python:3.11-slim",
+        plan=plan_layers([wheel("torch", "2.9.1"), wheel("xformers", "0.0.33.post2")]),
+        revision="abc123",
+    )
+    assert labels["io.envbuilder.combination.torch"] == "2.9.1"
+    assert labels["io.envbuilder.combination.xformers"] == "0.0.33.post2"
+
+
 def test_labels_go_into_one_quoted_instruction() -> None:
     text = label_dockerfile("sha256:0f", {"b": 'say "hi"', "a": "back\\slash", "c": "two\nlines"})
     assert text == (
