@@ -157,7 +157,7 @@ def specs(ctx: Context) -> list[CheckSpec]:
                 run=partial(
                     model_check, ctx, "xformers" if impl == "xformers" else "sdpa", compiled
                 ),
-                quick=ctx.is_cuda,
+                quick=ctx.is_cuda and not (impl == "xformers" and compiled),
             )
         )
     return out
