@@ -4,7 +4,10 @@ A results file is *rejected* (never merged) when it is not JSON, fails the
 results JSON Schema, comes from a newer results schema or a newer suite major
 version than this envbuilder understands, names no combination or one the
 resolution does not have, or carries a ``lock_sha256`` other than the
-combination's current one (the lock changed since it ran: re-run the suite).
+combination's current one (the lock changed since it ran: re-run the suite)
+or none at all for a resolved combination (the run is not tied to its lock).
+A run for an *unsatisfiable* combination carries no lock hash and is kept as
+evidence for the resolver's reason; the verdict stays ``unsatisfiable``.
 """
 
 from __future__ import annotations
@@ -249,9 +252,25 @@ def accept(
             combo = combinations.get(combo_id)
             if combo is None:
                 raise Rejected(path, f"combination {combo_id!r} is not in the resolution")
-            if combo.status != "resolved":
+            if combo.status == "unsatisfiable":
+                # Evidence for the resolver's reason (e.g. the extension really fails to load);
+                # there is no lock to bind to, and the verdict stays `unsatisfiable`.
+                if results.data["lock_sha256"] is not None:
+                    raise Rejected(
+                        path,
+                        f"combination {combo_id!r} is unsatisfiable and has no lock, but this run "
+                        f"names lock_sha256 {results.data['lock_sha256']!r}",
+                    )
+            elif combo.status != "resolved":
                 raise Rejected(path, f"combination {combo_id!r} is {combo.status}, not resolved")
-            if results.data["lock_sha256"] != combo.lock_sha256:
+            elif results.data["lock_sha256"] is None:
+                raise Rejected(
+                    path,
+                    f"lock_sha256 is null: this run is not tied to the lock of {combo_id!r}; run the "
+                    "suite through `envbuilder conformance` (in the combination's image, or "
+                    "--in-place in an environment that is the combination), which records it",
+                )
+            elif results.data["lock_sha256"] != combo.lock_sha256:
                 raise Rejected(
                     path,
                     f"lock_sha256 {results.data['lock_sha256']!r} is not the current lock of "

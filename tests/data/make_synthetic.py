@@ -295,6 +295,7 @@ def main() -> None:
         },
     )
     ok, ww, cudart, broken, conflict = (s[0]["id"] for s in specs[:5])
+    unsat = specs[-1][0]["id"]
     good = {
         f"{ok}.h100.json": results(ok, shas[ok], H100, "20", checks()),
         f"{ok}.a100.json": results(
@@ -322,6 +323,8 @@ def main() -> None:
             conflict, shas[conflict], H100, "24", checks(attention="error", xf_ms=0.7, sdpa_ms=0.9)
         ),
     }
+    # A run for an unsatisfiable combination: evidence for the resolver's reason, no lock.
+    good[f"{unsat}.h100.json"] = results(unsat, None, H100, "25", checks(attention="error"))
     for name, data in good.items():
         dump(HERE / "results" / name, data)
     bad = {
@@ -331,6 +334,8 @@ def main() -> None:
             ok, shas[ok], H100, "18", checks(), schema="envbuilder.results/2"
         ),
         "unknown-combination.json": results("py3.9-cu999-torch0.1", shas[ok], H100, "18", checks()),
+        "null-lock.json": results(ok, None, H100, "18", checks()),
+        "unsatisfiable-with-lock.json": results(unsat, shas[ok], H100, "18", checks()),
         "bad-status.json": results(
             ok, shas[ok], H100, "18", [check("attention.x", "passed", reason="not a status")]
         ),

@@ -59,6 +59,14 @@ def test_every_verdict_from_the_synthetic_results(workdir: Path) -> None:
     assert {p.name for p in two_gpus.packages} == {"filelock", "torch", "xformers"}
 
 
+def test_a_run_for_an_unsatisfiable_combination_is_kept_as_evidence(workdir: Path) -> None:
+    assert lock("--results", "results") == 0
+    compat = load_lockfile(workdir / "compat.lock.json")
+    (entry,) = [e for e in compat.combinations if e.status == "unsatisfiable"]
+    assert entry.verdict.verdict == "unsatisfiable"
+    assert [r.gpu for r in entry.runs] and entry.lock is None
+
+
 def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
     assert lock("--results", "results", "-o", "a.json") == 0
     # the same inputs named in another order give the same bytes
@@ -79,6 +87,8 @@ def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
         ("newer-suite.json", "newer conformance suite"),
         ("newer-schema.json", "'envbuilder.results/2'"),
         ("unknown-combination.json", "is not in the resolution"),
+        ("null-lock.json", "lock_sha256 is null: this run is not tied to the lock"),
+        ("unsatisfiable-with-lock.json", "is unsatisfiable and has no lock"),
         ("bad-status.json", "fails the results schema at checks/0/status"),
         ("truncated.json", "not valid JSON"),
     ],
