@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"envbuilder {__version__}")
     parser.add_argument(
-        "--debug", action="store_true", help="show tracebacks for errors (or set ENVBUILDER_DEBUG=1)"
+        "--debug",
+        action="store_true",
+        help="show tracebacks for errors (or set ENVBUILDER_DEBUG=1)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:

@@ -231,7 +231,9 @@ REHEARSED = [
     ("aggregate", "lock"),
     ("aggregate", "publish"),
 ]
-SUITE_ARGS = "--in-place --force --quick --allow-cpu"  # CPU rehearsal: GPU checks recorded as skipped
+SUITE_ARGS = (
+    "--in-place --force --quick --allow-cpu"  # CPU rehearsal: GPU checks recorded as skipped
+)
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 STEP_TIMEOUT = 420
 
