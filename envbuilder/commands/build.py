@@ -5,25 +5,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from envbuilder.commands._args import add_matrix_argument, add_selectors
+
 HELP = "build one Docker image per resolved combination from its lock (tag envbuilder/<id>:<lock sha256[:12]>)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "selectors",
-        nargs="*",
-        metavar="SELECTOR",
-        help="cu121, py3.11, torch2.5, an id, a glob; none = every resolved combination",
-    )
+    add_selectors(parser, none_means="every resolved combination")
     parser.add_argument(
         "--locks",
         type=Path,
         default=Path("locks"),
         help="output of `envbuilder resolve` (default: %(default)s)",
     )
-    parser.add_argument(
-        "--matrix",
-        type=Path,
+    add_matrix_argument(
+        parser,
         default=None,
         help="matrix file for selectors and base images (default: the one the locks were resolved from)",
     )

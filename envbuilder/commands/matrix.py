@@ -5,24 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from envbuilder.commands._args import add_matrix_argument, add_selectors
+
 HELP = "print the GitHub Actions job matrix (one job per resolvable combination)"
 
 FORMATS = ("json", "github", "ids")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "selectors",
-        nargs="*",
-        metavar="SELECTOR",
-        help="cu121, py3.11, torch2.5, an id, a glob; none = all",
-    )
-    parser.add_argument(
-        "--matrix",
-        type=Path,
-        default=Path("matrix.toml"),
-        help="matrix file (default: %(default)s)",
-    )
+    add_selectors(parser)
+    add_matrix_argument(parser)
     parser.add_argument(
         "--resolution",
         type=Path,

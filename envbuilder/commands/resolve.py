@@ -9,6 +9,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from envbuilder.commands._args import add_matrix_argument, add_selectors
 from envbuilder.model import ResolvedCombination
 
 HELP = (
@@ -19,18 +20,8 @@ _MARK = {"resolved": "✓", "unsatisfiable": "✕", "error": "!"}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "selectors",
-        nargs="*",
-        metavar="SELECTOR",
-        help="cu121, py3.11, torch2.5, an id, a glob; none = all",
-    )
-    parser.add_argument(
-        "--matrix",
-        type=Path,
-        default=Path("matrix.toml"),
-        help="matrix file (default: %(default)s)",
-    )
+    add_selectors(parser)
+    add_matrix_argument(parser)
     parser.add_argument(
         "--out", type=Path, default=Path("locks"), help="output directory (default: %(default)s)"
     )
