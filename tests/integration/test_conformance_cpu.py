@@ -148,3 +148,84 @@ def test_a_crash_or_hang_loses_nothing_else(
     # after a crash the worker is restarted for what was left; after a hang the time is up
     after = {"abort": "pass", "raise": "pass", "hang": "skip"}[fault]
     assert checks["attention.sdpa.causal.fp32"]["status"] == after
+
+
+MATRIX = """
+[axes]
+python = ["3.11"]
+
+[[combinations]]
+python = "3.11"
+cuda = "cpu"
+torch = "2.13.0"
+
+[[combinations]]
+python = "3.11"
+cuda = "cu130"
+torch = "2.11.0"
+xformers = "0.0.35"
+"""
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "matrix.toml").write_text(MATRIX)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envbuilder",
+            "conformance",
+            "--matrix",
+            str(tmp_path / "matrix.toml"),
+            "--locks",
+            str(tmp_path / "locks"),
+            "--out-dir",
+            str(tmp_path / "results"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+        check=False,
+        cwd=ROOT,
+    )
+
+
+def test_in_place_runs_for_the_matching_combination(tmp_path: Path) -> None:
+    proc = _cli(
+        tmp_path,
+        "py3.11-cpu-torch2.13.0",
+        "--in-place",
+        "--allow-cpu",
+        "--quick",
+        "--checks",
+        "attention.sdpa.none",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results" / "py3.11-cpu-torch2.13.0.json").read_text())
+    jsonschema.Draft202012Validator(SCHEMA).validate(results)
+    assert results["combination"] == "py3.11-cpu-torch2.13.0"
+    assert results["lock_sha256"] is None  # no locks/resolution.json here
+    assert {c["status"] for c in results["checks"]} == {"pass"}
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "words"),
+    [
+        (
+            ("py3.11-cu130-torch2.11.0-xformers0.0.35", "--in-place", "--allow-cpu"),
+            2,
+            "torch is '2.13.0",
+        ),
+        (("py3.11-cpu-torch2.13.0", "--in-place"), 3, "no CUDA GPU"),
+        (("py3.11-cpu-torch2.13.0",), 2, "resolution.json: not found"),
+    ],
+)
+def test_refusals_say_what_is_wrong(
+    tmp_path: Path, args: tuple[str, ...], status: int, words: str
+) -> None:
+    proc = _cli(tmp_path, *args)
+    assert proc.returncode == status, proc.stderr
+    assert words in proc.stderr
+    assert not (tmp_path / "results").exists()  # nothing partially written
