@@ -60,3 +60,44 @@ def test_environment_mismatches(
 )
 def test_cuda_tag(torch_cuda: str | None, tag: str) -> None:
     assert cuda_tag(torch_cuda) == tag
+
+
+class _Daemon:
+    """The one call `_gpu_request` makes on a Docker client: `info()`."""
+
+    def __init__(self, runtimes: dict[str, object]) -> None:
+        self.runtimes = runtimes
+
+    def info(self) -> dict[str, object]:
+        return {"Runtimes": self.runtimes}
+
+
+@pytest.mark.parametrize(
+    ("runtimes", "smi", "allow_cpu", "outcome"),
+    [
+        ({"nvidia": {}, "runc": {}}, None, False, "gpu"),
+        ({"runc": {}}, "/usr/bin/nvidia-smi", False, "gpu"),
+        ({"runc": {}}, None, True, "cpu"),
+        ({"runc": {}}, None, False, "error"),
+    ],
+)
+def test_containers_get_the_gpus_or_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+    runtimes: dict[str, object],
+    smi: str | None,
+    allow_cpu: bool,
+    outcome: str,
+) -> None:
+    from envbuilder.commands import conformance
+    from envbuilder.errors import MissingToolError
+
+    monkeypatch.setattr("shutil.which", lambda name: smi)
+    if outcome == "error":
+        with pytest.raises(MissingToolError, match="NVIDIA Container Toolkit"):
+            conformance._gpu_request(_Daemon(runtimes), allow_cpu)
+        return
+    requests = conformance._gpu_request(_Daemon(runtimes), allow_cpu)
+    if outcome == "cpu":
+        assert requests == []
+    else:
+        assert [(r["Count"], r["Capabilities"]) for r in requests] == [(-1, [["gpu"]])]
