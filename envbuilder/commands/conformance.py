@@ -190,7 +190,15 @@ def _run_in_place(
         )
     combination = matching[0]
     sha = lock_sha.get(combination.id)
-    if sha is None:
+    if problems[combination.id]:
+        # --force: the run is real, but this environment is not the lock; do not claim it is.
+        log.warning(
+            "%s: this environment differs (%s): lock_sha256 stays null",
+            combination.id,
+            "; ".join(problems[combination.id]),
+        )
+        sha = None
+    elif sha is None:
         log.warning(
             "no lock hash for %s (no locks/resolution.json entry): lock_sha256 stays null",
             combination.id,

@@ -229,3 +229,47 @@ def test_refusals_say_what_is_wrong(
     assert proc.returncode == status, proc.stderr
     assert words in proc.stderr
     assert not (tmp_path / "results").exists()  # nothing partially written
+
+
+def _resolution(tmp_path: Path, sha: str) -> None:
+    """A resolution.json that resolves both combinations of MATRIX to a lock with ``sha``."""
+    combos = [
+        {"id": cid, "status": "resolved", "reason": "", "python": "3.11", "cuda": cuda,
+         "platform": "manylinux_2_28_x86_64", "lock": f"locks/{cid}.toml", "lock_sha256": sha}
+        for cid, cuda in (
+            ("py3.11-cpu-torch2.13.0", "cpu"),
+            ("py3.11-cu130-torch2.11.0-xformers0.0.35", "cu130"),
+        )
+    ]  # fmt: skip
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / "resolution.json").write_text(
+        json.dumps(
+            {
+                "schema": "envbuilder.resolution/1",
+                "matrix": str(tmp_path / "matrix.toml"),
+                "matrix_sha256": "0" * 64,
+                "combinations": combos,
+            }
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("combination", "extra", "bound"),
+    [
+        ("py3.11-cpu-torch2.13.0", (), True),  # this environment is the combination
+        ("py3.11-cu130-torch2.11.0-xformers0.0.35", ("--force",), False),  # it is not
+    ],
+)
+def test_a_run_names_the_lock_only_when_the_environment_is_the_combination(
+    tmp_path: Path, combination: str, extra: tuple[str, ...], bound: bool
+) -> None:
+    sha = "ab" * 32
+    _resolution(tmp_path, sha)
+    proc = _cli(
+        tmp_path, combination, "--in-place", "--allow-cpu", "--quick",
+        "--checks", "attention.sdpa.none", *extra,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results" / f"{combination}.json").read_text())
+    assert results["lock_sha256"] == (sha if bound else None)
