@@ -30,6 +30,7 @@ from envbuilder.docker.plan import (
     GROUPS,
     LayerPlan,
     image_tag,
+    library_path,
     load_lock,
     lock_digest,
     plan_layers,
@@ -214,7 +215,11 @@ def ensure_image(
             image_id = docker_build(
                 client,
                 path=str(context),
-                buildargs={"BASE_IMAGE": base, "PYTHON_VERSION": resolved.python},
+                buildargs={
+                    "BASE_IMAGE": base,
+                    "PYTHON_VERSION": resolved.python,
+                    "LIBRARY_PATH": library_path(resolved.extra_runtime, python=resolved.python),
+                },
                 nocache=no_cache,
                 log=log,
                 log_path=log_path,

@@ -28,6 +28,7 @@ __all__ = [
     "LockedWheel",
     "group_of",
     "image_tag",
+    "library_path",
     "load_lock",
     "lock_digest",
     "plan_layers",
@@ -96,6 +97,26 @@ def plan_layers(wheels: Sequence[LockedWheel]) -> LayerPlan:
 def requirements_text(wheels: Sequence[LockedWheel]) -> str:
     """A ``pip install --require-hashes --no-deps`` requirements file for exactly these wheels."""
     return "".join(f"{w.name}=={w.version} --hash=sha256:{w.sha256}\n" for w in wheels)
+
+
+#: Where a CUDA runtime wheel puts its shared libraries, under site-packages.
+_RUNTIME_LIBRARY_DIRS = {re.compile(r"^nvidia-cuda-runtime-cu(\d+)$"): "nvidia/cuda_runtime/lib"}
+
+
+def library_path(extra_runtime: Sequence[str], *, python: str, venv: str = "/opt/venv") -> str:
+    """``LD_LIBRARY_PATH`` for the CUDA runtimes the resolver added (``add-cuda-runtime``).
+
+    torch preloads only the CUDA libraries of its own build; an extension built
+    for another CUDA major (xformers for CUDA 12 beside a CUDA 13 torch) finds
+    ``libcudart.so.12`` only through the loader's path.
+    """
+    dirs: list[str] = []
+    for requirement in extra_runtime:
+        name = canonicalize_name(re.split(r"[=<>!~; \[]", requirement, maxsplit=1)[0])
+        for pattern, subdir in _RUNTIME_LIBRARY_DIRS.items():
+            if pattern.match(name):
+                dirs.append(f"{venv}/lib/python{python}/site-packages/{subdir}")
+    return ":".join(dict.fromkeys(dirs))
 
 
 def image_tag(combination_id: str, lock_sha256: str) -> str:

@@ -13,6 +13,7 @@ from envbuilder.docker.plan import (
     LockedWheel,
     group_of,
     image_tag,
+    library_path,
     load_lock,
     plan_layers,
     requirements_text,
@@ -292,3 +293,26 @@ def test_an_unresolved_combination_has_no_image(tmp_path: Path, status: str) -> 
     ):
         ensure_image(resolved, tmp_path / "pylock.toml", log_dir=tmp_path / "logs")
     assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra_runtime", "python", "expected"),
+    [
+        ((), "3.12", ""),
+        (
+            ("nvidia-cuda-runtime-cu12==12.8.90",),
+            "3.12",
+            "/opt/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib",
+        ),
+        (
+            ("Nvidia_Cuda_Runtime_Cu12 == 12.8.90",),
+            "3.11",
+            "/opt/venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib",
+        ),
+        (("some-other-package==1.0",), "3.12", ""),
+    ],
+)
+def test_an_added_cuda_runtime_is_put_on_the_loader_path(
+    extra_runtime: tuple[str, ...], python: str, expected: str
+) -> None:
+    assert library_path(extra_runtime, python=python) == expected
