@@ -143,4 +143,19 @@ def run(args: argparse.Namespace) -> int:
         report.line(f"✕ installing {entry.id} failed (exit status {result.returncode})")
         return 1
     report.line(f"✓ installed {entry.id} into {python_exe}")
+    if entry.extra_runtime:
+        from envbuilder.docker.plan import library_path
+
+        prefix = subprocess.run(
+            [str(python_exe), "-c", "import sys; print(sys.prefix)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        path = library_path(entry.extra_runtime, python=entry.python, venv=prefix)
+        if path:
+            report.line(
+                f"! {entry.id} adds a CUDA runtime for xformers' extension: before running, "
+                f"export LD_LIBRARY_PATH={path}"
+            )
     return 0
