@@ -11,6 +11,7 @@ labels that carry the combination, the lock hash and the manifest hash.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -123,6 +124,7 @@ def image_labels(
     plan: LayerPlan,
     revision: str,
     version: str = __version__,
+    recipe: str = "",
 ) -> dict[str, str]:
     """The image's labels: OCI annotations plus the combination, lock and manifest."""
     p = LABEL_PREFIX
@@ -143,6 +145,7 @@ def image_labels(
             resolved.xformers.version if resolved.xformers else locked["xformers"]
         ),
         f"{p}.lock.sha256": lock_sha256,
+        f"{p}.recipe.sha256": recipe,
         f"{p}.manifest.sha256": manifest.sha256,
         f"{p}.manifest.files": str(manifest.files),
         f"{p}.layers": ",".join(f"{g}={len(plan.groups[g])}" for g in GROUPS),
@@ -197,9 +200,14 @@ def ensure_image(
         )
     tag = image_tag(resolved.id, lock_sha256)
     client = docker_client(client)
-    if not force and _image_exists(client, tag):
-        reporter.line(f"✓ {tag} exists (same lock); not rebuilt")
-        return tag
+    recipe = recipe_digest()
+    if not force:
+        built_by = _image_recipe(client, tag)
+        if built_by == recipe:
+            reporter.line(f"✓ {tag} exists (same lock, same recipe); not rebuilt")
+            return tag
+        if built_by is not None:
+            reporter.line(f"{tag} was built by another Dockerfile of envbuilder's; rebuilding")
     plan = plan_layers(load_lock(lock_bytes, source=lock_path))
     base = base_image or f"python:{resolved.python}-slim"
     cache = cache or WheelCache(default_cache_dir())
@@ -234,6 +242,7 @@ def ensure_image(
             base_image=base,
             plan=plan,
             revision=source_revision(),
+            recipe=recipe,
         )
         docker_build(
             client,
@@ -254,6 +263,28 @@ def label_dockerfile(image_id: str, labels: Mapping[str, str]) -> str:
 
     pairs = " \\\n    ".join(f"{quoted(k)}={quoted(v)}" for k, v in sorted(labels.items()))
     return f"FROM {image_id}\nLABEL {pairs}\n"
+
+
+def recipe_digest() -> str:
+    """sha256 of the build recipe (Dockerfile and its helper): an image with the lock's
+    tag is up to date only when the same recipe built it."""
+    digest = hashlib.sha256()
+    for name in ("Dockerfile", "install-group.sh"):
+        path = DOCKER_DIR / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b""))
+    return digest.hexdigest()
+
+
+def _image_recipe(client: Any, ref: str) -> str | None:
+    """The recipe label of the image ``ref``; "" when it has none; None when there is no image."""
+    from docker.errors import ImageNotFound
+
+    try:
+        image = client.images.get(ref)
+    except ImageNotFound:
+        return None
+    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+    return str(labels.get(f"{LABEL_PREFIX}.recipe.sha256", ""))
 
 
 def _image_exists(client: Any, ref: str) -> bool:

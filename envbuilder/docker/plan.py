@@ -1,9 +1,18 @@
 """The layer plan: which of a lock's wheels go into which image layer.
 
-Pure functions over a PEP 751 lock. Combinations that share a CUDA runtime
-share its layer because a layer's content is decided by the lock alone:
-the CUDA runtime wheels (``nvidia-*``, ``cuda-*``) first, torch and triton
-next, xformers and everything else last.
+Pure functions over a PEP 751 lock. Combinations share a layer when it and
+every layer below it hold the same wheels, because a layer's content is
+decided by the lock alone. Layers, in order:
+
+1. ``cuda``: the CUDA toolkit's libraries (``nvidia-*`` such as cuBLAS,
+   cuDNN, cuFFT, NVRTC, the CUDA runtime) and ``cuda-toolkit``. They are
+   versioned with the toolkit release, so the torch releases built for one
+   CUDA minor pin the same files (torch 2.8, 2.9 and 2.10 for CUDA 12.8 all
+   pin cuBLAS 12.8.4.1, cuDNN 9.10.2.21, …): this is the big shared layer.
+2. ``runtime``: the rest of the CUDA runtime, which moves with each torch
+   release (NCCL, NVSHMEM, ``cuda-bindings``, ``cuda-pathfinder``).
+3. ``torch``: torch and triton.
+4. ``rest``: xformers and everything else.
 """
 
 from __future__ import annotations
@@ -35,12 +44,20 @@ __all__ = [
     "requirements_text",
 ]
 
-Group = Literal["runtime", "torch", "rest"]
+Group = Literal["cuda", "runtime", "torch", "rest"]
 
 #: Layer order in the image: the biggest and most widely shared content first.
-GROUPS: tuple[Group, ...] = ("runtime", "torch", "rest")
+GROUPS: tuple[Group, ...] = ("cuda", "runtime", "torch", "rest")
 
 _RUNTIME_PREFIXES = ("nvidia-", "cuda-")
+#: CUDA runtime projects released on their own cadence, not with the toolkit.
+_OWN_CADENCE = (
+    "nvidia-nccl-",
+    "nvidia-nvshmem-",
+    "cuda-bindings",
+    "cuda-pathfinder",
+    "cuda-python",
+)
 _TORCH_PROJECTS = frozenset({"torch", "triton", "pytorch-triton"})
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: One path component of an image repository name, as the registry API defines it.
@@ -75,6 +92,10 @@ class LayerPlan:
 def group_of(name: str) -> Group:
     """The layer a project's wheel belongs to."""
     canonical = canonicalize_name(name)
+    if canonical.startswith(_OWN_CADENCE):
+        return "runtime"
+    if canonical.startswith("nvidia-") or canonical == "cuda-toolkit":
+        return "cuda"
     if canonical.startswith(_RUNTIME_PREFIXES):
         return "runtime"
     if canonical in _TORCH_PROJECTS:

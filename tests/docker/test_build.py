@@ -86,7 +86,7 @@ def test_the_torch_image_holds_exactly_its_lock(
     assert labels["io.envbuilder.lock.sha256"] == lock_digest(lock_bytes)
     assert labels["io.envbuilder.version"] == __version__
     assert labels["org.opencontainers.image.revision"] not in ("", "unknown")
-    assert labels["io.envbuilder.layers"] == f"runtime=0,torch=1,rest={len(locked) - 1}"
+    assert labels["io.envbuilder.layers"] == f"cuda=0,runtime=0,torch=1,rest={len(locked) - 1}"
     manifest = measure_manifest(docker_client, tag)
     assert labels["io.envbuilder.manifest.sha256"] == manifest.sha256
     assert manifest.files > 1000  # torch's tree, not an empty venv
@@ -94,7 +94,7 @@ def test_the_torch_image_holds_exactly_its_lock(
     base_layers = docker_client.images.get(base_image).attrs["RootFS"]["Layers"]
     layers = image.attrs["RootFS"]["Layers"]
     assert layers[: len(base_layers)] == base_layers
-    assert len(layers) == len(base_layers) + 4  # venv + runtime + torch + rest
+    assert len(layers) == len(base_layers) + 5  # venv + cuda + runtime + torch + rest
 
 
 def test_an_image_with_the_lock_tag_is_not_rebuilt(
@@ -151,7 +151,8 @@ def test_combinations_that_share_a_runtime_share_its_layer(
         tmp_path,
     )
     base = len(docker_client.images.get(base_image).attrs["RootFS"]["Layers"])
-    venv, runtime_layer, torch_layer, rest_layer = base, base + 1, base + 2, base + 3
+    venv, cuda_layer, runtime_layer = base, base + 1, base + 2
+    torch_layer, rest_layer = base + 3, base + 4
     la, lb, lc = (layer_ids(docker_client, t) for t in (a, b, c))
     # same runtime and torch wheels -> same layers, whatever the lock's order or the rest
     assert la[:rest_layer] == lb[:rest_layer]
@@ -160,6 +161,7 @@ def test_combinations_that_share_a_runtime_share_its_layer(
     assert la[:torch_layer] == lc[:torch_layer]
     assert la[torch_layer] != lc[torch_layer]
     assert la[venv] == lb[venv] == lc[venv]
+    assert la[cuda_layer] == lb[cuda_layer] == lc[cuda_layer]  # the fake CUDA libraries
     assert la[runtime_layer] == lb[runtime_layer] == lc[runtime_layer]
 
 

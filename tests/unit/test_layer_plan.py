@@ -35,12 +35,15 @@ def wheel(name: str, version: str = "1.0", sha256: str = SHA_A) -> LockedWheel:
 @pytest.mark.parametrize(
     ("project", "group"),
     [
-        ("nvidia-cuda-runtime-cu12", "runtime"),
-        ("nvidia-cudnn-cu12", "runtime"),
-        ("nvidia_nccl_cu12", "runtime"),
-        ("NVIDIA-cublas-cu12", "runtime"),
-        ("cuda-toolkit", "runtime"),
+        ("nvidia-cuda-runtime-cu12", "cuda"),  # versioned with the CUDA toolkit
+        ("nvidia-cudnn-cu12", "cuda"),
+        ("NVIDIA-cublas-cu12", "cuda"),
+        ("nvidia-cublas", "cuda"),  # CUDA 13 naming
+        ("cuda-toolkit", "cuda"),
+        ("nvidia_nccl_cu12", "runtime"),  # released on its own cadence, moves with torch
+        ("nvidia-nvshmem-cu12", "runtime"),
         ("cuda-bindings", "runtime"),
+        ("cuda-pathfinder", "runtime"),
         ("torch", "torch"),
         ("triton", "torch"),
         ("pytorch-triton", "torch"),
@@ -55,30 +58,45 @@ def test_each_project_has_a_layer(project: str, group: str) -> None:
     assert group_of(project) == group
 
 
-def test_the_plan_orders_layers_runtime_torch_rest_and_sorts_within_each() -> None:
+def test_the_plan_orders_layers_cuda_runtime_torch_rest_and_sorts_within_each() -> None:
     plan = plan_layers(
         [
             wheel("xformers"),
             wheel("torch"),
             wheel("sympy"),
+            wheel("nvidia-nccl-cu12"),
             wheel("nvidia-cudnn-cu12"),
             wheel("triton"),
             wheel("nvidia-cublas-cu12"),
         ]
     )
-    assert GROUPS == ("runtime", "torch", "rest")
-    assert [w.name for w in plan.groups["runtime"]] == ["nvidia-cublas-cu12", "nvidia-cudnn-cu12"]
+    assert GROUPS == ("cuda", "runtime", "torch", "rest")
+    assert [w.name for w in plan.groups["cuda"]] == ["nvidia-cublas-cu12", "nvidia-cudnn-cu12"]
+    assert [w.name for w in plan.groups["runtime"]] == ["nvidia-nccl-cu12"]
     assert [w.name for w in plan.groups["torch"]] == ["torch", "triton"]
     assert [w.name for w in plan.groups["rest"]] == ["sympy", "xformers"]
-    assert plan.describe() == "runtime: 2 wheel(s), torch: 2 wheel(s), rest: 2 wheel(s)"
+    assert plan.describe() == (
+        "cuda: 2 wheel(s), runtime: 1 wheel(s), torch: 2 wheel(s), rest: 2 wheel(s)"
+    )
 
 
 def test_a_layer_depends_only_on_its_own_wheels() -> None:
-    """Two locks that share a CUDA runtime get the same runtime group, whatever else differs."""
-    runtime = [wheel("nvidia-cudnn-cu12", "9.1"), wheel("nvidia-cublas-cu12", "12.4")]
-    a = plan_layers([wheel("torch", "2.5.1", SHA_A), *runtime, wheel("xformers", "0.0.28")])
-    b = plan_layers([*reversed(runtime), wheel("torch", "2.6.0", SHA_B)])
-    assert requirements_text(a.groups["runtime"]) == requirements_text(b.groups["runtime"])
+    """Two locks that share the CUDA toolkit's libraries get the same cuda group, whatever
+    else differs (here NCCL too, as between torch 2.8 and 2.9 for CUDA 12.8)."""
+    toolkit = [wheel("nvidia-cudnn-cu12", "9.1"), wheel("nvidia-cublas-cu12", "12.4")]
+    a = plan_layers(
+        [wheel("torch", "2.5.1", SHA_A), *toolkit, wheel("nvidia-nccl-cu12", "2.27.3"),
+         wheel("xformers", "0.0.28")]
+    )  # fmt: skip
+    b = plan_layers(
+        [
+            *reversed(toolkit),
+            wheel("nvidia-nccl-cu12", "2.27.5", SHA_B),
+            wheel("torch", "2.6.0", SHA_B),
+        ]
+    )
+    assert requirements_text(a.groups["cuda"]) == requirements_text(b.groups["cuda"])
+    assert requirements_text(a.groups["runtime"]) != requirements_text(b.groups["runtime"])
     assert requirements_text(a.groups["torch"]) != requirements_text(b.groups["torch"])
 
 
@@ -207,6 +225,7 @@ def test_labels_carry_the_combination_the_lock_and_the_manifest() -> None:
         plan=plan_layers([wheel("torch"), wheel("sympy"), wheel("jinja2")]),
         revision="abc123",
         version="9.9",
+        recipe=SHA_A,
     )
     assert labels == {
         "org.opencontainers.image.title": "envbuilder/py3.11-cpu-torch2.13.0",
@@ -221,9 +240,10 @@ def test_labels_carry_the_combination_the_lock_and_the_manifest() -> None:
         "io.envbuilder.combination.torch": "2.13.0+cpu",
         "io.envbuilder.combination.xformers": "",
         "io.envbuilder.lock.sha256": SHA_B,
+        "io.envbuilder.recipe.sha256": SHA_A,
         "io.envbuilder.manifest.sha256": SHA_A,
         "io.envbuilder.manifest.files": "3",
-        "io.envbuilder.layers": "runtime=0,torch=1,rest=2",
+        "io.envbuilder.layers": "cuda=0,runtime=0,torch=1,rest=2",
     }
 
 
