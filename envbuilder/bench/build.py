@@ -85,6 +85,9 @@ def _main(argv: Sequence[str]) -> int:
         "--locks", type=Path, default=Path("locks"), help="real mode: resolve output"
     )
     parser.add_argument("--base-image", default=None, help="base image (default: per mode)")
+    parser.add_argument(
+        "--python", default=None, help="real mode: only combinations for this Python (e.g. 3.11)"
+    )
     parser.add_argument("--runtime-mb", type=int, default=200, help="synthetic runtime group size")
     parser.add_argument("--torch-mb", type=int, default=100, help="synthetic torch wheel size")
     parser.add_argument("--work", type=Path, default=None, help="synthetic wheels and locks")
@@ -104,7 +107,7 @@ def _main(argv: Sequence[str]) -> int:
         if base == TEST_BASE:
             subprocess.run(["bash", str(DOCKER_DIR / "make-base.sh"), TEST_BASE], check=True)
     else:
-        cases = cases_sharing_a_runtime(args.locks)
+        cases = cases_sharing_a_runtime(args.locks, python=args.python)
         base = args.base_image
         mode = f"real locks from {args.locks} ({', '.join(c.resolved.id for c in cases)})"
     log_dir = cache.root.parent / "bench-logs"
@@ -212,14 +215,14 @@ def naive_image(
     return tag
 
 
-def cases_sharing_a_runtime(locks: Path) -> list[Case]:
+def cases_sharing_a_runtime(locks: Path, *, python: str | None = None) -> list[Case]:
     """Three resolved CUDA combinations of one Python and one CUDA (so one base image) whose
     layers would share the most bytes. A layer is shared only where it and every layer below
     it hold the same wheels, so the pick weighs each layer's chain, by the locks' wheel sizes."""
     resolution = load_resolution(locks / "resolution.json")
     groups: dict[tuple[str, str], list[tuple[Case, dict[tuple[str, ...], int]]]] = {}
     for rc in resolution.combinations:
-        if rc.status != "resolved" or rc.cuda == "cpu":
+        if rc.status != "resolved" or rc.cuda == "cpu" or python not in (None, rc.python):
             continue
         lock = lock_path(rc, locks)
         plan = plan_layers(load_lock(lock.read_bytes(), source=lock))
