@@ -245,32 +245,39 @@ class Resolver:
                 d.indexes.append(arg)
         return url
 
-    def _decide_torch(self, d: _Decision) -> ResolvedTorch:
-        c = d.combination
-        spec = self.indexes[c.torch_index]
+    def _fitting_wheels(
+        self,
+        d: _Decision,
+        spec: IndexSpec,
+        project: str,
+        version: str,
+        *,
+        local_label: str | None = None,
+    ) -> tuple[object, ...]:
+        """The wheels of ``project==version`` on ``spec`` that fit the target, best first;
+        rejections and notes go to the decision, and none fitting is unsatisfiable."""
         url = self._index_argument(d, spec)
-        files = self._release_files(url, "torch", spec.kind, c.torch)
-        local = c.cuda if spec.per_cuda else None
+        files = self._release_files(url, project, spec.kind, version)
         ranked = rank_wheels(
-            files, project="torch", version=c.torch, target=d.target, local_label=local
+            files, project=project, version=version, target=d.target, local_label=local_label
         )  # type: ignore[type-var]
         d.rejected += ranked.rejected
         d.notes += ranked.notes
         if not ranked.candidates:
-            raise _Unsatisfiable(
-                _nothing_fits(
-                    "torch",
-                    c.torch,
-                    d.target,
-                    spec,
-                    url,
-                    self._page(url, "torch", spec.kind),
-                    ranked.rejected,
-                )
-            )
+            page = self._page(url, project, spec.kind)
+            reason = _nothing_fits(project, version, d.target, spec, url, page, ranked.rejected)
+            raise _Unsatisfiable(reason)
+        return tuple(ranked.candidates)
+
+    def _decide_torch(self, d: _Decision) -> ResolvedTorch:
+        c = d.combination
+        spec = self.indexes[c.torch_index]
+        candidates = self._fitting_wheels(
+            d, spec, "torch", c.torch, local_label=c.cuda if spec.per_cuda else None
+        )
         wanted_cuda = None if c.cuda in ("default", "cpu") else cuda_tag_to_version(c.cuda)
         problems: list[str] = []
-        for file in ranked.candidates:
+        for file in candidates:
             filename: str = file.filename  # type: ignore[attr-defined]
             version = parse_wheel_filename(filename)[1]
             requirements = requirements_of(self._metadata(file))
@@ -309,24 +316,8 @@ class Resolver:
         assert c.xformers is not None and d.torch is not None
         torch = d.torch
         spec = self.indexes[c.xformers_index]
-        url = self._index_argument(d, spec)
-        files = self._release_files(url, "xformers", spec.kind, c.xformers)
-        ranked = rank_wheels(files, project="xformers", version=c.xformers, target=d.target)  # type: ignore[type-var]
-        d.rejected += ranked.rejected
-        d.notes += ranked.notes
-        if not ranked.candidates:
-            raise _Unsatisfiable(
-                _nothing_fits(
-                    "xformers",
-                    c.xformers,
-                    d.target,
-                    spec,
-                    url,
-                    self._page(url, "xformers", spec.kind),
-                    ranked.rejected,
-                )
-            )
-        file = ranked.candidates[0]
+        candidates = self._fitting_wheels(d, spec, "xformers", c.xformers)
+        file = candidates[0]
         filename: str = file.filename  # type: ignore[attr-defined]
         xf_requirements = requirements_of(self._metadata(file))
         req = torch_requirement(xf_requirements, d.target)
