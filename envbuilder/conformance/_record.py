@@ -112,7 +112,7 @@ class CheckResult:
             "group": self.group,
             "name": self.name,
             "status": self.status,
-            "reason": self.reason,
+            "reason": relative_paths(self.reason),
             "gate": self.gate,
             "impl": self.impl,
             "workaround": self.workaround,
@@ -198,6 +198,16 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         if isinstance(value, dict):
             records.append(value)
     return records
+
+
+#: The checkout the suite runs from; tracebacks name files relative to it in results.
+_CHECKOUT = str(Path(__file__).resolve().parents[2]) + os.sep
+
+
+def relative_paths(text: str) -> str:
+    """``text`` with the suite's own checkout path removed from file names: results
+    files are published, and the runner's directory layout is not a finding."""
+    return text.replace(_CHECKOUT, "")
 
 
 def describe_error(error: BaseException, limit: int = 1500) -> str:

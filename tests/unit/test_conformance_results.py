@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,14 @@ def test_the_workarounds_are_recorded_where_the_direct_path_fails() -> None:
     ):
         assert checks[name]["workaround"] == workaround
         assert checks[name]["status"] == "pass"
+
+
+def test_results_name_the_suite_s_files_relative_to_its_checkout() -> None:
+    from envbuilder.conformance._record import relative_paths
+
+    root = str(ROOT.resolve())
+    assert relative_paths(f'File "{root}/envbuilder/conformance/checks_compile.py", line 1') == (
+        'File "envbuilder/conformance/checks_compile.py", line 1'
+    )
+    absolute = re.compile(r'/[^ "|]+/envbuilder/conformance/')
+    assert [p.name for p in RESULTS if absolute.search(p.read_text())] == []
