@@ -371,8 +371,8 @@ def specs(ctx: Context) -> list[CheckSpec]:
                             impl=impl,
                             needs=needs,
                             run=partial(compile_check, ctx, impl, kind, dynamic, fullgraph, None),
-                            # a CPU compile costs ~20 s on 2 cores: --quick keeps one there
-                            quick=kind == "block" and fullgraph and (ctx.is_cuda or dynamic),
+                            # --quick keeps the hardest one: the block, dynamic shapes, fullgraph
+                            quick=kind == "block" and fullgraph and dynamic,
                         )
                     )
     for dynamic in (False, True):
