@@ -197,5 +197,8 @@ def test_a_build_without_cache_installs_the_same_tree(
     manifest = after.labels["io.envbuilder.manifest.sha256"]
     assert manifest == before.labels["io.envbuilder.manifest.sha256"]
     assert manifest == measure_manifest(docker_client, second).sha256
+    # the dependency layers (cuda, runtime, torch, rest) are the same bytes without any cache
+    layers_before, layers_after = (i.attrs["RootFS"]["Layers"] for i in (before, after))
+    assert layers_before[-4:] == layers_after[-4:]
     where = probe(docker_client, second, "import json, shutil; print(json.dumps({'tool': shutil.which('demo-tool')}))")  # fmt: skip
     assert where == {"tool": "/opt/venv/bin/demo-tool"}
