@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from envbuilder.commands._args import add_matrix_argument, add_selectors
 from envbuilder.model import ResolvedCombination
@@ -82,8 +83,11 @@ def run(args: argparse.Namespace) -> int:
         resolver = Resolver(
             indexes=dict(matrix.indexes), client=client, settings=settings, on_done=progress.done
         )
-        with reporter.step(
-            f"resolve {len(selected)} of {len(matrix.combinations)} combinations from {args.matrix}"
+        with (
+            reporter.step(
+                f"resolve {len(selected)} of {len(matrix.combinations)} combinations from {args.matrix}"
+            ),
+            progress,
         ):
             results = resolver.resolve(selected)
         downloaded, requests_made = client.bytes_downloaded, client.requests_made
@@ -125,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _Progress:
-    """One line per finished combination (and the rejections with -v)."""
+    """One line per finished combination (and the rejections with -v); on a terminal,
+    a live bar with the counts by status below those lines."""
 
     def __init__(self, reporter: object, *, total: int) -> None:
         from envbuilder.reporter import Reporter
@@ -134,18 +139,56 @@ class _Progress:
         self.reporter = reporter
         self.total = total
         self.count = 0
+        self.counts = {"resolved": 0, "unsatisfiable": 0, "error": 0}
         self._lock = threading.Lock()
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.reporter.interactive:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            console = Console(file=self.reporter.stream)
+            self._bar = Progress(
+                TextColumn("resolving"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                console=console,
+                transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self._counts(), total=self.total)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def _counts(self) -> str:
+        return ", ".join(f"{n} {status}" for status, n in self.counts.items())
+
+    def _line(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
+        else:
+            self.reporter.line(text)
 
     def done(self, result: ResolvedCombination, seconds: float) -> None:
         with self._lock:
             self.count += 1
+            self.counts[result.status] += 1
             width = len(str(self.total))
             head = f"[{self.count:>{width}}/{self.total}] {_MARK[result.status]} {result.id}"
-            self.reporter.line(f"{head}  {result.status} ({seconds:.1f}s): {result.reason}")
+            self._line(f"{head}  {result.status} ({seconds:.1f}s): {result.reason}")
             for note in result.notes:
-                self.reporter.line(f"      note: {note}")
-            for rejection in result.rejected:
-                self.reporter.detail(f"  rejected {rejection.filename}: {rejection.reason}")
+                self._line(f"      note: {note}")
+            if self.reporter.verbose:
+                for rejection in result.rejected:
+                    self._line(f"      rejected {rejection.filename}: {rejection.reason}")
+            if self._bar is not None:
+                self._bar.update(self._task, advance=1, description=self._counts())
 
 
 def _markdown(results: Sequence[ResolvedCombination]) -> str:

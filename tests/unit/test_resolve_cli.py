@@ -140,3 +140,29 @@ def test_the_summary_is_a_markdown_table_with_pipes_in_reasons_escaped() -> None
         "| `py3.11-cu121-torch2.4.1` | resolved | torch 2.4.1 (CUDA 12.1) |",
         "| `py3.11-cu124-torch2.4.1` | unsatisfiable | a / b |",
     ]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_a_live_bar_counts_by_status_under_the_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    stream = _Terminal()
+    with command._Progress(Reporter(stream), total=2) as progress:
+        progress.done(_result("resolved", "because"), 1.25)
+        progress.done(_result("unsatisfiable", "no", cid="py3.11-cu124-torch2.4.1"), 0.5)
+    out = stream.getvalue()
+    assert "[1/2] ✓ py3.11-cu121-torch2.4.1  resolved (1.2s): because" in out
+    assert "[2/2] ✕ py3.11-cu124-torch2.4.1  unsatisfiable (0.5s): no" in out
+    assert "resolving" in out and "1 resolved, 1 unsatisfiable, 0 error" in out
+
+
+def test_elsewhere_there_is_no_bar() -> None:
+    stream = io.StringIO()
+    with command._Progress(Reporter(stream), total=1) as progress:
+        progress.done(_result("resolved", "because"), 1.0)
+    assert "resolving" not in stream.getvalue()
