@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nox
@@ -92,8 +93,11 @@ def typecheck(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (unit, integration, network, docker, browser): nox -s tests -- [PYTEST ARGS]."""
     _install_project(session, "test")
-    # The conformance suite's CPU checks need torch; pip's configuration decides where it comes from.
-    session.install("torch==2.13.0")
+    # The conformance suite's CPU checks need torch; pip's configuration decides where it comes
+    # from, or ENVBUILDER_TORCH_INDEX_URL (e.g. a CPU-only index) when set.
+    torch_index = os.environ.get("ENVBUILDER_TORCH_INDEX_URL")
+    extra = ["--extra-index-url", torch_index] if torch_index else []
+    session.install("torch==2.13.0", *extra)
     session.run("pytest", *session.posargs)
 
 
