@@ -14,7 +14,7 @@ atomically at the end in the ``envbuilder.results/1`` shape (docs/contracts.md).
 
 from __future__ import annotations
 
-__all__ = ["GROUPS", "RESULTS_SCHEMA", "SUITE_VERSION"]
+__all__ = ["FULL_ONLY_GROUPS", "GROUPS", "RESULTS_SCHEMA", "SUITE_VERSION"]
 
 SUITE_VERSION = "1.0.0"
 RESULTS_SCHEMA = "envbuilder.results/1"
@@ -28,3 +28,7 @@ GROUPS: tuple[str, ...] = (
     "model",
     "multigpu",
 )
+
+#: groups with no ``--quick`` checks: a quick run does not start their process at all
+#: (starting one and importing torch costs seconds for nothing).
+FULL_ONLY_GROUPS: frozenset[str] = frozenset({"model"})

@@ -301,6 +301,7 @@ def specs(ctx: Context) -> list[CheckSpec]:
             impl="xformers",
             needs=xf | {"cuda"},
             run=partial(import_no_cuda_init, ctx),
+            quick=False,  # informational, and a fresh interpreter costs ~5 s
         ),
         CheckSpec(name="environment.versions", gate=False, run=partial(versions, ctx)),
         CheckSpec(name="environment.cuda.device", gate=False, run=partial(cuda_device, ctx)),
@@ -332,5 +333,6 @@ def specs(ctx: Context) -> list[CheckSpec]:
             impl="xformers",
             needs=xf,
             run=partial(xformers_info, ctx),
+            quick=False,  # informational, and `python -m xformers.info` costs ~8 s
         ),
     ]

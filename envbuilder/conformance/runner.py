@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuilder.conformance import GROUPS, RESULTS_SCHEMA, SUITE_VERSION
+from envbuilder.conformance import FULL_ONLY_GROUPS, GROUPS, RESULTS_SCHEMA, SUITE_VERSION
 from envbuilder.conformance._record import CheckResult, Status, append_jsonl, read_jsonl
 
 __all__ = [
@@ -333,6 +333,8 @@ def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> dict[
         workdir = Path(tmp)
         runner = _collect_runner(opts, workdir)
         for group in groups_for(opts.checks):
+            if opts.quick and group in FULL_ONLY_GROUPS:
+                continue
             before = len(read_jsonl(opts.jsonl))
             t0 = time.monotonic()
             echo(f"▶ {group}")

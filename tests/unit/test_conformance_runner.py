@@ -193,3 +193,14 @@ def test_summary_lists_failing_gates_only() -> None:
     assert "3 checks: 1 pass, 1 fail, 0 skip, 1 error, 0 timeout" in text
     assert "attention.x" in text and "too far" in text
     assert "performance.y" not in text
+
+
+def test_groups_that_a_quick_run_skips_have_no_quick_checks() -> None:
+    pytest.importorskip("torch")
+    from envbuilder.conformance import FULL_ONLY_GROUPS
+    from envbuilder.conformance import checks_model as model
+    from envbuilder.conformance._context import Context
+
+    assert {"model"} == FULL_ONLY_GROUPS
+    specs = model.specs(Context(device="cpu", quick=True))
+    assert specs and not any(s.quick for s in specs)
