@@ -16,16 +16,17 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from email.message import Message
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from envbuilder import remotewheel, simple
 from envbuilder.closure import (
     ClosureError,
     IndexArgument,
@@ -41,6 +42,7 @@ from envbuilder.closure import (
 )
 from envbuilder.errors import EnvbuilderError
 from envbuilder.files import write_atomic
+from envbuilder.http import HttpClient
 from envbuilder.model import (
     BuildRecord,
     Combination,
@@ -49,8 +51,10 @@ from envbuilder.model import (
     ResolvedCombination,
     ResolvedTorch,
     ResolvedXformers,
+    Status,
     lock_filename,
 )
+from envbuilder.simple import DistributionFile, ProjectPage
 from envbuilder.wheels import (
     Target,
     applicable_requirements,
@@ -73,6 +77,8 @@ __all__ = ["ResolveSettings", "Resolver"]
 logger = logging.getLogger(__name__)
 
 BUILD_RECORD = "xformers/cpp_lib.json"
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,11 +115,11 @@ class _Decision:
     raw_dependencies: list[str] = field(default_factory=list)  # the same, markers kept
     started: float = field(default_factory=time.monotonic)
 
-    def result(self, status: str, reason: str) -> ResolvedCombination:
+    def result(self, status: Status, reason: str) -> ResolvedCombination:
         c = self.combination
         return ResolvedCombination(
             id=c.id,
-            status=status,  # type: ignore[arg-type]
+            status=status,
             reason=reason,
             python=c.python,
             cuda=c.cuda,
@@ -131,16 +137,17 @@ class _Memo:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._locks: dict[object, threading.Lock] = {}
-        self._values: dict[object, object] = {}
+        self._locks: dict[Hashable, threading.Lock] = {}
+        self._values: dict[Hashable, Any] = {}
 
-    def get(self, key: object, compute: Callable[[], object]) -> object:
+    def get(self, key: Hashable, compute: Callable[[], _T]) -> _T:
         with self._lock:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
             if key not in self._values:
                 self._values[key] = compute()
-            return self._values[key]
+            value: _T = self._values[key]
+            return value
 
 
 class Resolver:
@@ -150,7 +157,7 @@ class Resolver:
         self,
         *,
         indexes: dict[str, IndexSpec],
-        client: object,
+        client: HttpClient,
         settings: ResolveSettings,
         on_done: Callable[[ResolvedCombination, float], None] | None = None,
     ) -> None:
@@ -169,51 +176,46 @@ class Resolver:
         assert url is not None
         return url
 
-    def _page(self, url: str, project: str, kind: str) -> list[object]:
-        from envbuilder import simple
-
-        def fetch() -> object:
+    def _page(self, url: str, project: str, kind: str) -> list[DistributionFile]:
+        def fetch() -> ProjectPage:
             if kind == "find-links":
-                return simple.fetch_find_links(self.client, url, project)  # type: ignore[arg-type]
-            return simple.fetch_project_page(self.client, url, project)  # type: ignore[arg-type]
+                return simple.fetch_find_links(self.client, url, project)
+            return simple.fetch_project_page(self.client, url, project)
 
         page = self._memo.get(("page", url, canonicalize_name(project)), fetch)
-        return list(page.files)  # type: ignore[attr-defined]
+        return list(page.files)
 
-    def _release_files(self, url: str, project: str, kind: str, version: str) -> list[object]:
+    def _release_files(
+        self, url: str, project: str, kind: str, version: str
+    ) -> list[DistributionFile]:
         """The files of one release (by public version); pages are grouped once per run."""
 
-        def group() -> object:
-            by_version: dict[str, list[object]] = {}
+        def group() -> dict[str, list[DistributionFile]]:
+            by_version: dict[str, list[DistributionFile]] = {}
             for file in self._page(url, project, kind):
-                found = _file_release(getattr(file, "filename", ""), project)
+                found = _file_release(file.filename, project)
                 if found is not None:
                     by_version.setdefault(found, []).append(file)
             return by_version
 
         grouped = self._memo.get(("by-version", url, canonicalize_name(project)), group)
-        return list(grouped.get(Version(version).public, []))  # type: ignore[attr-defined]
+        return list(grouped.get(Version(version).public, []))
 
-    def _metadata(self, file: object) -> Message:
-        from envbuilder import remotewheel
+    def _metadata(self, file: DistributionFile) -> Message:
+        key = ("metadata", file.url)
+        return self._memo.get(key, lambda: remotewheel.read_core_metadata(self.client, file))
 
-        key = ("metadata", getattr(file, "url", None))
-        return self._memo.get(key, lambda: remotewheel.read_core_metadata(self.client, file))  # type: ignore[arg-type, return-value]
-
-    def _build_record(self, file: object) -> BuildRecord | None:
-        from envbuilder import remotewheel
-
+    def _build_record(self, file: DistributionFile) -> BuildRecord | None:
         def read() -> BuildRecord | None:
-            data = remotewheel.read_member(self.client, file, BUILD_RECORD)  # type: ignore[arg-type]
+            data = remotewheel.read_member(self.client, file, BUILD_RECORD)
             if data is None:
                 return None
             try:
                 return parse_build_record(data)
             except ValueError as e:  # a broken record is this combination's error, not a crash
-                name = getattr(file, "filename", file)
-                raise EnvbuilderError(f"{name!r}: unreadable {BUILD_RECORD}: {e}") from e
+                raise EnvbuilderError(f"{file.filename!r}: unreadable {BUILD_RECORD}: {e}") from e
 
-        return self._memo.get(("build-record", getattr(file, "url", None)), read)  # type: ignore[return-value]
+        return self._memo.get(("build-record", file.url), read)
 
     # -- decisions --
 
@@ -253,14 +255,14 @@ class Resolver:
         version: str,
         *,
         local_label: str | None = None,
-    ) -> tuple[object, ...]:
+    ) -> tuple[DistributionFile, ...]:
         """The wheels of ``project==version`` on ``spec`` that fit the target, best first;
         rejections and notes go to the decision, and none fitting is unsatisfiable."""
         url = self._index_argument(d, spec)
         files = self._release_files(url, project, spec.kind, version)
         ranked = rank_wheels(
             files, project=project, version=version, target=d.target, local_label=local_label
-        )  # type: ignore[type-var]
+        )
         d.rejected += ranked.rejected
         d.notes += ranked.notes
         if not ranked.candidates:
@@ -278,7 +280,7 @@ class Resolver:
         wanted_cuda = None if c.cuda in ("default", "cpu") else cuda_tag_to_version(c.cuda)
         problems: list[str] = []
         for file in candidates:
-            filename: str = file.filename  # type: ignore[attr-defined]
+            filename = file.filename
             version = parse_wheel_filename(filename)[1]
             requirements = requirements_of(self._metadata(file))
             found = cuda_from_local_label(version)
@@ -304,9 +306,9 @@ class Resolver:
                 cuda=cuda,
                 cuda_source=source,
                 filename=filename,
-                url=file.url,  # type: ignore[attr-defined]
+                url=file.url,
                 sha256=_sha256(file),
-                size=getattr(file, "size", None),
+                size=file.size,
                 index=spec.name,
             )
         raise _Unsatisfiable(f"no torch {c.torch} build for {c.cuda}: " + "; ".join(problems))
@@ -318,7 +320,7 @@ class Resolver:
         spec = self.indexes[c.xformers_index]
         candidates = self._fitting_wheels(d, spec, "xformers", c.xformers)
         file = candidates[0]
-        filename: str = file.filename  # type: ignore[attr-defined]
+        filename = file.filename
         xf_requirements = requirements_of(self._metadata(file))
         req = torch_requirement(xf_requirements, d.target)
         d.dependencies += applicable_requirements(xf_requirements, d.target, exclude=["torch"])
@@ -331,11 +333,11 @@ class Resolver:
         xformers = ResolvedXformers(
             version=c.xformers,
             filename=filename,
-            url=file.url,  # type: ignore[attr-defined]
+            url=file.url,
             sha256=_sha256(file),
             requires_torch=requires,
             built_with=record,
-            size=getattr(file, "size", None),
+            size=file.size,
             index=spec.name,
         )
         d.xformers = xformers
@@ -397,8 +399,8 @@ class Resolver:
         files = self._page(url, project, "simple")
         best: Version | None = None
         for file in files:
-            filename: str = file.filename  # type: ignore[attr-defined]
-            if not filename.endswith(".whl") or getattr(file, "yanked", False):
+            filename = file.filename
+            if not filename.endswith(".whl") or file.yanked:
                 continue
             version = parse_wheel_filename(filename)[1]
             if version.release[:2] == (int(major), int(minor)) and (best is None or version > best):
@@ -603,12 +605,11 @@ def _pinned(name: str, version: str, chosen: ResolvedTorch | ResolvedXformers) -
     )
 
 
-def _sha256(file: object) -> str:
-    hashes = getattr(file, "hashes", {}) or {}
-    sha = hashes.get("sha256")
+def _sha256(file: DistributionFile) -> str:
+    sha = file.hashes.get("sha256")
     if not sha:
-        raise EnvbuilderError(f"{getattr(file, 'filename', file)!r} has no sha256 on its index")
-    return str(sha)
+        raise EnvbuilderError(f"{file.filename!r} has no sha256 on its index")
+    return sha
 
 
 def _relative(path: Path, out_dir: Path) -> str:
@@ -622,17 +623,13 @@ def _nothing_fits(
     target: Target,
     spec: IndexSpec,
     url: str,
-    files: list[object],
+    files: list[DistributionFile],
     rejected: Sequence[Rejection],
 ) -> str:
     where = f"index {spec.name!r} ({url})"
     if not rejected:
         versions = sorted(
-            {
-                v
-                for f in files
-                if (v := _file_version(getattr(f, "filename", ""), project)) is not None
-            }
+            {v for f in files if (v := _file_version(f.filename, project)) is not None}
         )
         near = [str(v) for v in versions if v.release[:2] == Version(version).release[:2]][-5:]
         hint = f"; releases there near it: {', '.join(near)}" if near else ""
