@@ -12,6 +12,7 @@ from typing import Any
 
 from envbuilder.commands._args import add_matrix_argument, add_selectors
 from envbuilder.model import ResolvedCombination
+from envbuilder.reporter import Reporter
 
 HELP = (
     "resolve matrix combinations into hash-pinned locks (pylock.<id>.toml, requirements.<id>.txt)"
@@ -56,7 +57,6 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.http import HttpClient, default_cache_dir
     from envbuilder.matrix import load_matrix
     from envbuilder.model import Resolution, load_resolution
-    from envbuilder.reporter import Reporter
     from envbuilder.resolve import Resolver, ResolveSettings
 
     if args.jobs < 1:
@@ -132,10 +132,7 @@ class _Progress:
     """One line per finished combination (and the rejections with -v); on a terminal,
     a live bar with the counts by status below those lines."""
 
-    def __init__(self, reporter: object, *, total: int) -> None:
-        from envbuilder.reporter import Reporter
-
-        assert isinstance(reporter, Reporter)
+    def __init__(self, reporter: Reporter, *, total: int) -> None:
         self.reporter = reporter
         self.total = total
         self.count = 0
