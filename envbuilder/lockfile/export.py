@@ -13,13 +13,13 @@ selects, as a direct URL with its sha256, for ``pip install --require-hashes
 
 from __future__ import annotations
 
-import hashlib
 import re
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuilder.errors import InputError
+from envbuilder.files import sha256_file
 from envbuilder.lockfile.model import Entry
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def locate_pylock(lockfile: Path, entry: Entry) -> Path:
         )
     path = lockfile.parent / entry.lock.path
     try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = sha256_file(path)
     except FileNotFoundError as e:
         raise InputError(
             f"{path}: the lock of {entry.id!r} is missing; it must lie at {entry.lock.path!r} "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import tomllib
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.errors import InputError
+from envbuilder.files import sha256_file
 from envbuilder.lockfile.model import (
     CompatLock,
     Entry,
@@ -85,7 +85,7 @@ def _entry(
             raise InputError(f"resolution: {combo.id!r} is resolved but names no lock file")
         pylock = locks_base / combo.lock
         try:
-            digest = hashlib.sha256(pylock.read_bytes()).hexdigest()
+            digest = sha256_file(pylock)
         except FileNotFoundError as e:
             raise InputError(
                 f"{pylock}: lock of {combo.id!r} not found; run `nox -s resolve`"
