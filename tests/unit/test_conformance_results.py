@@ -84,3 +84,17 @@ def test_results_name_the_suite_s_files_relative_to_its_checkout() -> None:
     )
     absolute = re.compile(r'/[^ "|]+/envbuilder/conformance/')
     assert [p.name for p in RESULTS if absolute.search(p.read_text())] == []
+
+
+def test_the_full_h200_run_checks_the_diffusers_model_through_xformers() -> None:
+    data = _load("py3.12-cu130-torch2.11.0-xformers0.0.35-cudart.h200.json")
+    checks = _checks(data)
+    assert data["lock_sha256"] and data["suite_version"] == "1.1.0"
+    for name in ("xformers.eager", "xformers.compiled", "sdpa.compiled"):
+        check = checks[f"model.diffusers.qwenimage.{name}"]
+        assert check["status"] == "pass" and check["gate"] is True
+        assert check["numbers"]["joint_tokens"] % 8 == 0
+        assert check["numbers"]["error"] <= check["numbers"]["bound"]
+    unaligned = checks["model.diffusers.qwenimage.xformers.unaligned_mask"]
+    assert unaligned["gate"] is False and unaligned["numbers"]["outcome"] == "rejected"
+    assert "attn_bias.stride(-2) % 8 != 0" in unaligned["reason"]
