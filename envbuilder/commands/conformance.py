@@ -12,11 +12,13 @@ import argparse
 import logging
 import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from envbuilder.errors import InputError, MissingToolError
+from envbuilder.files import write_atomic
 from envbuilder.model import Combination
 
 __all__ = ["HELP", "configure", "cuda_tag", "environment_mismatches", "run"]
@@ -133,9 +135,12 @@ def _options(args: argparse.Namespace, combination: str, lock_sha256: str | None
 
 
 def run(args: argparse.Namespace) -> int:
+    from envbuilder.conformance.runner import pattern_problems
     from envbuilder.matrix import load_matrix
     from envbuilder.model import Resolution, load_resolution
 
+    if problems := pattern_problems(args.checks):
+        raise InputError("; ".join(problems))
     resolution: Resolution | None = None
     resolution_path: Path = args.locks / "resolution.json"
     if resolution_path.is_file():
@@ -153,7 +158,13 @@ def run(args: argparse.Namespace) -> int:
 def _run_in_place(
     args: argparse.Namespace, chosen: Sequence[Combination], lock_sha: dict[str, str | None]
 ) -> int:
-    from envbuilder.conformance.runner import RunOptions, run_suite, summarize
+    from envbuilder.conformance.runner import (
+        NoChecksSelected,
+        RunOptions,
+        run_suite,
+        summarize,
+        unmatched_patterns,
+    )
 
     try:
         import torch
@@ -209,17 +220,22 @@ def _run_in_place(
     suite_args = build_parser().parse_args(
         ["--out", str(out), *_options(args, combination.id, sha)]
     )
-    results = run_suite(
-        RunOptions(
-            out=out,
-            checks=tuple(suite_args.checks),
-            quick=suite_args.quick,
-            combination=combination.id,
-            lock_sha256=sha,
-        ),
-        echo=lambda line: print(line, file=sys.stderr, flush=True),
-    )
+    try:
+        results = run_suite(
+            RunOptions(
+                out=out,
+                checks=tuple(suite_args.checks),
+                quick=suite_args.quick,
+                combination=combination.id,
+                lock_sha256=sha,
+            ),
+            echo=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except NoChecksSelected as e:
+        raise InputError(str(e)) from e
     print(summarize(results), file=sys.stderr)
+    for pattern in unmatched_patterns(args.checks, results):
+        log.warning("--checks %r matched no check", pattern)
     print(out)
     return 0
 
@@ -238,6 +254,68 @@ def _gpu_request(client: Any, allow_cpu: bool) -> list[Any]:
         " on PATH; install the NVIDIA driver and NVIDIA Container Toolkit, run on a GPU runner,"
         " or pass --allow-cpu to run only the CPU checks"
     )
+
+
+def _run_container(
+    client: Any,
+    tag: str,
+    command: Sequence[str],
+    *,
+    devices: Sequence[Any],
+    suite_dir: Path,
+    out_dir: Path,
+    results: str,
+) -> tuple[int, str | None]:
+    """Run the suite in a container of *tag*, writing ``/results/<results>``.
+
+    The image runs as its own unprivileged user, whose uid owns nothing on
+    this host, so the container writes into a scratch directory anyone may
+    write to. When the results file was written, it and its JSONL stream are
+    copied, atomically, into *out_dir*; when not, earlier results there are
+    left alone and a non-empty stream (the checks that finished before the
+    suite died) is kept as ``<id>.failed.jsonl``. The container has no
+    network: the suite needs none.
+
+    Returns the container's exit status and what was copied: *results*, the
+    kept stream's name, or None.
+    """
+    stream = f"{results}.jsonl"
+    with tempfile.TemporaryDirectory(prefix="envbuilder-results-") as scratch:
+        Path(scratch).chmod(0o777)
+        container = client.containers.run(
+            tag,
+            command=list(command),
+            detach=True,
+            environment={
+                "PYTHONPATH": SUITE_MOUNT,
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            },
+            volumes={
+                str(suite_dir): {"bind": f"{SUITE_MOUNT}/envbuilder", "mode": "ro"},
+                scratch: {"bind": "/results", "mode": "rw"},
+            },
+            device_requests=list(devices),
+            network_mode="none",
+            shm_size="8g",
+        )
+        try:
+            for chunk in container.logs(stream=True, follow=True):
+                sys.stderr.write(chunk.decode("utf-8", errors="replace"))
+            status = int(container.wait().get("StatusCode", 1))
+        finally:
+            container.remove(force=True)
+            made, partial = Path(scratch) / results, Path(scratch) / stream
+            copied: str | None = None
+            if made.is_file():
+                if partial.is_file():
+                    write_atomic(out_dir / stream, partial.read_bytes())
+                write_atomic(out_dir / results, made.read_bytes())
+                copied = results
+            elif partial.is_file() and partial.stat().st_size:
+                copied = results.removesuffix(".json") + ".failed.jsonl"
+                write_atomic(out_dir / copied, partial.read_bytes())
+    return status, copied
 
 
 def _run_in_containers(
@@ -287,27 +365,23 @@ def _run_in_containers(
                 *_options(args, combination.id, resolved.lock_sha256),
             ]
             reporter.command(["docker", "run", tag, *command])
-            container = client.containers.run(
+            results = f"{combination.id}.json"
+            status, copied = _run_container(
+                client,
                 tag,
-                command=command,
-                detach=True,
-                environment={"PYTHONPATH": SUITE_MOUNT, "PYTHONUNBUFFERED": "1"},
-                volumes={
-                    str(package_dir): {"bind": f"{SUITE_MOUNT}/envbuilder", "mode": "ro"},
-                    str(out_dir): {"bind": "/results", "mode": "rw"},
-                },
-                device_requests=devices,
-                shm_size="8g",
+                command,
+                devices=devices,
+                suite_dir=package_dir,
+                out_dir=out_dir,
+                results=results,
             )
-            try:
-                for chunk in container.logs(stream=True, follow=True):
-                    sys.stderr.write(chunk.decode("utf-8", errors="replace"))
-                status = int(container.wait().get("StatusCode", 1))
-            finally:
-                container.remove(force=True)
-            if status not in (0, 1):  # 1: the suite ran and a gate check failed
+            if copied != results:  # exit status 1 is also what an uncaught exception gives
+                kept = f"; the checks that finished are in {out_dir / copied}" if copied else ""
+                failed.append(f"{combination.id} (exit status {status}, no results written{kept})")
+            elif status not in (0, 1):  # 1: the suite ran and a gate check failed
                 failed.append(f"{combination.id} (exit status {status})")
-            print(out_dir / f"{combination.id}.json")
+            else:
+                print(out_dir / results)
     if failed:
         reporter.line("suite did not complete for: " + ", ".join(failed))
         return 1

@@ -8,7 +8,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from envbuilder.conformance.runner import RunOptions, run_suite, summarize
+from envbuilder.conformance.runner import (
+    NoChecksSelected,
+    RunOptions,
+    pattern_problems,
+    run_suite,
+    summarize,
+    unmatched_patterns,
+)
 
 __all__ = ["main"]
 
@@ -47,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--lock-sha256 {args.lock_sha256!r}: expected 64 lowercase hex digits")
     if args.out.is_dir():
         parser.error(f"--out {str(args.out)!r} is a directory; give a file name")
+    if problems := pattern_problems(args.checks):
+        parser.error("; ".join(problems))
     device = "cuda:0" if args.device == "cuda" else args.device
     opts = RunOptions(
         out=args.out,
@@ -56,8 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         combination=args.combination,
         lock_sha256=args.lock_sha256,
     )
-    results = run_suite(opts, echo=lambda line: print(line, flush=True))
+    try:
+        results = run_suite(opts, echo=lambda line: print(line, flush=True))
+    except NoChecksSelected as e:
+        print(f"python -m envbuilder.conformance: error: {e}", file=sys.stderr)
+        return 2
     print(summarize(results), flush=True)
+    for pattern in unmatched_patterns(args.checks, results):
+        print(f"warning: --checks {pattern!r} matched no check", file=sys.stderr)
     print(f"wrote {args.out} and {opts.jsonl}", flush=True)
     bad = [
         c for c in results["checks"] if c["gate"] and c["status"] in ("fail", "error", "timeout")

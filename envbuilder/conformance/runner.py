@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import difflib
 import json
 import os
 import platform
@@ -26,17 +27,26 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.conformance import FULL_ONLY_GROUPS, GROUPS, RESULTS_SCHEMA, SUITE_VERSION
-from envbuilder.conformance._record import CheckResult, Status, append_jsonl, read_jsonl
+from envbuilder.conformance._record import (
+    CheckResult,
+    Status,
+    append_jsonl,
+    matches,
+    read_jsonl,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
     "QUICK_TIMEOUTS",
     "GroupRun",
+    "NoChecksSelected",
     "RunOptions",
     "groups_for",
+    "pattern_problems",
     "run_suite",
     "settle",
     "summarize",
+    "unmatched_patterns",
     "write_atomic",
 ]
 
@@ -103,6 +113,34 @@ def groups_for(patterns: Sequence[str]) -> tuple[str, ...]:
             return GROUPS
         wanted.add(head)
     return tuple(g for g in GROUPS if g in wanted)
+
+
+class NoChecksSelected(ValueError):
+    """``--checks`` patterns selected no check: nothing is written."""
+
+
+def pattern_problems(patterns: Sequence[str]) -> list[str]:
+    """What is wrong with ``--checks`` patterns that can be told before any check runs:
+    a plain (non-glob) first part that names no group."""
+    problems: list[str] = []
+    for pattern in patterns:
+        head = pattern.split(".", 1)[0]
+        if not pattern.strip():
+            problems.append("--checks '': give a check name, a dotted prefix or a glob")
+        elif not any(c in head for c in "*?[") and head not in GROUPS:
+            near = difflib.get_close_matches(head, GROUPS, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            problems.append(
+                f"--checks {pattern!r}: no check group {head!r}{hint};"
+                f" the groups are {', '.join(GROUPS)}"
+            )
+    return problems
+
+
+def unmatched_patterns(patterns: Sequence[str], results: Mapping[str, Any]) -> list[str]:
+    """The patterns that selected none of the checks in ``results``."""
+    names = [str(c["name"]) for c in results["checks"]]
+    return [p for p in patterns if p and not any(matches(n, [p]) for n in names)]
 
 
 def _exit_description(status: int) -> str:
@@ -350,6 +388,12 @@ def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> dict[
         if name not in seen:
             seen.add(name)
             checks.append(CheckResult.from_json(record).to_json())
+    if not checks and any(opts.checks):
+        raise NoChecksSelected(
+            f"no check matches --checks {' '.join(opts.checks)}; nothing was written to"
+            f" {opts.out}. Names look like attention.sdpa.none.fp16 or compile.xformers.*;"
+            " a group name (attention) selects the whole group"
+        )
     results: dict[str, Any] = {
         "schema": RESULTS_SCHEMA,
         "suite_version": SUITE_VERSION,

@@ -273,3 +273,30 @@ def test_a_run_names_the_lock_only_when_the_environment_is_the_combination(
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "results" / f"{combination}.json").read_text())
     assert results["lock_sha256"] == (sha if bound else None)
+
+
+@pytest.mark.parametrize(
+    ("patterns", "words"),
+    [
+        (("atention",), "no check group 'atention' (did you mean 'attention'?)"),
+        (("attention.sdpz",), "no check matches --checks attention.sdpz; nothing was written"),
+    ],
+)
+def test_checks_that_select_nothing_are_refused_and_keep_earlier_results(
+    tmp_path: Path, patterns: tuple[str, ...], words: str
+) -> None:
+    out = tmp_path / "results.json"
+    out.write_text('{"earlier": true}\n', encoding="utf-8")
+    selection = [a for p in patterns for a in ("--checks", p)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "envbuilder.conformance", "--quick", "--out", str(out), *selection],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert words in proc.stderr
+    assert out.read_text(encoding="utf-8") == '{"earlier": true}\n'

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from envbuilder.commands.conformance import cuda_tag, environment_mismatches
@@ -101,3 +104,77 @@ def test_containers_get_the_gpus_or_a_clear_error(
         assert requests == []
     else:
         assert [(r["Count"], r["Capabilities"]) for r in requests] == [(-1, [["gpu"]])]
+
+
+class _Container:
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.removed = False
+
+    def logs(self, *, stream: bool, follow: bool) -> list[bytes]:
+        return [b"suite output\n"]
+
+    def wait(self) -> dict[str, int]:
+        return {"StatusCode": self.status}
+
+    def remove(self, *, force: bool) -> None:
+        self.removed = True
+
+
+class _Containers:
+    """`containers.run` that "runs the suite" by writing files into the /results volume."""
+
+    def __init__(self, writes: dict[str, str], status: int) -> None:
+        self.writes = writes
+        self.container = _Container(status)
+        self.kwargs: dict[str, Any] = {}
+
+    def run(self, tag: str, **kwargs: Any) -> _Container:
+        self.kwargs = kwargs
+        (scratch,) = [h for h, v in kwargs["volumes"].items() if v["bind"] == "/results"]
+        assert Path(scratch).stat().st_mode & 0o777 == 0o777  # the image's user can write there
+        for name, text in self.writes.items():
+            (Path(scratch) / name).write_text(text, encoding="utf-8")
+        return self.container
+
+
+class _Client:
+    def __init__(self, writes: dict[str, str], status: int) -> None:
+        self.containers = _Containers(writes, status)
+
+
+@pytest.mark.parametrize(
+    ("writes", "status", "copied", "after"),
+    [
+        (
+            {"c.json": "{}", "c.json.jsonl": "{'a'}\n"},
+            1,
+            "c.json",
+            {"c.json": "{}", "c.json.jsonl": "{'a'}\n"},
+        ),
+        (  # died half way: earlier results stay, the finished checks are kept beside them
+            {"c.json.jsonl": "{'a'}\n"},
+            139,
+            "c.failed.jsonl",
+            {"c.json": "earlier", "c.json.jsonl": "earlier", "c.failed.jsonl": "{'a'}\n"},
+        ),
+        ({"c.json.jsonl": ""}, 2, None, {"c.json": "earlier", "c.json.jsonl": "earlier"}),
+    ],
+)
+def test_what_a_container_wrote_is_copied_without_losing_earlier_results(
+    tmp_path: Path, writes: dict[str, str], status: int, copied: str | None, after: dict[str, str]
+) -> None:
+    from envbuilder.commands.conformance import _run_container
+
+    out_dir = tmp_path / "results"
+    out_dir.mkdir()
+    for name in ("c.json", "c.json.jsonl"):
+        (out_dir / name).write_text("earlier", encoding="utf-8")
+    client = _Client(writes, status)
+    got = _run_container(
+        client, "tag", ["python"], devices=[], suite_dir=tmp_path, out_dir=out_dir, results="c.json"
+    )
+    assert got == (status, copied)
+    assert {p.name: p.read_text(encoding="utf-8") for p in out_dir.iterdir()} == after
+    assert client.containers.container.removed
+    assert client.containers.kwargs["network_mode"] == "none"

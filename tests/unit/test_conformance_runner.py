@@ -11,7 +11,15 @@ import pytest
 
 from envbuilder.conformance import GROUPS
 from envbuilder.conformance._record import append_jsonl, describe_error, matches, read_jsonl
-from envbuilder.conformance.runner import GroupRun, groups_for, settle, summarize, write_atomic
+from envbuilder.conformance.runner import (
+    GroupRun,
+    groups_for,
+    pattern_problems,
+    settle,
+    summarize,
+    unmatched_patterns,
+    write_atomic,
+)
 
 
 def _meta(name: str, gate: bool = True) -> Mapping[str, Any]:
@@ -204,3 +212,27 @@ def test_groups_that_a_quick_run_skips_have_no_quick_checks() -> None:
     assert {"model"} == FULL_ONLY_GROUPS
     specs = model.specs(Context(device="cpu", quick=True))
     assert specs and not any(s.quick for s in specs)
+
+
+@pytest.mark.parametrize(
+    ("patterns", "problem"),
+    [
+        (("attention", "compile.xformers.*", "*.sdpa.*", "model.diffusers"), None),
+        (("atention.sdpa",), "no check group 'atention' (did you mean 'attention'?)"),
+        (("gpu",), "no check group 'gpu'; the groups are environment, attention"),
+        (("",), "--checks ''"),
+    ],
+)
+def test_pattern_problems(patterns: tuple[str, ...], problem: str | None) -> None:
+    found = pattern_problems(patterns)
+    if problem is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and problem in found[0]
+
+
+def test_unmatched_patterns_names_only_those_that_selected_nothing() -> None:
+    results = {"checks": [{"name": "attention.sdpa.none.fp16"}, {"name": "compile.sdpa.x"}]}
+    assert unmatched_patterns(["attention.sdpa", "attention.sdpz", "*.sdpa.*"], results) == [
+        "attention.sdpz"
+    ]
