@@ -1,4 +1,4 @@
-"""The committed H200 results (results/*.json, evidence/*.json) follow the published schema and say what happened."""
+"""The committed H200 results (results/*.json) follow the published schema and say what happened."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "envbuilder" / "schemas" / "results.schema.json").read_text())
-RESULTS = sorted((ROOT / "results").glob("*.json")) + sorted((ROOT / "evidence").glob("*.json"))
+RESULTS = sorted((ROOT / "results").glob("*.json"))
 
 
 def _load(name: str) -> dict[str, Any]:
-    folder = ROOT / ("evidence" if "h200x2" in name else "results")
-    data: dict[str, Any] = json.loads((folder / name).read_text())
+    data: dict[str, Any] = json.loads((ROOT / "results" / name).read_text())
     return data
 
 
