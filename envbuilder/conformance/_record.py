@@ -69,7 +69,8 @@ class CheckSpec:
 
     ``needs`` names what must be present, checked before ``run`` is called:
     ``cuda`` (the device is a CUDA device), ``xformers`` (importable),
-    ``diffusers`` (importable), ``gpus2`` (two or more CUDA devices).
+    ``diffusers`` (importable), ``gpus2`` (two or more CUDA devices). A check
+    whose ``impl`` is xformers needs xformers without saying so (``requires``).
     """
 
     name: str
@@ -83,6 +84,11 @@ class CheckSpec:
     @property
     def group(self) -> str:
         return self.name.split(".", 1)[0]
+
+    @property
+    def requires(self) -> frozenset[str]:
+        """``needs``, plus xformers for a check of the xformers implementation."""
+        return self.needs | ({"xformers"} if self.impl == "xformers" else set())
 
     def meta(self) -> dict[str, Any]:
         return {

@@ -221,7 +221,6 @@ def large_logits(ctx: Context, impl: Impl) -> Outcome:
 def specs(ctx: Context) -> list[CheckSpec]:
     out: list[CheckSpec] = []
     for impl in IMPLS:
-        needs = frozenset({"xformers"}) if impl == "xformers" else frozenset()
         for mask in MASKS:
             for dtype_name in DTYPES:
                 out.append(
@@ -229,36 +228,21 @@ def specs(ctx: Context) -> list[CheckSpec]:
                         name=f"attention.{impl}.{mask}.{dtype_name}",
                         gate=True,
                         impl=impl,
-                        needs=needs,
                         run=partial(correctness, ctx, impl, mask, dtype_name),
                         quick=dtype_name != "fp32" or not ctx.is_cuda,
                     )
                 )
-        out.append(
-            CheckSpec(
-                name=f"attention.{impl}.bias_b1mn.safe",
-                gate=True,
-                impl=impl,
-                needs=needs,
-                run=partial(b1mn_bias, ctx, impl),
+        for suffix, check in (
+            ("bias_b1mn.safe", b1mn_bias),
+            ("determinism", determinism),
+            ("large_logits", large_logits),
+        ):
+            out.append(
+                CheckSpec(
+                    name=f"attention.{impl}.{suffix}",
+                    gate=True,
+                    impl=impl,
+                    run=partial(check, ctx, impl),
+                )
             )
-        )
-        out.append(
-            CheckSpec(
-                name=f"attention.{impl}.determinism",
-                gate=True,
-                impl=impl,
-                needs=needs,
-                run=partial(determinism, ctx, impl),
-            )
-        )
-        out.append(
-            CheckSpec(
-                name=f"attention.{impl}.large_logits",
-                gate=True,
-                impl=impl,
-                needs=needs,
-                run=partial(large_logits, ctx, impl),
-            )
-        )
     return out

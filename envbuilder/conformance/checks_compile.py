@@ -356,7 +356,6 @@ def specs(ctx: Context) -> list[CheckSpec]:
     out: list[CheckSpec] = []
     impls: tuple[Impl, ...] = ("xformers", "sdpa")
     for impl in impls:
-        needs = frozenset({"xformers"}) if impl == "xformers" else frozenset()
         for kind in ("block", "attn"):
             for dynamic in (False, True):
                 for fullgraph in (True, False):
@@ -369,7 +368,6 @@ def specs(ctx: Context) -> list[CheckSpec]:
                             name=name,
                             gate=True,
                             impl=impl,
-                            needs=needs,
                             run=partial(compile_check, ctx, impl, kind, dynamic, fullgraph, None),
                             # --quick keeps the hardest one: the block, dynamic shapes, fullgraph
                             quick=kind == "block" and fullgraph and dynamic,
@@ -383,7 +381,6 @@ def specs(ctx: Context) -> list[CheckSpec]:
                 gate=True,
                 impl="xformers",
                 workaround="dynamo-disable",
-                needs=frozenset({"xformers"}),
                 run=partial(
                     compile_check, ctx, "dynamo-disable", "block", dynamic, False, "dynamo-disable"
                 ),
@@ -407,7 +404,6 @@ def specs(ctx: Context) -> list[CheckSpec]:
             name="compile.xformers.opcheck",
             gate=False,
             impl="xformers",
-            needs=frozenset({"xformers"}),
             run=partial(opcheck_xformers, ctx),
         )
     )

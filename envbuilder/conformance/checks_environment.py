@@ -293,13 +293,12 @@ def xformers_info(ctx: Context) -> Outcome:
 
 
 def specs(ctx: Context) -> list[CheckSpec]:
-    xf = frozenset({"xformers"})
     return [
         CheckSpec(
             name="environment.xformers.import_no_cuda_init",
             gate=False,
             impl="xformers",
-            needs=xf | {"cuda"},
+            needs=frozenset({"cuda"}),
             run=partial(import_no_cuda_init, ctx),
             quick=False,  # informational, and a fresh interpreter costs ~5 s
         ),
@@ -310,28 +309,24 @@ def specs(ctx: Context) -> list[CheckSpec]:
             name="environment.xformers.build_record",
             gate=False,
             impl="xformers",
-            needs=xf,
             run=partial(build_record, ctx),
         ),
         CheckSpec(
             name="environment.xformers.extension_loads",
             gate=True,
             impl="xformers",
-            needs=xf,
             run=partial(extension_loads, ctx),
         ),
         CheckSpec(
             name="environment.xformers.arch_covered",
             gate=True,
             impl="xformers",
-            needs=xf,
             run=partial(xformers_arch, ctx),
         ),
         CheckSpec(
             name="environment.xformers.info",
             gate=False,
             impl="xformers",
-            needs=xf,
             run=partial(xformers_info, ctx),
             quick=False,  # informational, and `python -m xformers.info` costs ~8 s
         ),

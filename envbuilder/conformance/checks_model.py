@@ -191,7 +191,7 @@ def unaligned_mask(ctx: Context) -> Outcome:
 def specs(ctx: Context) -> list[CheckSpec]:
     out: list[CheckSpec] = []
     for impl, compiled in (("xformers", False), ("xformers", True), ("sdpa", True)):
-        needs = {"diffusers"} | ({"xformers", "cuda"} if impl == "xformers" else set())
+        needs = {"diffusers"} | ({"cuda"} if impl == "xformers" else set())
         out.append(
             CheckSpec(
                 name=f"model.diffusers.qwenimage.{impl}.{'compiled' if compiled else 'eager'}",
@@ -209,7 +209,7 @@ def specs(ctx: Context) -> list[CheckSpec]:
             name="model.diffusers.qwenimage.xformers.unaligned_mask",
             gate=False,
             impl="xformers",
-            needs=frozenset({"diffusers", "xformers", "cuda"}),
+            needs=frozenset({"diffusers", "cuda"}),
             run=partial(unaligned_mask, ctx),
             quick=False,
         )

@@ -135,14 +135,13 @@ def specs(ctx: Context) -> list[CheckSpec]:
     out: list[CheckSpec] = []
     impls: tuple[Impl, ...] = ("xformers", "sdpa")
     for impl in impls:
-        needs = {"cuda"} | ({"xformers"} if impl == "xformers" else set())
         if count == 0:
             out.append(
                 CheckSpec(
                     name=f"multigpu.attention.{impl}.each_gpu",
                     gate=True,
                     impl=impl,
-                    needs=frozenset(needs),
+                    needs=frozenset({"cuda"}),
                     run=partial(per_gpu_attention, ctx, impl, 0),
                 )
             )
@@ -152,7 +151,7 @@ def specs(ctx: Context) -> list[CheckSpec]:
                     name=f"multigpu.attention.{impl}.cuda{index}",
                     gate=True,
                     impl=impl,
-                    needs=frozenset(needs),
+                    needs=frozenset({"cuda"}),
                     run=partial(per_gpu_attention, ctx, impl, index),
                 )
             )
@@ -161,7 +160,7 @@ def specs(ctx: Context) -> list[CheckSpec]:
             name="multigpu.ddp.xformers",
             gate=True,
             impl="xformers",
-            needs=frozenset({"cuda", "xformers", "gpus2"}),
+            needs=frozenset({"cuda", "gpus2"}),
             run=partial(ddp_step, ctx),
         )
     )

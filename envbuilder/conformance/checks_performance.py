@@ -183,25 +183,23 @@ def specs(ctx: Context) -> list[CheckSpec]:
     quick = set(_grid(quick=True))
     for dtype_name, seq, k in sorted(set(full) | quick, key=lambda t: (t[0], t[1], t[2])):
         for impl in impls:
-            needs = {"cuda"} | ({"xformers"} if impl == "xformers" else set())
             out.append(
                 CheckSpec(
                     name=f"performance.{impl}.{dtype_name}.s{seq}.d{k}",
                     gate=False,
                     impl=impl,
-                    needs=frozenset(needs),
+                    needs=frozenset({"cuda"}),
                     run=partial(attention_speed, ctx, impl, dtype_name, seq, k),
                     quick=(dtype_name, seq, k) in quick,
                 )
             )
     for impl in impls:
-        needs = {"cuda"} | ({"xformers"} if impl == "xformers" else set())
         out.append(
             CheckSpec(
                 name=f"performance.{impl}.compile_time",
                 gate=False,
                 impl=impl,
-                needs=frozenset(needs),
+                needs=frozenset({"cuda"}),
                 run=partial(compile_time, ctx, impl),
                 quick=False,  # the compile checks record each first call's time
             )

@@ -100,7 +100,7 @@ def execute(spec: CheckSpec, ctx: Context) -> CheckResult:
     reason = ""
     numbers: dict[str, Any] = {}
     try:
-        for need in sorted(spec.needs):
+        for need in sorted(spec.requires):
             why = _missing(need, ctx)
             if why is not None:
                 raise Skip(why)

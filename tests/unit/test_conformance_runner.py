@@ -236,3 +236,14 @@ def test_unmatched_patterns_names_only_those_that_selected_nothing() -> None:
     assert unmatched_patterns(["attention.sdpa", "attention.sdpz", "*.sdpa.*"], results) == [
         "attention.sdpz"
     ]
+
+
+def test_a_check_of_the_xformers_implementation_requires_xformers() -> None:
+    from envbuilder.conformance._record import CheckSpec, Outcome
+
+    def spec(impl: Any, needs: frozenset[str]) -> CheckSpec:
+        return CheckSpec(name="g.c", gate=True, impl=impl, needs=needs, run=Outcome.passed)
+
+    assert spec("xformers", frozenset({"cuda"})).requires == {"cuda", "xformers"}
+    assert spec("sdpa", frozenset({"cuda"})).requires == {"cuda"}
+    assert spec(None, frozenset()).requires == frozenset()
