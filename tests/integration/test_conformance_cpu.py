@@ -34,36 +34,38 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, str]:
-    out = tmp_path_factory.mktemp("conformance") / "results.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "envbuilder.conformance",
-            "--quick",
-            "--out",
-            str(out),
-            "--combination",
-            "py3.11-cpu-torch2.13.0",
-            "--checks",
-            "environment",
-            "--checks",
-            "attention",
-            "--checks",
-            "compile.sdpa.block.dynamic.*",
-            "--checks",
-            "performance",
-            "--checks",
-            "multigpu",
-        ],
+def _suite(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``python -m envbuilder.conformance ARGS`` on the CPU path, from the checkout."""
+    return subprocess.run(
+        [sys.executable, "-m", "envbuilder.conformance", *args],
         capture_output=True,
         text=True,
         env=_env(),
-        timeout=600,
+        timeout=timeout,
         check=False,
         cwd=ROOT,
+    )
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, str]:
+    out = tmp_path_factory.mktemp("conformance") / "results.json"
+    proc = _suite(
+        "--quick",
+        "--out",
+        str(out),
+        "--combination",
+        "py3.11-cpu-torch2.13.0",
+        "--checks",
+        "environment",
+        "--checks",
+        "attention",
+        "--checks",
+        "compile.sdpa.block.dynamic.*",
+        "--checks",
+        "performance",
+        "--checks",
+        "multigpu",
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text()), out, proc.stdout
@@ -288,15 +290,7 @@ def test_checks_that_select_nothing_are_refused_and_keep_earlier_results(
     out = tmp_path / "results.json"
     out.write_text('{"earlier": true}\n', encoding="utf-8")
     selection = [a for p in patterns for a in ("--checks", p)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "envbuilder.conformance", "--quick", "--out", str(out), *selection],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=300,
-        check=False,
-        cwd=ROOT,
-    )
+    proc = _suite("--quick", "--out", str(out), *selection, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert words in proc.stderr
     assert out.read_text(encoding="utf-8") == '{"earlier": true}\n'
