@@ -101,6 +101,12 @@ class GroupRun:
     log_tail: str
 
 
+def _plain_group(pattern: str) -> str | None:
+    """The group a pattern names plainly (its first dotted part), or None when that is a glob."""
+    head = pattern.split(".", 1)[0]
+    return None if any(c in head for c in "*?[") else head
+
+
 def groups_for(patterns: Sequence[str]) -> tuple[str, ...]:
     """The groups a run must start: all, unless every pattern names its group plainly."""
     chosen = [p for p in patterns if p]
@@ -108,8 +114,8 @@ def groups_for(patterns: Sequence[str]) -> tuple[str, ...]:
         return GROUPS
     wanted: set[str] = set()
     for pattern in chosen:
-        head = pattern.split(".", 1)[0]
-        if any(c in head for c in "*?["):
+        head = _plain_group(pattern)
+        if head is None:
             return GROUPS
         wanted.add(head)
     return tuple(g for g in GROUPS if g in wanted)
@@ -124,10 +130,10 @@ def pattern_problems(patterns: Sequence[str]) -> list[str]:
     a plain (non-glob) first part that names no group."""
     problems: list[str] = []
     for pattern in patterns:
-        head = pattern.split(".", 1)[0]
+        head = _plain_group(pattern)
         if not pattern.strip():
             problems.append("--checks '': give a check name, a dotted prefix or a glob")
-        elif not any(c in head for c in "*?[") and head not in GROUPS:
+        elif head is not None and head not in GROUPS:
             near = difflib.get_close_matches(head, GROUPS, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             problems.append(
