@@ -195,6 +195,12 @@ def installed(python: Path, *names: str) -> list[str]:
     return out.stdout.split()
 
 
+def export_requirements(combination: str, lock: Path, out: Path) -> None:
+    """``envbuilder export COMBINATION --format requirements -o OUT --lock LOCK`` succeeds."""
+    argv = ["export", combination, "--format", "requirements", "-o", str(out), "--lock", str(lock)]
+    assert main(argv) == 0
+
+
 def test_exported_pylock_installs_with_uv(demo_lock: Path, tmp_path: Path) -> None:
     out = tmp_path / "pylock.demo.toml"
     assert (
@@ -210,21 +216,7 @@ def test_exported_requirements_install_with_pip_require_hashes(
     demo_lock: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "requirements.txt"
-    assert (
-        main(
-            [
-                "export",
-                VERIFIED,
-                "--format",
-                "requirements",
-                "-o",
-                str(out),
-                "--lock",
-                str(demo_lock),
-            ]
-        )
-        == 0
-    )
+    export_requirements(VERIFIED, demo_lock, out)
     text = out.read_text()
     assert text.count("--hash=sha256:") == 2
     python = fresh_venv(tmp_path / "venv", pip=True)
@@ -236,21 +228,7 @@ def test_exported_requirements_install_with_pip_require_hashes(
 
 def test_a_changed_wheel_hash_is_refused_by_pip(demo_lock: Path, tmp_path: Path) -> None:
     out = tmp_path / "requirements.txt"
-    assert (
-        main(
-            [
-                "export",
-                VERIFIED,
-                "--format",
-                "requirements",
-                "-o",
-                str(out),
-                "--lock",
-                str(demo_lock),
-            ]
-        )
-        == 0
-    )
+    export_requirements(VERIFIED, demo_lock, out)
     first = out.read_text().split("--hash=sha256:")[1][:64]
     out.write_text(out.read_text().replace(first, "0" * 64))
     python = fresh_venv(tmp_path / "venv", pip=True)
@@ -354,21 +332,7 @@ def test_torch_cpu_combination_installs_with_uv_and_pip(tmp_path: Path) -> None:
     pylock = tmp_path / "pylock.torch.toml"
     reqs = tmp_path / "requirements.txt"
     assert main(["export", "py3.11-cpu-torch2.13.0", "-o", str(pylock), "--lock", str(lock)]) == 0
-    assert (
-        main(
-            [
-                "export",
-                "py3.11-cpu-torch2.13.0",
-                "--format",
-                "requirements",
-                "-o",
-                str(reqs),
-                "--lock",
-                str(lock),
-            ]
-        )
-        == 0
-    )
+    export_requirements("py3.11-cpu-torch2.13.0", lock, reqs)
     uv_python = fresh_venv(tmp_path / "uv-venv", pip=False)
     subprocess.run(
         [UV, "pip", "install", "--python", str(uv_python), "-r", str(pylock)], check=True
