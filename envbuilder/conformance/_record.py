@@ -6,8 +6,10 @@ Standard library only: the runner (which must not import torch) uses it too.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,7 +124,9 @@ class CheckResult:
             "gate": self.gate,
             "impl": self.impl,
             "workaround": self.workaround,
-            "numbers": dict(self.numbers),
+            "numbers": {
+                k: relative_paths(v) if isinstance(v, str) else v for k, v in self.numbers.items()
+            },
             "duration_s": round(self.duration_s, 3),
         }
 
@@ -210,10 +214,25 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 _CHECKOUT = str(Path(__file__).resolve().parents[2]) + os.sep
 
 
+@functools.cache
+def _import_roots() -> tuple[str, ...]:
+    """The suite's checkout and every directory on ``sys.path`` (as it is when first
+    asked), longest first, each ending in a separator; the filesystem root is never one."""
+    roots = {_CHECKOUT}
+    for entry in sys.path:
+        path = Path(entry)
+        if entry and path.is_absolute() and path.is_dir() and path != Path(path.anchor):
+            roots.add(os.path.normpath(entry) + os.sep)
+    return tuple(sorted(roots, key=len, reverse=True))
+
+
 def relative_paths(text: str) -> str:
-    """``text`` with the suite's own checkout path removed from file names: results
-    files are published, and the runner's directory layout is not a finding."""
-    return text.replace(_CHECKOUT, "")
+    """``text`` with file names made relative to the directory they were imported
+    from (``/…/site-packages/xformers/_C.so`` -> ``xformers/_C.so``): results files
+    are published, and the runner's directory layout is not a finding."""
+    for root in _import_roots():
+        text = text.replace(root, "")
+    return text
 
 
 def describe_error(error: BaseException, limit: int = 1500) -> str:

@@ -85,6 +85,12 @@ def test_results_name_the_suite_s_files_relative_to_its_checkout() -> None:
     assert [p.name for p in RESULTS if absolute.search(p.read_text())] == []
 
 
+def test_results_carry_no_runner_directories() -> None:
+    runner_path = re.compile(r"(?<![\w.])/(?:tmp|opt|root|home|usr/local|usr/lib)/[^ \"|]+")
+    found = {p.name: runner_path.findall(p.read_text()) for p in RESULTS}
+    assert {name: paths for name, paths in found.items() if paths} == {}
+
+
 def test_the_full_h200_run_checks_the_diffusers_model_through_xformers() -> None:
     data = _load("py3.12-cu130-torch2.11.0-xformers0.0.35-cudart.h200.json")
     checks = _checks(data)

@@ -247,3 +247,33 @@ def test_a_check_of_the_xformers_implementation_requires_xformers() -> None:
     assert spec("xformers", frozenset({"cuda"})).requires == {"cuda", "xformers"}
     assert spec("sdpa", frozenset({"cuda"})).requires == {"cuda"}
     assert spec(None, frozenset()).requires == frozenset()
+
+
+def test_results_name_files_relative_to_the_directory_they_were_imported_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from envbuilder.conformance import _record
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setattr("sys.path", ["", "/", str(site), str(tmp_path / "absent")])
+    _record._import_roots.cache_clear()
+    monkeypatch.setattr(_record, "_import_roots", _record._import_roots.__wrapped__)
+    cause = f"OSError: Could not load this library: {site}/xformers/_C.so <- libcudart.so.12"
+    result = _record.CheckResult(
+        group="environment",
+        name="environment.xformers.extension_loads",
+        status="fail",
+        reason=f"failed at {site}/xformers/ops/fmha/__init__.py",
+        gate=True,
+        impl="xformers",
+        workaround=None,
+        numbers={"cause": cause, "count": 3},
+        duration_s=0.1,
+    ).to_json()
+    assert result["reason"] == "failed at xformers/ops/fmha/__init__.py"
+    assert result["numbers"] == {
+        "cause": "OSError: Could not load this library: xformers/_C.so <- libcudart.so.12",
+        "count": 3,
+    }
+    assert _record.relative_paths("/usr/bin/python") == "/usr/bin/python"  # "/" is no root
