@@ -2,9 +2,11 @@
 
 Decisions (also in README.md, "The compatibility lockfile"):
 
-- Name ``compat.lock.json``; ``schema = "envbuilder.compat/1"``. The major
-  number changes only when a reader of /1 would misread the file; readers
-  refuse any other schema string (exit 2) and say to upgrade.
+- Name ``compat.lock.json``; ``schema = "envbuilder.compat/2"``. The major
+  number changes only when a reader of the previous one would misread the
+  file (/2: per-use verdicts and the check status ``invalid``, which a /1
+  reader would count as neither passed nor failed); readers refuse any other
+  schema string (exit 2) and say to upgrade.
 - JSON Schema: ``envbuilder/schemas/compat.schema.json`` (``publish`` copies it).
 - Canonical JSON (`canonical`): sorted keys, fixed indent and separators,
   UTF-8, trailing newline, no timestamps of its own (only those in the
@@ -12,7 +14,8 @@ Decisions (also in README.md, "The compatibility lockfile"):
 - ``content_sha256`` = sha256 of the canonical document without that key;
   every reader (`read.load_lockfile`) recomputes it and refuses a mismatch.
 - Every file is written atomically (temporary file + ``os.replace``).
-- Verdicts: the table in `verdicts`.
+- Verdicts: per use (inference, inference-compiled, training,
+  training-compiled) and overall the worst; the tables in `verdicts`.
 - Results files that cannot be merged (`results`) abort ``envbuilder lock``
   with exit 2 and nothing written, unless ``--skip-rejected`` is given: then
   the lockfile is written and lists them under ``rejected_results``.

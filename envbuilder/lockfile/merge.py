@@ -20,7 +20,7 @@ from envbuilder.lockfile.model import (
     Run,
 )
 from envbuilder.lockfile.results import Rejected, accept, rejection_record
-from envbuilder.lockfile.verdicts import combination_verdict, gpu_verdicts
+from envbuilder.lockfile.verdicts import combination_use_verdicts, gpu_verdicts, overall
 from envbuilder.model import Resolution, ResolvedCombination
 
 __all__ = ["GENERATED_BY", "build_lockfile", "read_pins"]
@@ -103,6 +103,7 @@ def _entry(
         )
         pins = read_pins(pylock)
     gpus = gpu_verdicts(runs)
+    uses = combination_use_verdicts(status=combo.status, resolver_reason=combo.reason, gpus=gpus)
     torch, xformers = _requested(combo.id)
     return Entry(
         id=combo.id,
@@ -121,7 +122,8 @@ def _entry(
         notes=combo.notes,
         runs=tuple(runs),
         gpus=gpus,
-        verdict=combination_verdict(status=combo.status, resolver_reason=combo.reason, gpus=gpus),
+        uses=uses,
+        verdict=overall(uses),
     )
 
 

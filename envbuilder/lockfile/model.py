@@ -1,4 +1,4 @@
-"""The compatibility lockfile's records (``schema = "envbuilder.compat/1"``).
+"""The compatibility lockfile's records (``schema = "envbuilder.compat/2"``).
 
 Written by ``envbuilder lock``, read by ``query``, ``export``, ``install``,
 ``doctor`` and ``publish``. The JSON shape is fixed by
@@ -14,23 +14,35 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 __all__ = [
+    "CHECK_STATUSES",
     "COMPAT_SCHEMA",
     "DEFAULT_LOCKFILE",
+    "USES",
     "VERDICTS",
     "VERDICT_RANK",
     "CheckOutcome",
+    "CheckStatus",
     "CompatLock",
     "Entry",
     "GpuVerdict",
     "LockPointer",
+    "NumericEvidence",
     "PackagePin",
     "RejectedResults",
     "Run",
+    "Scalar",
+    "Use",
+    "UseVerdict",
     "Verdict",
     "VerdictName",
+    "WorkaroundChoice",
+    "WorkaroundCost",
+    "use_verdict",
 ]
 
-COMPAT_SCHEMA = "envbuilder.compat/1"
+#: /2 added the per-use verdicts and the check status ``invalid``: a /1 reader
+#: would count an ``invalid`` check as neither passed nor failed.
+COMPAT_SCHEMA = "envbuilder.compat/2"
 #: The lockfile's name at the repository root (and in the published site).
 DEFAULT_LOCKFILE = "compat.lock.json"
 
@@ -47,6 +59,44 @@ VERDICTS: tuple[VerdictName, ...] = (
 )
 VERDICT_RANK: dict[str, int] = {v: i for i, v in enumerate(VERDICTS)}
 
+Use = Literal["inference", "inference-compiled", "training", "training-compiled"]
+#: What a check can speak for, in the order results files list them and the lockfile records them.
+USES: tuple[Use, ...] = ("inference", "inference-compiled", "training", "training-compiled")
+
+CheckStatus = Literal["pass", "fail", "skip", "error", "timeout", "invalid"]
+CHECK_STATUSES: tuple[CheckStatus, ...] = ("pass", "fail", "skip", "error", "timeout", "invalid")
+
+#: A value in a check's ``numbers`` (JSON scalars; non-finite floats are kept as their names).
+Scalar = float | int | str | bool | None
+
+
+def _number(numbers: Mapping[str, Scalar], key: str) -> float | None:
+    value = numbers.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkaroundChoice:
+    """The workaround a verdict relies on for one failed direct check, and what it cost there."""
+
+    check: str  # the failed direct gate check
+    workaround: str  # e.g. "dynamo-disable", "sdpa-under-compile"
+    evidence: tuple[str, ...]  # the workaround checks that passed on that check's case
+    graph_breaks: int | None  # None: not measured (results/1)
+    step_ms: float | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkaroundChoice:
+        return cls(
+            check=data["check"],
+            workaround=data["workaround"],
+            evidence=tuple(data.get("evidence", ())),
+            graph_breaks=data.get("graph_breaks"),
+            step_ms=data.get("step_ms"),
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
@@ -56,6 +106,7 @@ class Verdict:
         str, ...
     ] = ()  # what made it work: "sdpa-under-compile", "cuda-runtime:<req>"
     failing_checks: tuple[str, ...] = ()  # gate checks that failed (broken) or were worked around
+    choices: tuple[WorkaroundChoice, ...] = ()  # per worked-around check, the cheapest workaround
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Verdict:
@@ -64,7 +115,28 @@ class Verdict:
             reason=data["reason"],
             workarounds=tuple(data.get("workarounds", ())),
             failing_checks=tuple(data.get("failing_checks", ())),
+            choices=tuple(WorkaroundChoice.from_json(c) for c in data.get("choices", ())),
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class UseVerdict:
+    """The verdict for one use; records carry one per `USES` entry, in that order."""
+
+    use: Use
+    verdict: Verdict
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> UseVerdict:
+        return cls(use=data["use"], verdict=Verdict.from_json(data["verdict"]))
+
+
+def use_verdict(uses: tuple[UseVerdict, ...], use: Use) -> Verdict:
+    """The verdict for *use* among *uses* (a record's per-use verdicts)."""
+    for item in uses:
+        if item.use == use:
+            return item.verdict
+    raise KeyError(use)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,19 +176,69 @@ class LockPointer:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NumericEvidence:
+    """What a numeric check measured against its bound, and whether it could have failed."""
+
+    error: float
+    bound: float
+    sensitivity: float  # distance from the reference to the nearest plausible wrong answer
+    sensitivity_ratio: float  # sensitivity / bound; the suite records `invalid` below 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkaroundCost:
+    """A workaround check's cost on its case: the cheapest workaround is chosen by it."""
+
+    graph_breaks: int | None
+    step_ms: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CheckOutcome:
+    """One check of a run. ``uses`` is None for a results/1 check (untagged: every use)."""
+
     name: str
     group: str
-    status: str
+    status: CheckStatus
     reason: str
     gate: bool
     impl: str | None
     workaround: str | None
-    numbers: Mapping[str, Any]
+    numbers: Mapping[str, Scalar]
     duration_s: float | None
+    uses: tuple[Use, ...] | None = None
+    covers: str | None = None  # a workaround check: the direct check whose case it re-ran
+
+    @property
+    def direct_gate(self) -> bool:
+        return self.gate and self.workaround is None
+
+    def speaks_for(self, use: Use) -> bool:
+        return self.uses is None or use in self.uses
+
+    @property
+    def evidence(self) -> NumericEvidence | None:
+        values = [
+            _number(self.numbers, k) for k in ("error", "bound", "sensitivity", "sensitivity_ratio")
+        ]
+        error, bound, sensitivity, ratio = values
+        if error is None or bound is None or sensitivity is None or ratio is None:
+            return None
+        return NumericEvidence(
+            error=error, bound=bound, sensitivity=sensitivity, sensitivity_ratio=ratio
+        )
+
+    @property
+    def cost(self) -> WorkaroundCost:
+        breaks = _number(self.numbers, "graph_breaks")
+        return WorkaroundCost(
+            graph_breaks=None if breaks is None else int(breaks),
+            step_ms=_number(self.numbers, "step_ms"),
+        )
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CheckOutcome:
+        uses = data.get("uses")
         return cls(
             name=data["name"],
             group=data["group"],
@@ -127,6 +249,8 @@ class CheckOutcome:
             workaround=data.get("workaround"),
             numbers=dict(data.get("numbers") or {}),
             duration_s=data.get("duration_s"),
+            uses=None if uses is None else tuple(u for u in USES if u in uses),
+            covers=data.get("covers"),
         )
 
 
@@ -143,7 +267,8 @@ class Run:
     compute_capability: str | None
     runner: Mapping[str, Any]
     checks: tuple[CheckOutcome, ...]
-    verdict: Verdict
+    uses: tuple[UseVerdict, ...]  # one per use, in `USES` order
+    verdict: Verdict  # the worst of `uses`
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Run:
@@ -157,6 +282,7 @@ class Run:
             compute_capability=data.get("compute_capability"),
             runner=dict(data.get("runner") or {}),
             checks=tuple(CheckOutcome.from_json(c) for c in data.get("checks", ())),
+            uses=tuple(UseVerdict.from_json(u) for u in data["uses"]),
             verdict=Verdict.from_json(data["verdict"]),
         )
 
@@ -168,6 +294,7 @@ class GpuVerdict:
     gpu: str
     compute_capability: str | None
     verdict: Verdict
+    uses: tuple[UseVerdict, ...]  # per use the worst of the runs, in `USES` order
     runs: tuple[str, ...]  # sources of the runs on this GPU
     conflict: bool = False
 
@@ -177,6 +304,7 @@ class GpuVerdict:
             gpu=data["gpu"],
             compute_capability=data.get("compute_capability"),
             verdict=Verdict.from_json(data["verdict"]),
+            uses=tuple(UseVerdict.from_json(u) for u in data["uses"]),
             runs=tuple(data.get("runs", ())),
             conflict=bool(data.get("conflict", False)),
         )
@@ -202,7 +330,8 @@ class Entry:
     notes: tuple[str, ...]
     runs: tuple[Run, ...]
     gpus: tuple[GpuVerdict, ...]
-    verdict: Verdict
+    uses: tuple[UseVerdict, ...]  # per use the worst of the GPUs, in `USES` order
+    verdict: Verdict  # the worst of `uses`
 
     @property
     def installable(self) -> bool:
@@ -233,6 +362,7 @@ class Entry:
             notes=tuple(data.get("notes", ())),
             runs=tuple(Run.from_json(r) for r in data.get("runs", ())),
             gpus=tuple(GpuVerdict.from_json(g) for g in data.get("gpus", ())),
+            uses=tuple(UseVerdict.from_json(u) for u in data["uses"]),
             verdict=Verdict.from_json(data["verdict"]),
         )
 

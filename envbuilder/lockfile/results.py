@@ -1,8 +1,16 @@
-"""Reading conformance results files (``envbuilder.results/1``) for the lockfile.
+"""Reading conformance results files (``envbuilder.results/2``, and /1 as older evidence).
+
+A results file is validated against the JSON Schema of the results schema it
+names: the packaged ``envbuilder/schemas/results.schema.json`` when its
+``$id`` is that schema, else the shape docs/contracts.md documents for it
+(`documented_shape`). A results/2 file must also keep the contract's rules
+that a schema cannot state: a workaround check ``covers`` a direct gate check
+of the same file and lists the same ``uses``; a gate check lists at least one
+use.
 
 A results file is *rejected* (never merged) when it is not JSON, fails the
-results JSON Schema, comes from a newer results schema or a newer suite major
-version than this envbuilder understands, names no combination or one the
+results JSON Schema or those rules, comes from a newer results schema or a
+newer suite major version than this envbuilder understands, names no combination or one the
 resolution does not have, or carries a ``lock_sha256`` other than the
 combination's current one (the lock changed since it ran: re-run the suite)
 or none at all for a resolved combination (the run is not tied to its lock).
@@ -12,6 +20,7 @@ evidence for the resolver's reason; the verdict stays ``unsatisfiable``.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -23,30 +32,33 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.lockfile.canonical import finite
-from envbuilder.lockfile.model import CheckOutcome, RejectedResults, Run
-from envbuilder.lockfile.verdicts import run_verdict
+from envbuilder.lockfile.model import CHECK_STATUSES, USES, CheckOutcome, RejectedResults, Run
+from envbuilder.lockfile.verdicts import overall, run_use_verdicts
 from envbuilder.model import ResolvedCombination
 
 __all__ = [
+    "READABLE_SCHEMAS",
     "RESULTS_SCHEMA",
     "SUPPORTED_SUITE_MAJOR",
     "Rejected",
     "ResultsFile",
     "accept",
+    "documented_shape",
     "find_results",
     "read_results",
     "rejection_record",
 ]
 
-RESULTS_SCHEMA = "envbuilder.results/1"
-SUPPORTED_SUITE_MAJOR = 1
+RESULTS_SCHEMA = "envbuilder.results/2"
+#: Results schemas this envbuilder merges: the current one and the older evidence.
+READABLE_SCHEMAS = ("envbuilder.results/1", RESULTS_SCHEMA)
+SUPPORTED_SUITE_MAJOR = 2
 
-_STATUS = ["pass", "fail", "skip", "error", "timeout"]
+_STATUS_1 = ["pass", "fail", "skip", "error", "timeout"]
 _SCALAR: dict[str, Any] = {"type": ["number", "string", "boolean", "null"]}
 
-#: The shape documented in docs/contracts.md; used only while the conformance
-#: stage's ``envbuilder/schemas/results.schema.json`` does not exist.
-_DOCUMENTED_SHAPE: dict[str, Any] = {
+#: The results/1 shape documented in docs/contracts.md.
+_DOCUMENTED_SHAPE_1: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "required": [
@@ -60,7 +72,7 @@ _DOCUMENTED_SHAPE: dict[str, Any] = {
         "checks",
     ],
     "properties": {
-        "schema": {"const": RESULTS_SCHEMA},
+        "schema": {"const": "envbuilder.results/1"},
         "suite_version": {"type": "string"},
         "combination": {"type": ["string", "null"]},
         "lock_sha256": {"type": ["string", "null"]},
@@ -93,7 +105,7 @@ _DOCUMENTED_SHAPE: dict[str, Any] = {
                 "properties": {
                     "group": {"type": "string"},
                     "name": {"type": "string"},
-                    "status": {"enum": _STATUS},
+                    "status": {"enum": _STATUS_1},
                     "reason": {"type": "string"},
                     "gate": {"type": "boolean"},
                     "impl": {"enum": ["xformers", "sdpa", None]},
@@ -127,13 +139,67 @@ class ResultsFile:
         return str(self.data["combination"])
 
 
+def documented_shape(schema: str) -> dict[str, Any]:
+    """The shape docs/contracts.md documents for *schema* (results/2 = results/1 plus its fields)."""
+    shape = copy.deepcopy(_DOCUMENTED_SHAPE_1)
+    if schema == "envbuilder.results/1":
+        return shape
+    shape["properties"]["schema"] = {"const": schema}
+    item = shape["properties"]["checks"]["items"]
+    item["required"] += ["uses", "covers"]
+    item["properties"]["status"] = {"enum": list(CHECK_STATUSES)}
+    item["properties"]["uses"] = {
+        "type": "array",
+        "items": {"enum": list(USES)},
+        "uniqueItems": True,
+    }
+    item["properties"]["covers"] = {"type": ["string", "null"]}
+    return shape
+
+
 @cache
-def _schema() -> Mapping[str, Any]:
+def _packaged() -> Mapping[str, Any] | None:
     packaged = resources.files("envbuilder").joinpath("schemas/results.schema.json")
-    if packaged.is_file():
-        loaded: Mapping[str, Any] = json.loads(packaged.read_text(encoding="utf-8"))
-        return loaded
-    return _DOCUMENTED_SHAPE
+    if not packaged.is_file():
+        return None
+    loaded: Mapping[str, Any] = json.loads(packaged.read_text(encoding="utf-8"))
+    return loaded
+
+
+def _schema(name: str) -> Mapping[str, Any]:
+    """The JSON Schema a file naming results schema *name* is validated against."""
+    packaged = _packaged()
+    if packaged is not None and packaged.get("$id") == name:
+        return packaged
+    return documented_shape(name)
+
+
+def _contract_problems(checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What a results/2 file breaks of the contract beyond its JSON Schema."""
+    by_name = {c["name"]: c for c in checks}
+    problems: list[str] = []
+    for c in checks:
+        name, workaround, covered = c["name"], c.get("workaround"), c.get("covers")
+        if (workaround is None) != (covered is None):
+            problems.append(
+                f"check {name!r}: covers must be set exactly when workaround is "
+                f"(workaround {workaround!r}, covers {covered!r})"
+            )
+        elif covered is not None:
+            target = by_name.get(covered)
+            if target is None or not target["gate"] or target.get("workaround") is not None:
+                problems.append(
+                    f"check {name!r} covers {covered!r}, which is not a direct gate check "
+                    "of this file"
+                )
+            elif list(c["uses"]) != list(target["uses"]):
+                problems.append(
+                    f"check {name!r} lists uses {c['uses']} but covers {covered!r}, "
+                    f"which lists {target['uses']}"
+                )
+        if c["gate"] and workaround is None and not c["uses"]:
+            problems.append(f"gate check {name!r} lists no uses, so it would count for none")
+    return problems
 
 
 def _major(version: object) -> int | None:
@@ -158,11 +224,11 @@ def read_results(path: Path) -> ResultsFile:
     if not isinstance(data, dict):
         raise Rejected(path, "not a results file (the top level is not an object)")
     schema = data.get("schema")
-    if schema != RESULTS_SCHEMA:
+    if schema not in READABLE_SCHEMAS:
         if isinstance(schema, str) and schema.startswith("envbuilder.results/"):
             raise Rejected(
                 path,
-                f"results schema {schema!r} is not {RESULTS_SCHEMA!r}; "
+                f"results schema {schema!r} is not one of {', '.join(READABLE_SCHEMAS)}; "
                 "upgrade envbuilder to merge results from a newer suite",
             )
         raise Rejected(path, f"not an envbuilder results file (schema = {schema!r})")
@@ -174,7 +240,8 @@ def read_results(path: Path) -> ResultsFile:
             f"this envbuilder merges suite {SUPPORTED_SUITE_MAJOR}.x): upgrade envbuilder",
         )
     errors = sorted(
-        jsonschema.Draft202012Validator(_schema()).iter_errors(data), key=lambda e: list(e.path)
+        jsonschema.Draft202012Validator(_schema(schema)).iter_errors(data),
+        key=lambda e: list(e.path),
     )
     if errors:
         first = errors[0]
@@ -185,6 +252,11 @@ def read_results(path: Path) -> ResultsFile:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise Rejected(path, f"check names are not unique: {', '.join(map(repr, duplicates))}")
+    if schema != "envbuilder.results/1":
+        problems = _contract_problems(data["checks"])
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise Rejected(path, f"breaks the results contract: {problems[0]}{more}")
     return ResultsFile(path=path, sha256=hashlib.sha256(raw).hexdigest(), data=data)
 
 
@@ -213,6 +285,7 @@ def _run(results: ResultsFile, combo: ResolvedCombination, base: Path) -> Run:
     )
     gpus = data["runner"].get("gpus") or []
     first = gpus[0] if gpus else None
+    uses = run_use_verdicts(checks, combo.extra_runtime)
     return Run(
         source=_relative(results.path, base),
         source_sha256=results.sha256,
@@ -223,7 +296,8 @@ def _run(results: ResultsFile, combo: ResolvedCombination, base: Path) -> Run:
         compute_capability=first["compute_capability"] if first else None,
         runner=data["runner"],
         checks=checks,
-        verdict=run_verdict(checks, combo.extra_runtime),
+        uses=uses,
+        verdict=overall(uses),
     )
 
 

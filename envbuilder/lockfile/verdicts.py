@@ -1,35 +1,57 @@
-"""The rule that turns conformance checks into a verdict.
+"""The rule that turns conformance checks into verdicts, one per use and one overall.
 
-One results file (a *run*) gets a verdict from its checks. A *direct* gate
-check is one with ``gate = true`` and ``workaround = null``; a *workaround*
-check is one with a non-null ``workaround`` (its ``gate`` flag is not
-consulted: such checks only ever matter when a direct check of the same
-group fails). "Failed" means status ``fail``, ``error`` or ``timeout``;
-``skip`` neither passes nor fails.
+A check speaks for the *uses* it lists (``inference`` = eager forward under
+``no_grad``, ``inference-compiled``, ``training`` = eager forward, backward and
+optimizer step, ``training-compiled``); a check from a results/1 file lists
+none and speaks for every use. A *direct* gate check has ``gate = true`` and
+``workaround = null``; a *workaround* check has a non-null ``workaround`` (its
+``gate`` flag is not consulted). "Failed" means status ``fail``, ``error``,
+``timeout`` or ``invalid`` (a numeric check that could not have told a right
+answer from the nearest wrong one is a failed gate, never a pass); ``skip``
+neither passes nor fails.
+
+For one use U, over the checks that speak for U:
 
 =====================================================  ============================
-A run whose checks say …                               gets the verdict
+the checks for U say …                                 U's verdict
 =====================================================  ============================
-no gate check passed (none ran, or all were skipped)   ``unverified``
+no direct gate check passed (none ran, or all were     ``unverified``
+  skipped)
 every direct gate check passed or was skipped          ``verified``
 … and the resolver added a CUDA runtime                ``verified-with-workaround``
   (``extra_runtime``)                                    naming ``cuda-runtime:<req>``
-some direct gate checks failed, and for each one the   ``verified-with-workaround``
-  same group holds a workaround whose checks all         naming those workarounds
-  passed (at least one, none failed)                     (e.g. ``sdpa-under-compile``)
-some direct gate check failed with no such workaround  ``broken``, naming the failed
-                                                         checks nobody worked around
+some direct gate checks failed, and each one has a     ``verified-with-workaround``
+  workaround that works on it (below)                    naming, per failed check, the
+                                                         cheapest such workaround
+some failed direct gate check has no workaround        ``broken``, naming the failed
+  that works on it                                       checks nobody worked around
 =====================================================  ============================
 
-A combination's verdict:
+A workaround check W covers a failed direct check C:
 
 =====================================================  ============================
-the resolver said ``unsatisfiable`` or ``error``       ``unsatisfiable`` (its reason)
-resolved, no accepted results yet                      ``unverified``
-resolved, with runs                                    per GPU model the worst of its
-                                                         runs (runs that disagree are
-                                                         all kept, flagged ``conflict``);
-                                                         overall the worst of the GPUs
+W (results/2) has ``covers`` = C's name                W re-ran C's exact case
+W (results/1: no ``covers``) is in C's group           the group-wide rule of /1
+anything else                                          W does not cover C
+=====================================================  ============================
+
+A workaround (by name) *works* on C when it has at least one check covering C
+and every one of those passed. Of those that work, the cheapest is chosen:
+fewest ``graph_breaks``, then lowest ``step_ms`` (unmeasured costs sort after
+measured ones), then the workaround's name — so the choice is deterministic.
+
+A run's overall verdict is the worst of its four use verdicts. A combination's:
+
+=====================================================  ============================
+the resolver said ``unsatisfiable`` or ``error``       ``unsatisfiable`` (its reason),
+                                                         for every use
+resolved, no accepted results yet                      ``unverified``, for every use
+resolved, with runs                                    per GPU model and use the worst
+                                                         of its runs (runs that
+                                                         disagree are all kept, flagged
+                                                         ``conflict``); per use the
+                                                         worst of the GPUs; overall
+                                                         the worst of the uses
 =====================================================  ============================
 
 "Worst" follows the order verified < verified-with-workaround < unverified
@@ -38,23 +60,117 @@ resolved, with runs                                    per GPU model the worst o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 
-from envbuilder.lockfile.model import VERDICT_RANK, CheckOutcome, GpuVerdict, Run, Verdict
+from envbuilder.lockfile.model import (
+    USES,
+    VERDICT_RANK,
+    CheckOutcome,
+    CheckStatus,
+    GpuVerdict,
+    Run,
+    Use,
+    UseVerdict,
+    Verdict,
+    WorkaroundChoice,
+    use_verdict,
+)
 
-__all__ = ["FAILED", "combination_verdict", "gpu_verdicts", "run_verdict", "worst"]
+__all__ = [
+    "FAILED",
+    "cheapest",
+    "combination_use_verdicts",
+    "combination_verdict",
+    "covers",
+    "gpu_verdicts",
+    "overall",
+    "run_use_verdicts",
+    "run_verdict",
+    "use_verdict_of",
+    "workarounds_that_work",
+    "worst",
+]
 
-FAILED = frozenset({"fail", "error", "timeout"})
+FAILED: frozenset[CheckStatus] = frozenset({"fail", "error", "timeout", "invalid"})
 
 
-def _workaround_passes(checks: Sequence[CheckOutcome], group: str, workaround: str) -> bool:
-    mine = [c for c in checks if c.group == group and c.workaround == workaround]
-    return bool(mine) and all(c.status == "pass" for c in mine)
+def covers(workaround: CheckOutcome, failed: CheckOutcome) -> bool:
+    """Whether the workaround check *workaround* re-ran the case of the direct check *failed*."""
+    if workaround.workaround is None:
+        return False
+    if workaround.covers is not None:
+        return workaround.covers == failed.name
+    return workaround.uses is None and workaround.group == failed.group
 
 
-def run_verdict(checks: Sequence[CheckOutcome], extra_runtime: Sequence[str] = ()) -> Verdict:
-    """The verdict of one run (see the module's table)."""
-    gates = [c for c in checks if c.gate and c.workaround is None]
+def workarounds_that_work(
+    checks: Sequence[CheckOutcome], failed: CheckOutcome
+) -> list[WorkaroundChoice]:
+    """Every workaround whose checks covering *failed* all passed, with its cost there."""
+    by_name: dict[str, list[CheckOutcome]] = {}
+    for check in checks:
+        if check.workaround is not None and covers(check, failed):
+            by_name.setdefault(check.workaround, []).append(check)
+    out: list[WorkaroundChoice] = []
+    for name, mine in sorted(by_name.items()):
+        if not all(c.status == "pass" for c in mine):
+            continue
+        costs = [c.cost for c in mine]
+        breaks = [c.graph_breaks for c in costs]
+        times = [c.step_ms for c in costs]
+        out.append(
+            WorkaroundChoice(
+                check=failed.name,
+                workaround=name,
+                evidence=tuple(sorted(c.name for c in mine)),
+                graph_breaks=None if None in breaks else max(b for b in breaks if b is not None),
+                step_ms=None if None in times else max(t for t in times if t is not None),
+            )
+        )
+    return out
+
+
+def cheapest(choices: Iterable[WorkaroundChoice]) -> WorkaroundChoice | None:
+    """Fewest graph breaks, then fastest step, then name; unmeasured after measured."""
+
+    def key(c: WorkaroundChoice) -> tuple[bool, int, bool, float, str]:
+        return (
+            c.graph_breaks is None,
+            c.graph_breaks or 0,
+            c.step_ms is None,
+            c.step_ms or 0.0,
+            c.workaround,
+        )
+
+    return min(choices, key=key, default=None)
+
+
+def _describe(check: CheckOutcome) -> str:
+    text = f"{check.name} {check.status}"
+    evidence = check.evidence
+    if check.status == "invalid" and evidence is not None:
+        text += f" (sensitivity {evidence.sensitivity_ratio:.3g}× its bound)"
+    elif check.reason:
+        text += f" ({check.reason})"
+    return text
+
+
+def _cost(choice: WorkaroundChoice) -> str:
+    parts = []
+    if choice.graph_breaks is not None:
+        parts.append(f"{choice.graph_breaks} graph breaks")
+    if choice.step_ms is not None:
+        parts.append(f"{choice.step_ms:.3g} ms/step")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def use_verdict_of(
+    checks: Sequence[CheckOutcome], use: Use, extra_runtime: Sequence[str] = ()
+) -> Verdict:
+    """The verdict of one run for one use (see the module's first table)."""
+    mine = [c for c in checks if c.speaks_for(use)]
+    gates = [c for c in mine if c.direct_gate]
     if not any(c.status == "pass" for c in gates):
         return Verdict(verdict="unverified", reason="no gate check passed")
     failed = sorted((c for c in gates if c.status in FAILED), key=lambda c: c.name)
@@ -68,33 +184,28 @@ def run_verdict(checks: Sequence[CheckOutcome], extra_runtime: Sequence[str] = (
             )
         passed = sum(c.status == "pass" for c in gates)
         return Verdict(verdict="verified", reason=f"all {passed} gate checks passed")
-    used: set[str] = set()
-    uncovered: list[str] = []
-    names = sorted({c.workaround for c in checks if c.workaround is not None})
+    chosen: list[WorkaroundChoice] = []
+    uncovered: list[CheckOutcome] = []
     for check in failed:
-        cover = [w for w in names if _workaround_passes(checks, check.group, w)]
-        if cover:
-            used.add(cover[0])
+        best = cheapest(workarounds_that_work(mine, check))
+        if best is None:
+            uncovered.append(check)
         else:
-            uncovered.append(check.name)
-    failed_names = tuple(c.name for c in failed)
+            chosen.append(best)
     if uncovered:
-        details = "; ".join(
-            f"{c.name} {c.status}" + (f" ({c.reason})" if c.reason else "")
-            for c in failed
-            if c.name in uncovered
-        )
         return Verdict(
             verdict="broken",
-            reason=f"failing gate checks: {details}",
-            failing_checks=tuple(uncovered),
+            reason=f"failing gate checks: {'; '.join(_describe(c) for c in uncovered)}",
+            failing_checks=tuple(c.name for c in uncovered),
         )
-    workarounds = tuple(sorted(used)) + runtime
+    workarounds = tuple(sorted({c.workaround for c in chosen})) + runtime
+    details = "; ".join(f"{c.check} failed, passed with {c.workaround}{_cost(c)}" for c in chosen)
     return Verdict(
         verdict="verified-with-workaround",
-        reason=f"{', '.join(failed_names)} failed; passed with {', '.join(workarounds)}",
+        reason=details,
         workarounds=workarounds,
-        failing_checks=failed_names,
+        failing_checks=tuple(c.name for c in failed),
+        choices=tuple(chosen),
     )
 
 
@@ -103,28 +214,86 @@ def worst(verdicts: Iterable[Verdict]) -> Verdict:
     return max(verdicts, key=lambda v: VERDICT_RANK[v.verdict])
 
 
+def overall(uses: Sequence[UseVerdict]) -> Verdict:
+    """The worst of the per-use verdicts, its reason naming the uses it comes from."""
+    verdicts = [u.verdict for u in uses]
+    if all(v == verdicts[0] for v in verdicts):
+        return verdicts[0]
+    rank = max(VERDICT_RANK[v.verdict] for v in verdicts)
+    mine = [u for u in uses if VERDICT_RANK[u.verdict.verdict] == rank]
+    reasons: dict[str, list[str]] = {}
+    for u in mine:
+        reasons.setdefault(u.verdict.reason, []).append(u.use)
+    reason = "; ".join(f"for {', '.join(names)}: {text}" for text, names in reasons.items())
+    others = [u for u in uses if u not in mine]
+    if others:
+        reason += " (" + ", ".join(f"{u.use}: {u.verdict.verdict}" for u in others) + ")"
+    named = {w for u in mine for w in u.verdict.workarounds}
+    workarounds = tuple(sorted(named, key=lambda w: (w.startswith("cuda-runtime:"), w)))
+    choices = sorted({c for u in mine for c in u.verdict.choices}, key=lambda c: c.check)
+    return Verdict(
+        verdict=mine[0].verdict.verdict,
+        reason=reason,
+        workarounds=workarounds,
+        failing_checks=tuple(sorted({c for u in mine for c in u.verdict.failing_checks})),
+        choices=tuple(choices),
+    )
+
+
+def run_use_verdicts(
+    checks: Sequence[CheckOutcome], extra_runtime: Sequence[str] = ()
+) -> tuple[UseVerdict, ...]:
+    """One run's verdict for each use, in `USES` order."""
+    return tuple(UseVerdict(use=u, verdict=use_verdict_of(checks, u, extra_runtime)) for u in USES)
+
+
+def run_verdict(checks: Sequence[CheckOutcome], extra_runtime: Sequence[str] = ()) -> Verdict:
+    """The overall verdict of one run: the worst of its use verdicts."""
+    return overall(run_use_verdicts(checks, extra_runtime))
+
+
+def _for_use(use: Use, record: Run | GpuVerdict) -> Verdict:
+    return use_verdict(record.uses, use)
+
+
+def _conflicted(chosen: Verdict, gpu: str, distinct: Sequence[str]) -> Verdict:
+    return Verdict(
+        verdict=chosen.verdict,
+        reason=f"conflicting results on {gpu} ({', '.join(distinct)}); keeping the worst: "
+        + chosen.reason,
+        workarounds=chosen.workarounds,
+        failing_checks=chosen.failing_checks,
+        choices=chosen.choices,
+    )
+
+
+def _worst_of_runs(runs: Sequence[Run], gpu: str, pick: Callable[[Run], Verdict]) -> Verdict:
+    distinct = sorted({pick(r).verdict for r in runs}, key=VERDICT_RANK.__getitem__)
+    chosen = worst(pick(r) for r in runs)
+    return _conflicted(chosen, gpu, distinct) if len(distinct) > 1 else chosen
+
+
 def gpu_verdicts(runs: Sequence[Run]) -> tuple[GpuVerdict, ...]:
-    """Group runs by GPU model; flag (never drop) runs of one model that disagree."""
+    """Group runs by GPU model; flag (never drop) runs of one model that disagree on any use."""
     keys = sorted({(r.gpu, r.compute_capability or "") for r in runs})
     out: list[GpuVerdict] = []
     for gpu, cc in keys:
         mine = [r for r in runs if (r.gpu, r.compute_capability or "") == (gpu, cc)]
-        distinct = sorted({r.verdict.verdict for r in mine}, key=VERDICT_RANK.__getitem__)
-        conflict = len(distinct) > 1
-        chosen = worst(r.verdict for r in mine)
-        if conflict:
-            chosen = Verdict(
-                verdict=chosen.verdict,
-                reason=f"conflicting results on {gpu} ({', '.join(distinct)}); keeping the worst: "
-                + chosen.reason,
-                workarounds=chosen.workarounds,
-                failing_checks=chosen.failing_checks,
-            )
+        conflict = (
+            len({(r.verdict.verdict, tuple(u.verdict.verdict for u in r.uses)) for r in mine}) > 1
+        )
         out.append(
             GpuVerdict(
                 gpu=gpu,
                 compute_capability=cc or None,
-                verdict=chosen,
+                verdict=_worst_of_runs(mine, gpu, lambda r: r.verdict),
+                uses=tuple(
+                    UseVerdict(
+                        use=u,
+                        verdict=_worst_of_runs(mine, gpu, partial(_for_use, u)),
+                    )
+                    for u in USES
+                ),
                 runs=tuple(r.source for r in mine),
                 conflict=conflict,
             )
@@ -132,24 +301,48 @@ def gpu_verdicts(runs: Sequence[Run]) -> tuple[GpuVerdict, ...]:
     return tuple(out)
 
 
-def combination_verdict(
-    *, status: str, resolver_reason: str, gpus: Sequence[GpuVerdict]
+def _combined(
+    status: str,
+    resolver_reason: str,
+    gpus: Sequence[GpuVerdict],
+    pick: Callable[[GpuVerdict], Verdict],
 ) -> Verdict:
-    """The combination's verdict from the resolver's status and its per-GPU verdicts."""
     if status != "resolved":
         prefix = "" if status == "unsatisfiable" else f"resolver {status}: "
         return Verdict(verdict="unsatisfiable", reason=prefix + (resolver_reason or status))
     if not gpus:
         return Verdict(verdict="unverified", reason="resolved; no conformance results yet")
-    chosen = max(gpus, key=lambda g: VERDICT_RANK[g.verdict.verdict])
+    chosen = max(gpus, key=lambda g: VERDICT_RANK[pick(g).verdict])
+    verdict = pick(chosen)
     if len(gpus) == 1:
-        reason = f"on {chosen.gpu}: {chosen.verdict.reason}"
+        reason = f"on {chosen.gpu}: {verdict.reason}"
     else:
-        others = ", ".join(f"{g.gpu}: {g.verdict.verdict}" for g in gpus)
-        reason = f"worst of {len(gpus)} GPUs ({others}); on {chosen.gpu}: {chosen.verdict.reason}"
+        others = ", ".join(f"{g.gpu}: {pick(g).verdict}" for g in gpus)
+        reason = f"worst of {len(gpus)} GPUs ({others}); on {chosen.gpu}: {verdict.reason}"
     return Verdict(
-        verdict=chosen.verdict.verdict,
+        verdict=verdict.verdict,
         reason=reason,
-        workarounds=chosen.verdict.workarounds,
-        failing_checks=chosen.verdict.failing_checks,
+        workarounds=verdict.workarounds,
+        failing_checks=verdict.failing_checks,
+        choices=verdict.choices,
     )
+
+
+def combination_use_verdicts(
+    *, status: str, resolver_reason: str, gpus: Sequence[GpuVerdict]
+) -> tuple[UseVerdict, ...]:
+    """Per use, the combination's verdict: the resolver's, or the worst of its GPUs."""
+    return tuple(
+        UseVerdict(
+            use=u,
+            verdict=_combined(status, resolver_reason, gpus, partial(_for_use, u)),
+        )
+        for u in USES
+    )
+
+
+def combination_verdict(
+    *, status: str, resolver_reason: str, gpus: Sequence[GpuVerdict]
+) -> Verdict:
+    """The combination's overall verdict from the resolver's status and its per-GPU verdicts."""
+    return _combined(status, resolver_reason, gpus, lambda g: g.verdict)

@@ -12,6 +12,7 @@ import pytest
 from envbuilder.cli import main
 from envbuilder.errors import InputError
 from envbuilder.lockfile.canonical import seal
+from envbuilder.lockfile.model import VERDICTS, use_verdict
 from envbuilder.lockfile.read import load_lockfile
 
 DATA = Path(__file__).parents[1] / "data"
@@ -22,6 +23,8 @@ EXPECTED = {
     "py3.11-default-torch2.5.1-xformers0.0.28.post3": "verified",
     "py3.11-default-torch2.6.0-xformers0.0.29.post3": "verified-with-workaround",
     "py3.11-default-torch2.9.0": "unverified",
+    "py3.12-default-torch2.10.0-xformers0.0.34": "broken",
+    "py3.12-default-torch2.11.0-xformers0.0.35": "verified-with-workaround",
     "py3.12-default-torch2.7.0-xformers0.0.30-cudart": "verified-with-workaround",
     "py3.12-default-torch2.8.0-xformers0.0.32.post2": "broken",
     "py3.13-default-torch2.4.1-xformers0.0.28.post1": "unsatisfiable",
@@ -59,6 +62,55 @@ def test_every_verdict_from_the_synthetic_results(workdir: Path) -> None:
     assert {p.name for p in two_gpus.packages} == {"filelock", "torch", "xformers"}
 
 
+PER_USE: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
+    # broken only for compiled training: one failing case has a workaround measured on it,
+    # the other has none, and one case could not see its padding mask (invalid)
+    "py3.12-default-torch2.10.0-xformers0.0.34": {
+        "inference": ("verified", ()),
+        "inference-compiled": ("verified-with-workaround", ("sdpa-under-compile",)),
+        "training": ("verified", ()),
+        "training-compiled": ("broken", ()),
+    },
+    # every failing compiled case has two working workarounds: the cheaper is named
+    "py3.12-default-torch2.11.0-xformers0.0.35": {
+        "inference": ("verified", ()),
+        "inference-compiled": ("verified-with-workaround", ("dynamo-disable",)),
+        "training": ("verified", ()),
+        "training-compiled": ("verified-with-workaround", ("sdpa-under-compile",)),
+    },
+    # results/1: every gate check speaks for every use
+    "py3.11-default-torch2.6.0-xformers0.0.29.post3": {
+        use: ("verified-with-workaround", ("sdpa-under-compile",))
+        for use in ("inference", "inference-compiled", "training", "training-compiled")
+    },
+}
+
+
+@pytest.mark.parametrize("combination", sorted(PER_USE))
+def test_per_use_verdicts(workdir: Path, combination: str) -> None:
+    assert lock("--results", "results") == 0
+    entry = load_lockfile(workdir / "compat.lock.json").by_id()[combination]
+    got = {u.use: (u.verdict.verdict, u.verdict.workarounds) for u in entry.uses}
+    assert got == PER_USE[combination]
+    assert [u.use for u in entry.gpus[0].uses] == list(PER_USE[combination])
+    # the overall verdict is the worst use's
+    worst = max(VERDICTS.index(v) for v, _ in PER_USE[combination].values())
+    assert entry.verdict.verdict == VERDICTS[worst]
+
+
+def test_a_broken_use_names_only_the_checks_nobody_worked_around(workdir: Path) -> None:
+    assert lock("--results", "results") == 0
+    entry = load_lockfile(workdir / "compat.lock.json").by_id()[
+        "py3.12-default-torch2.10.0-xformers0.0.34"
+    ]
+    verdict = use_verdict(entry.uses, "training-compiled")
+    assert verdict.failing_checks == (
+        "compile.sdpa.fp16.padding.fwd_bwd.static",
+        "compile.xformers.bf16.padding.fwd_bwd.dynamic",
+    )
+    assert "invalid" in verdict.reason and "training-compiled" in entry.verdict.reason
+
+
 def test_a_run_for_an_unsatisfiable_combination_is_kept_as_evidence(workdir: Path) -> None:
     assert lock("--results", "results") == 0
     compat = load_lockfile(workdir / "compat.lock.json")
@@ -85,7 +137,14 @@ def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
     [
         ("stale-lock.json", "the lock changed since this ran"),
         ("newer-suite.json", "newer conformance suite"),
-        ("newer-schema.json", "'envbuilder.results/2'"),
+        ("newer-schema.json", "'envbuilder.results/3'"),
+        ("invalid-in-results1.json", "fails the results schema at checks/0/status"),
+        ("results2-without-uses.json", "fails the results schema at checks/0: 'uses'"),
+        (
+            "covers-unknown-check.json",
+            "covers 'compile.x', which is not a direct gate check of this file",
+        ),
+        ("workaround-without-covers.json", "covers must be set exactly when workaround is"),
         ("unknown-combination.json", "is not in the resolution"),
         ("null-lock.json", "lock_sha256 is null: this run is not tied to the lock"),
         ("unsatisfiable-with-lock.json", "is unsatisfiable and has no lock"),
@@ -128,8 +187,8 @@ def edit_value(text: str) -> str:
     [
         (lambda t: t[: len(t) // 2], "truncated or damaged"),
         (edit_value, "content_sha256 mismatch"),
-        (lambda t: t.replace("envbuilder.compat/1", "envbuilder.compat/2"), "upgrade envbuilder"),
-        (lambda t: t.replace("envbuilder.compat/1", "something/1"), "not an envbuilder"),
+        (lambda t: t.replace("envbuilder.compat/2", "envbuilder.compat/3"), "upgrade envbuilder"),
+        (lambda t: t.replace("envbuilder.compat/2", "something/2"), "not an envbuilder"),
         (lambda t: "[]", "not a compatibility lockfile"),
     ],
 )

@@ -1,16 +1,47 @@
-"""The verdict rule (envbuilder.lockfile.verdicts), as a table."""
+"""The verdict rule (envbuilder.lockfile.verdicts), as tables."""
 
 from __future__ import annotations
 
 import pytest
 
-from envbuilder.lockfile.model import CheckOutcome, Run, Verdict
-from envbuilder.lockfile.verdicts import combination_verdict, gpu_verdicts, run_verdict
+from envbuilder.lockfile.model import (
+    USES,
+    CheckOutcome,
+    CheckStatus,
+    Run,
+    Use,
+    UseVerdict,
+    Verdict,
+    VerdictName,
+    WorkaroundChoice,
+    use_verdict,
+)
+from envbuilder.lockfile.verdicts import (
+    cheapest,
+    combination_use_verdicts,
+    combination_verdict,
+    gpu_verdicts,
+    overall,
+    run_use_verdicts,
+    run_verdict,
+    use_verdict_of,
+)
+
+TC: tuple[Use, ...] = ("training-compiled",)
+IC: tuple[Use, ...] = ("inference-compiled",)
 
 
 def check(
-    name: str, status: str = "pass", *, gate: bool = True, workaround: str | None = None
+    name: str,
+    status: CheckStatus = "pass",
+    *,
+    gate: bool = True,
+    workaround: str | None = None,
+    uses: tuple[Use, ...] | None = None,
+    covers: str | None = None,
+    numbers: dict[str, float | int] | None = None,
 ) -> CheckOutcome:
+    """A check; ``uses=None`` makes it a results/1 check (untagged: every use)."""
     return CheckOutcome(
         name=name,
         group=name.split(".")[0],
@@ -19,10 +50,41 @@ def check(
         gate=gate,
         impl=None,
         workaround=workaround,
-        numbers={},
+        numbers=numbers or {},
         duration_s=0.1,
+        uses=uses,
+        covers=covers,
     )
 
+
+def fix(
+    covered: str,
+    workaround: str,
+    status: CheckStatus = "pass",
+    *,
+    uses: tuple[Use, ...] = TC,
+    breaks: int | None = None,
+    ms: float | None = None,
+    suffix: str = "",
+) -> CheckOutcome:
+    """A results/2 workaround check re-running *covered*'s case."""
+    numbers: dict[str, float | int] = {}
+    if breaks is not None:
+        numbers["graph_breaks"] = breaks
+    if ms is not None:
+        numbers["step_ms"] = ms
+    return check(
+        f"{covered}.{workaround}{suffix}",
+        status,
+        gate=False,
+        workaround=workaround,
+        uses=uses,
+        covers=covered,
+        numbers=numbers,
+    )
+
+
+# ---- results/1: every gate check speaks for every use; workarounds cover their group -------
 
 ENV = check("environment.import")
 ATTN = check("attention.fp16")
@@ -63,6 +125,14 @@ CUDART = ("nvidia-cuda-runtime-cu12==12.8.90",)
             ("dynamo-disable",),
             ("compile.dynamic.xformers",),
         ),
+        # two that work and no costs measured: the first by name
+        (
+            [ENV, COMPILE_FAIL, SDPA_OK, DYNAMO_OK],
+            (),
+            "verified-with-workaround",
+            ("dynamo-disable",),
+            ("compile.dynamic.xformers",),
+        ),
         (
             [ENV, COMPILE_FAIL, SDPA_OK],
             CUDART,
@@ -93,32 +163,262 @@ CUDART = ("nvidia-cuda-runtime-cu12==12.8.90",)
         ),
     ],
 )
-def test_run_verdict(
+def test_results_1_checks_speak_for_every_use(
     checks: list[CheckOutcome],
     extra_runtime: tuple[str, ...],
-    verdict: str,
+    verdict: VerdictName,
     workarounds: tuple[str, ...],
     failing: tuple[str, ...],
 ) -> None:
-    got = run_verdict(checks, extra_runtime)
+    uses = run_use_verdicts(checks, extra_runtime)
+    assert [u.use for u in uses] == list(USES)
+    for u in uses:
+        got = u.verdict
+        assert (got.verdict, got.workarounds, got.failing_checks) == (
+            verdict,
+            workarounds,
+            failing,
+        )
+        if verdict == "broken":
+            for name in failing:
+                assert name in got.reason
+    assert run_verdict(checks, extra_runtime) == uses[0].verdict
+
+
+# ---- results/2: per use ---------------------------------------------------------------------
+
+GPU = check("environment.gpu", uses=USES)
+EAGER = check("attention.xformers.fp16.bias.fwd", uses=("inference",))
+TRAIN = check("attention.xformers.bf16.padding.fwd_bwd", uses=("training",))
+FWD_C = check("compile.xformers.causal.fwd", uses=IC)
+BIAS_C = "compile.xformers.bias.fwd_bwd"
+PAD_C = "compile.xformers.padding.fwd_bwd"
+BASE = [GPU, EAGER, TRAIN, FWD_C]
+
+
+@pytest.mark.parametrize(
+    ("checks", "use", "verdict", "workarounds", "failing"),
+    [
+        # a use with only environment gates is verified by them
+        (BASE, "training-compiled", "verified", (), ()),
+        (BASE, "inference", "verified", (), ()),
+        # a use no gate check speaks for has no evidence
+        ([EAGER, TRAIN], "training-compiled", "unverified", (), ()),
+        # a failure counts only for the uses its check lists
+        ([*BASE, check(BIAS_C, "fail", uses=TC)], "inference", "verified", (), ()),
+        ([*BASE, check(BIAS_C, "fail", uses=TC)], "training-compiled", "broken", (), (BIAS_C,)),
+        # invalid (could not tell right from wrong) is a failed gate, never a pass
+        ([*BASE, check(BIAS_C, "invalid", uses=TC)], "training-compiled", "broken", (), (BIAS_C,)),
+        # an invalid check alone is no evidence at all
+        ([check(BIAS_C, "invalid", uses=TC)], "training-compiled", "unverified", (), ()),
+        # an invalid check worked around on its own case is covered like a failure
+        (
+            [*BASE, check(BIAS_C, "invalid", uses=TC), fix(BIAS_C, "dynamo-disable")],
+            "training-compiled",
+            "verified-with-workaround",
+            ("dynamo-disable",),
+            (BIAS_C,),
+        ),
+        # a workaround covers only the check it names
+        (
+            [
+                *BASE,
+                check(BIAS_C, "fail", uses=TC),
+                check(PAD_C, "fail", uses=TC),
+                fix(BIAS_C, "dynamo-disable"),
+            ],
+            "training-compiled",
+            "broken",
+            (),
+            (PAD_C,),
+        ),
+        (
+            [
+                *BASE,
+                check(BIAS_C, "fail", uses=TC),
+                check(PAD_C, "fail", uses=TC),
+                fix(BIAS_C, "dynamo-disable"),
+                fix(PAD_C, "sdpa-under-compile"),
+            ],
+            "training-compiled",
+            "verified-with-workaround",
+            ("dynamo-disable", "sdpa-under-compile"),
+            (BIAS_C, PAD_C),
+        ),
+        # a workaround that failed on the case does not cover it, even if another check passed
+        (
+            [
+                *BASE,
+                check(BIAS_C, "fail", uses=TC),
+                fix(BIAS_C, "dynamo-disable"),
+                fix(BIAS_C, "dynamo-disable", "fail", suffix=".dynamic"),
+            ],
+            "training-compiled",
+            "broken",
+            (),
+            (BIAS_C,),
+        ),
+        # a skipped workaround check is no evidence
+        (
+            [*BASE, check(BIAS_C, "fail", uses=TC), fix(BIAS_C, "dynamo-disable", "skip")],
+            "training-compiled",
+            "broken",
+            (),
+            (BIAS_C,),
+        ),
+        # the added CUDA runtime is named after the workarounds
+        (
+            [*BASE, check(BIAS_C, "error", uses=TC), fix(BIAS_C, "dynamo-disable")],
+            "training-compiled",
+            "verified-with-workaround",
+            ("dynamo-disable", "cuda-runtime:" + CUDART[0]),
+            (BIAS_C,),
+        ),
+    ],
+)
+def test_use_verdict(
+    checks: list[CheckOutcome],
+    use: Use,
+    verdict: VerdictName,
+    workarounds: tuple[str, ...],
+    failing: tuple[str, ...],
+) -> None:
+    runtime = CUDART if any(w.startswith("cuda-runtime:") for w in workarounds) else ()
+    got = use_verdict_of(checks, use, runtime)
     assert (got.verdict, got.workarounds, got.failing_checks) == (verdict, workarounds, failing)
     if verdict == "broken":
-        for name in failing:
-            assert name in got.reason
+        assert all(name in got.reason for name in failing)
 
 
-def run(source: str, gpu: str, cc: str, verdict: str) -> Run:
+@pytest.mark.parametrize(
+    ("fixes", "chosen"),
+    [
+        # fewest graph breaks wins, even when slower
+        (
+            [
+                fix(BIAS_C, "dynamo-disable", breaks=2, ms=1.0),
+                fix(BIAS_C, "sdpa", breaks=0, ms=9.0),
+            ],
+            "sdpa",
+        ),
+        # equal breaks: the faster step
+        (
+            [
+                fix(BIAS_C, "dynamo-disable", breaks=0, ms=3.0),
+                fix(BIAS_C, "sdpa", breaks=0, ms=2.0),
+            ],
+            "sdpa",
+        ),
+        # equal cost: the name decides, whatever the order they were recorded in
+        (
+            [
+                fix(BIAS_C, "sdpa", breaks=0, ms=2.0),
+                fix(BIAS_C, "dynamo-disable", breaks=0, ms=2.0),
+            ],
+            "dynamo-disable",
+        ),
+        # an unmeasured cost sorts after a measured one
+        ([fix(BIAS_C, "a-unmeasured"), fix(BIAS_C, "z-measured", breaks=5, ms=50.0)], "z-measured"),
+        # one that failed is never chosen, however cheap
+        (
+            [
+                fix(BIAS_C, "cheap", "fail", breaks=0, ms=0.1),
+                fix(BIAS_C, "dear", breaks=9, ms=90.0),
+            ],
+            "dear",
+        ),
+        # several checks of one workaround on the case: its cost is the worst of them
+        (
+            [
+                fix(BIAS_C, "a", breaks=0, ms=1.0),
+                fix(BIAS_C, "a", breaks=3, ms=1.0, suffix=".fullgraph_off"),
+                fix(BIAS_C, "b", breaks=1, ms=5.0),
+            ],
+            "b",
+        ),
+    ],
+)
+def test_the_cheapest_working_workaround_is_named(fixes: list[CheckOutcome], chosen: str) -> None:
+    checks = [GPU, check(BIAS_C, "fail", uses=TC), *fixes]
+    got = use_verdict_of(checks, "training-compiled")
+    assert got.verdict == "verified-with-workaround"
+    assert got.workarounds == (chosen,)
+    (choice,) = got.choices
+    assert (choice.check, choice.workaround) == (BIAS_C, chosen)
+    assert chosen in got.reason
+    # the order the checks were recorded in does not matter
+    assert use_verdict_of(list(reversed(checks)), "training-compiled") == got
+
+
+def test_cheapest_of_nothing_is_none() -> None:
+    assert cheapest([]) is None
+    choice = WorkaroundChoice(
+        check="c", workaround="w", evidence=("c.w",), graph_breaks=0, step_ms=1.0
+    )
+    assert cheapest([choice]) == choice
+
+
+def use_verdicts(*verdicts: VerdictName) -> tuple[UseVerdict, ...]:
+    return tuple(
+        UseVerdict(use=u, verdict=Verdict(verdict=v, reason=f"{v} because"))
+        for u, v in zip(USES, verdicts, strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    ("per_use", "expected", "named"),
+    [
+        (("verified",) * 4, "verified", ()),
+        (("verified", "verified", "verified", "broken"), "broken", ("training-compiled",)),
+        (
+            ("verified", "verified-with-workaround", "verified", "verified-with-workaround"),
+            "verified-with-workaround",
+            ("inference-compiled", "training-compiled"),
+        ),
+        (("unverified", "broken", "verified", "verified"), "broken", ("inference-compiled",)),
+        (("verified", "unverified", "verified", "verified"), "unverified", ("inference-compiled",)),
+        (("unsatisfiable",) * 4, "unsatisfiable", ()),
+    ],
+)
+def test_overall_is_the_worst_use(
+    per_use: tuple[VerdictName, ...], expected: VerdictName, named: tuple[str, ...]
+) -> None:
+    got = overall(use_verdicts(*per_use))
+    assert got.verdict == expected
+    for use in named:
+        assert use in got.reason
+    if not named:  # all four agree: the shared verdict as it is
+        assert got.reason == f"{expected} because"
+
+
+def test_overall_names_every_workaround_of_its_uses() -> None:
+    checks = [
+        GPU,
+        check(BIAS_C, "fail", uses=TC),
+        fix(BIAS_C, "dynamo-disable", breaks=0, ms=1.0),
+        check("compile.xformers.causal.fwd", "fail", uses=IC),
+        fix("compile.xformers.causal.fwd", "sdpa-under-compile", uses=IC, breaks=0, ms=1.0),
+    ]
+    got = run_verdict(checks, CUDART)
+    assert got.verdict == "verified-with-workaround"
+    assert got.workarounds == ("dynamo-disable", "sdpa-under-compile", "cuda-runtime:" + CUDART[0])
+    assert [c.check for c in got.choices] == [BIAS_C, "compile.xformers.causal.fwd"]
+
+
+def run(source: str, gpu: str, cc: str, *per_use: VerdictName) -> Run:
+    uses = use_verdicts(*(per_use if len(per_use) == 4 else per_use * 4))
     return Run(
         source=source,
         source_sha256="0" * 64,
-        suite_version="1.0.0",
+        suite_version="2.0.0",
         started="2026-11-20T00:00:00Z",
         finished="2026-11-20T00:01:00Z",
         gpu=gpu,
         compute_capability=cc,
         runner={},
         checks=(),
-        verdict=Verdict(verdict=verdict, reason=f"{verdict} because"),  # type: ignore[arg-type]
+        uses=uses,
+        verdict=overall(uses),
     )
 
 
@@ -135,6 +435,18 @@ def test_runs_that_disagree_on_one_gpu_are_kept_and_flagged() -> None:
     assert "conflicting" in gpus["H100"].verdict.reason
 
 
+def test_runs_that_disagree_on_one_use_only_are_flagged_for_it() -> None:
+    runs = [
+        run("a.json", "H100", "9.0", "verified", "verified", "verified", "broken"),
+        run("b.json", "H100", "9.0", "verified", "verified", "verified", "verified"),
+    ]
+    (gpu,) = gpu_verdicts(runs)
+    assert gpu.conflict
+    assert [u.verdict.verdict for u in gpu.uses] == ["verified"] * 3 + ["broken"]
+    assert "conflicting" in use_verdict(gpu.uses, "training-compiled").reason
+    assert "conflicting" not in use_verdict(gpu.uses, "inference").reason
+
+
 @pytest.mark.parametrize(
     ("status", "per_gpu", "expected"),
     [
@@ -148,10 +460,26 @@ def test_runs_that_disagree_on_one_gpu_are_kept_and_flagged() -> None:
     ],
 )
 def test_combination_verdict_is_the_worst_gpu(
-    status: str, per_gpu: list[str], expected: str
+    status: str, per_gpu: list[VerdictName], expected: VerdictName
 ) -> None:
     runs = [run(f"{i}.json", f"GPU{i}", f"{i}.0", v) for i, v in enumerate(per_gpu)]
-    got = combination_verdict(status=status, resolver_reason="no wheel", gpus=gpu_verdicts(runs))
+    gpus = gpu_verdicts(runs)
+    got = combination_verdict(status=status, resolver_reason="no wheel", gpus=gpus)
     assert got.verdict == expected
+    per_use = combination_use_verdicts(status=status, resolver_reason="no wheel", gpus=gpus)
+    assert [u.verdict.verdict for u in per_use] == [expected] * 4
     if status != "resolved":
         assert "no wheel" in got.reason
+
+
+def test_combination_use_verdicts_take_each_use_from_its_worst_gpu() -> None:
+    runs = [
+        run("a.json", "H100", "9.0", "verified", "verified", "verified", "broken"),
+        run("b.json", "A100", "8.0", "verified", "unverified", "verified", "verified"),
+    ]
+    per_use = combination_use_verdicts(
+        status="resolved", resolver_reason="", gpus=gpu_verdicts(runs)
+    )
+    assert [u.verdict.verdict for u in per_use] == ["verified", "unverified", "verified", "broken"]
+    assert "on H100" in use_verdict(per_use, "training-compiled").reason
+    assert overall(per_use).verdict == "broken"
