@@ -2,7 +2,9 @@
 
 Only ``verified`` and ``verified-with-workaround`` combinations are installed
 (the workaround is printed: a code-level one such as ``sdpa-under-compile`` is
-the user's to apply); anything else needs ``--allow-unverified``.
+the user's to apply); anything else needs ``--allow-unverified``. With
+``--use`` the verdict for that use decides (eager or compiled, inference or
+training), and the workarounds printed are those verified for that use.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def _uv() -> str:
 def run(args: argparse.Namespace) -> int:
     from envbuilder.commands.export import exported
     from envbuilder.errors import InputError
+    from envbuilder.lockfile.model import use_verdict
     from envbuilder.lockfile.query import Query, select
     from envbuilder.lockfile.read import default_lockfile, load_lockfile
     from envbuilder.reporter import Reporter
@@ -80,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         entry = lock.by_id().get(args.id)
         if entry is None:
             raise InputError(f"no combination {args.id!r} in {lockfile}; see `envbuilder query`")
-        verdict = entry.verdict
+        verdict = entry.verdict if args.use is None else use_verdict(entry.uses, args.use)
     else:
         python = args.python
         if python is None and python_exe.exists():
@@ -93,19 +96,28 @@ def run(args: argparse.Namespace) -> int:
                 torch=args.torch,
                 xformers=args.xformers,
                 gpu=args.gpu,
+                use=args.use,
             ),
         )
         if not matches:
             raise InputError(f"no combination in {lockfile} matches; see `envbuilder query`")
         entry, verdict = matches[0].entry, matches[0].verdict
-    report.line(f"combination {entry.id}: {verdict.verdict} ({verdict.reason})")
+    use = f" for {args.use}" if args.use else ""
+    report.line(f"combination {entry.id}{use}: {verdict.verdict} ({verdict.reason})")
     if verdict.verdict not in INSTALLABLE and not args.allow_unverified:
         raise InputError(
-            f"refusing to install {entry.id!r}: it is {verdict.verdict}, not verified; "
+            f"refusing to install {entry.id!r}: it is {verdict.verdict}{use}, not verified; "
             "pass --allow-unverified to install it anyway"
         )
+    for choice in verdict.choices:
+        report.line(
+            f"! {choice.check} is verified{use} only with the workaround "
+            f"{choice.workaround!r} (measured on its case by {', '.join(choice.evidence)}): "
+            "apply it in your code"
+        )
+    chosen = {c.workaround for c in verdict.choices}
     for workaround in verdict.workarounds:
-        if not workaround.startswith("cuda-runtime:"):
+        if not workaround.startswith("cuda-runtime:") and workaround not in chosen:
             report.line(
                 f"! verified only with the workaround {workaround!r}: apply it in your code"
             )

@@ -78,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
     for entry in lock.combinations:
         flag = " (conflicting results)" if any(g.conflict for g in entry.gpus) else ""
         report.line(f"  {entry.verdict.verdict:<25} {entry.id}{flag}")
+        if len({u.verdict.verdict for u in entry.uses}) > 1:
+            per_use = ", ".join(f"{u.use} {u.verdict.verdict}" for u in entry.uses)
+            report.line(f"  {'':<25} per use: {per_use}")
         report.detail(entry.verdict.reason)
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     if args.check:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 
 from envbuilder.lockfile.cli_args import add_lock_argument, add_selection_arguments
 
-HELP = "list the lockfile's combinations matching --python/--cuda/--torch/--gpu, best first"
+HELP = "list the lockfile's combinations matching --python/--cuda/--torch/--gpu, best first (--use: by one use's verdict)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
             torch=args.torch,
             xformers=args.xformers,
             gpu=args.gpu,
+            use=args.use,
         ),
     )
     if args.json:
@@ -42,10 +44,13 @@ def run(args: argparse.Namespace) -> int:
                 "torch": m.entry.torch,
                 "xformers": m.entry.xformers,
                 "compute_capability": m.compute_capability,
+                "use": m.use,
                 "verdict": m.verdict.verdict,
                 "reason": m.verdict.reason,
                 "workarounds": list(m.verdict.workarounds),
                 "failing_checks": list(m.verdict.failing_checks),
+                "choices": [asdict(c) for c in m.verdict.choices],
+                "uses": {u.use: u.verdict.verdict for u in m.uses},
                 "lock": m.entry.lock.path if m.entry.lock else None,
             }
             for m in matches
@@ -57,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"no combination in {path} matches", file=sys.stderr)
         return 1
     width = max(len(m.entry.id) for m in matches)
+    if args.use:
+        print(f"verdicts for {args.use}:")
     for m in matches:
         print(f"{m.verdict.verdict:<25} {m.entry.id:<{width}}  {m.verdict.reason}")
     return 0

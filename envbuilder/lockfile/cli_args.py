@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from envbuilder.lockfile.model import USES
+
 __all__ = ["add_lock_argument", "add_selection_arguments"]
 
 
@@ -25,4 +27,10 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--xformers", help="xformers version or prefix")
     parser.add_argument(
         "--gpu", help="GPU: compute capability (sm90, 9.0) or a model name (H100, H200, A100)"
+    )
+    parser.add_argument(
+        "--use",
+        choices=USES,
+        help="judge by the verdict for this use instead of the worst over all four: eager "
+        "inference, compiled inference, eager training, compiled training",
     )

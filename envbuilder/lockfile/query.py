@@ -8,7 +8,17 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import InputError
 from envbuilder.lockfile.gpus import arch_covers, compute_capability
-from envbuilder.lockfile.model import VERDICT_RANK, CompatLock, Entry, Verdict
+from envbuilder.lockfile.model import (
+    USES,
+    VERDICT_RANK,
+    CompatLock,
+    Entry,
+    GpuVerdict,
+    Use,
+    UseVerdict,
+    Verdict,
+    use_verdict,
+)
 from envbuilder.lockfile.verdicts import worst
 
 __all__ = ["Match", "Query", "normalise_cuda", "select"]
@@ -21,13 +31,16 @@ class Query:
     torch: str | None = None
     xformers: str | None = None
     gpu: str | None = None
+    use: Use | None = None  # rank by this use's verdict instead of the overall one
 
 
 @dataclass(frozen=True, kw_only=True)
 class Match:
     entry: Entry
-    verdict: Verdict  # for the queried GPU when one was given, else the combination's
+    verdict: Verdict  # for the queried use and GPU when given, else the combination's overall
     compute_capability: str | None = None
+    use: Use | None = None
+    uses: tuple[UseVerdict, ...] = ()  # every use's verdict, for the queried GPU when given
 
 
 def normalise_cuda(cuda: str) -> str:
@@ -54,18 +67,23 @@ def _cuda_matches(want: str, entry: Entry) -> bool:
     return isinstance(built, str) and normalise_cuda(built) == want
 
 
-def _gpu_verdict(entry: Entry, cc: str) -> Verdict:
+def _verdict(record: Entry | GpuVerdict, use: Use | None) -> Verdict:
+    return record.verdict if use is None else use_verdict(record.uses, use)
+
+
+def _gpu_verdict(entry: Entry, cc: str, use: Use | None) -> Verdict:
     if entry.verdict.verdict == "unsatisfiable":
         return entry.verdict
     mine = [g for g in entry.gpus if g.compute_capability == cc]
     if mine:
-        chosen = worst(g.verdict for g in mine)
+        chosen = worst(_verdict(g, use) for g in mine)
         names = ", ".join(g.gpu for g in mine)
         return Verdict(
             verdict=chosen.verdict,
             reason=f"on {names}: {chosen.reason}",
             workarounds=chosen.workarounds,
             failing_checks=chosen.failing_checks,
+            choices=chosen.choices,
         )
     arch = ((entry.xformers_build or {}).get("built_with") or {}).get("arch_list")
     sm = "sm_" + cc.replace(".", "")
@@ -75,7 +93,7 @@ def _gpu_verdict(entry: Entry, cc: str) -> Verdict:
             reason=f"predicted: xformers was built for TORCH_CUDA_ARCH_LIST={arch!r}, "
             f"which has no kernels for {sm}",
         )
-    tested = ", ".join(f"{g.gpu} ({g.verdict.verdict})" for g in entry.gpus) or "none"
+    tested = ", ".join(f"{g.gpu} ({_verdict(g, use).verdict})" for g in entry.gpus) or "none"
     return Verdict(verdict="unverified", reason=f"no results on a {sm} GPU (tested on: {tested})")
 
 
@@ -87,7 +105,7 @@ def _version_key(text: str | None) -> Version:
 
 
 def select(lock: CompatLock, query: Query) -> list[Match]:
-    """The combinations matching *query*, best verdict first, then newest versions."""
+    """The combinations matching *query*, best verdict (for its use) first, then newest versions."""
     cuda = normalise_cuda(query.cuda) if query.cuda else None
     cc = None
     if query.gpu:
@@ -103,8 +121,14 @@ def select(lock: CompatLock, query: Query) -> list[Match]:
             continue
         if query.xformers and not _prefix(query.xformers, entry.xformers):
             continue
-        verdict = _gpu_verdict(entry, cc) if cc else entry.verdict
-        matches.append(Match(entry=entry, verdict=verdict, compute_capability=cc))
+        verdict = _gpu_verdict(entry, cc, query.use) if cc else _verdict(entry, query.use)
+        uses = tuple(
+            UseVerdict(use=u, verdict=_gpu_verdict(entry, cc, u) if cc else _verdict(entry, u))
+            for u in USES
+        )
+        matches.append(
+            Match(entry=entry, verdict=verdict, compute_capability=cc, use=query.use, uses=uses)
+        )
     matches.sort(
         key=lambda m: (
             VERDICT_RANK[m.verdict.verdict],

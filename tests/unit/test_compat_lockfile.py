@@ -238,3 +238,74 @@ def test_reformatting_keeps_the_hash_valid(workdir: Path) -> None:
     path.write_text(json.dumps(data, indent=None))
     assert load_lockfile(path).by_id().keys() == EXPECTED.keys()
     assert seal(data) == original  # and sealing again restores the canonical bytes
+
+
+@pytest.mark.parametrize(
+    ("args", "rc", "expected"),
+    [
+        # the workaround printed is the one verified for that use, on its case
+        (
+            ["py3.12-default-torch2.11.0-xformers0.0.35", "--use", "inference-compiled"],
+            0,
+            [
+                "for inference-compiled: verified-with-workaround",
+                "compile.xformers.fp16.block_diagonal.fwd.dynamic is verified for "
+                "inference-compiled only with the workaround 'dynamo-disable'",
+            ],
+        ),
+        (
+            ["py3.12-default-torch2.11.0-xformers0.0.35", "--use", "training-compiled"],
+            0,
+            ["only with the workaround 'sdpa-under-compile'"],
+        ),
+        # fine for eager training, refused for compiled training
+        (
+            ["py3.12-default-torch2.10.0-xformers0.0.34", "--use", "training"],
+            0,
+            ["for training: verified"],
+        ),
+        (
+            ["py3.12-default-torch2.10.0-xformers0.0.34", "--use", "training-compiled"],
+            2,
+            ["refusing to install", "broken for training-compiled", "--allow-unverified"],
+        ),
+        (
+            [
+                "py3.12-default-torch2.10.0-xformers0.0.34",
+                "--use",
+                "training-compiled",
+                "--allow-unverified",
+            ],
+            0,
+            ["for training-compiled: broken"],
+        ),
+        # without --use the worst use decides
+        (["py3.12-default-torch2.10.0-xformers0.0.34"], 2, ["it is broken, not verified"]),
+    ],
+)
+def test_install_judges_by_the_use(
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    rc: int,
+    expected: list[str],
+) -> None:
+    assert lock("--results", "results") == 0
+    capsys.readouterr()
+    assert main(["install", *args, "--dry-run", "--lock", "compat.lock.json"]) == rc
+    out = capsys.readouterr()
+    for text in expected:
+        assert text in out.out + out.err
+
+
+def test_query_by_use_shows_that_use(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert lock("--results", "results") == 0
+    capsys.readouterr()
+    assert main(["query", "--torch", "2.10", "--use", "training", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["use"], row["verdict"]) == ("training", "verified")
+    assert row["uses"]["training-compiled"] == "broken"
+    assert main(["query", "--python", "3.12", "--use", "training-compiled"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "verdicts for training-compiled:"
+    assert lines[-2].startswith("broken") and "py3.12-default-torch2.10.0" in lines[-2]

@@ -10,7 +10,7 @@ import pytest
 from envbuilder.errors import InputError
 from envbuilder.lockfile.gpus import arch_covers, compute_capability
 from envbuilder.lockfile.merge import build_lockfile
-from envbuilder.lockfile.model import CompatLock
+from envbuilder.lockfile.model import USES, CompatLock, use_verdict
 from envbuilder.lockfile.query import Query, normalise_cuda, select
 from envbuilder.lockfile.results import find_results
 from envbuilder.model import load_resolution
@@ -124,3 +124,79 @@ def compat(tmp_path_factory: pytest.TempPathFactory) -> CompatLock:
 )
 def test_select(compat: CompatLock, query: Query, expected: list[tuple[str, str]]) -> None:
     assert [(m.entry.id, m.verdict.verdict) for m in select(compat, query)] == expected
+
+
+PER_USE = "py3.12-default-torch2.10.0-xformers0.0.34"
+CHEAPEST = "py3.12-default-torch2.11.0-xformers0.0.35"
+CUDART = "py3.12-default-torch2.7.0-xformers0.0.30-cudart"
+CONFLICT = "py3.12-default-torch2.8.0-xformers0.0.32.post2"
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        # overall: the worst use decides
+        (
+            Query(python="3.12"),
+            [
+                (CHEAPEST, "verified-with-workaround"),
+                (CUDART, "verified-with-workaround"),
+                (PER_USE, "broken"),
+                (CONFLICT, "broken"),
+            ],
+        ),
+        # by one use: that use's verdict decides the order and is the one shown
+        (
+            Query(python="3.12", use="training"),
+            [
+                (CHEAPEST, "verified"),
+                (PER_USE, "verified"),
+                (CUDART, "verified-with-workaround"),
+                (CONFLICT, "broken"),
+            ],
+        ),
+        (
+            Query(python="3.12", use="training-compiled"),
+            [
+                (CHEAPEST, "verified-with-workaround"),
+                (CUDART, "verified-with-workaround"),
+                (PER_USE, "broken"),
+                (CONFLICT, "broken"),
+            ],
+        ),
+        (
+            Query(python="3.12", torch="2.10", use="inference-compiled"),
+            [(PER_USE, "verified-with-workaround")],
+        ),
+        # results/1 evidence speaks for every use
+        (
+            Query(python="3.11", torch="2.6", use="training-compiled"),
+            [("py3.11-default-torch2.6.0-xformers0.0.29.post3", "verified-with-workaround")],
+        ),
+        # per use on a GPU: H100 runs count for an H200; none on an A100
+        (
+            Query(python="3.12", torch="2.10", gpu="H200", use="training-compiled"),
+            [(PER_USE, "broken")],
+        ),
+        (
+            Query(python="3.12", torch="2.10", gpu="A100", use="training"),
+            [(PER_USE, "unverified")],
+        ),
+    ],
+)
+def test_select_by_use(compat: CompatLock, query: Query, expected: list[tuple[str, str]]) -> None:
+    matches = select(compat, query)
+    assert [(m.entry.id, m.verdict.verdict) for m in matches] == expected
+    for m in matches:
+        assert m.use == query.use
+        assert [u.use for u in m.uses] == list(USES)
+        if query.use is not None:
+            assert use_verdict(m.uses, query.use) == m.verdict
+
+
+def test_the_workaround_named_for_a_use_is_the_one_measured_for_it(compat: CompatLock) -> None:
+    (match,) = select(compat, Query(torch="2.11", use="inference-compiled"))
+    (choice,) = match.verdict.choices
+    assert (choice.workaround, choice.graph_breaks, choice.step_ms) == ("dynamo-disable", 0, 1.2)
+    (match,) = select(compat, Query(torch="2.11", use="training-compiled"))
+    assert match.verdict.workarounds == ("sdpa-under-compile",)
