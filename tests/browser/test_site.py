@@ -174,10 +174,10 @@ def test_page_loads_filters_and_screenshots(
 
     assert browser.evaluate("document.title").startswith("envbuilder compatibility")
     everything = browser.evaluate(VISIBLE)
-    assert len(everything) == 7
+    assert len(everything) == 9
     assert (
         browser.evaluate("document.getElementById('visible-count').textContent")
-        == "7 of 7 combinations shown"
+        == "9 of 9 combinations shown"
     )
     assert browser.evaluate("document.querySelectorAll('svg.plot').length") >= 2
 
@@ -189,17 +189,32 @@ def test_page_loads_filters_and_screenshots(
     assert choose(browser, "gpu", "sm_80") == ["py3.11-default-torch2.5.1-xformers0.0.28.post3"]
     assert (
         browser.evaluate("document.getElementById('visible-count').textContent")
-        == "1 of 7 combinations shown"
+        == "1 of 9 combinations shown"
     )
     choose(browser, "python", "")
     assert choose(browser, "gpu", "sm_90") == [
         "py3.11-default-torch2.5.1-xformers0.0.28.post3",
         "py3.11-default-torch2.6.0-xformers0.0.29.post3",
+        "py3.12-default-torch2.10.0-xformers0.0.34",
+        "py3.12-default-torch2.11.0-xformers0.0.35",
         "py3.12-default-torch2.7.0-xformers0.0.30-cudart",
         "py3.12-default-torch2.8.0-xformers0.0.32.post2",
         "py3.13-default-torch2.4.1-xformers0.0.28.post1",  # unsatisfiable; its H100 run is evidence
     ]
     assert choose(browser, "gpu", "") == everything
+    # verified (with or without a workaround) for one use: broken for compiled training is out
+    verified_for_training = [
+        "py3.11-default-torch2.5.1-xformers0.0.28.post3",
+        "py3.11-default-torch2.6.0-xformers0.0.29.post3",
+        "py3.12-default-torch2.10.0-xformers0.0.34",
+        "py3.12-default-torch2.11.0-xformers0.0.35",
+        "py3.12-default-torch2.7.0-xformers0.0.30-cudart",
+    ]
+    assert choose(browser, "uses", "training") == verified_for_training
+    assert choose(browser, "uses", "training-compiled") == [
+        i for i in verified_for_training if i != "py3.12-default-torch2.10.0-xformers0.0.34"
+    ]
+    assert choose(browser, "uses", "") == everything
 
     colour = browser.evaluate(
         "getComputedStyle(document.querySelector('tr[data-verdict=broken] td.verdict')).backgroundColor"

@@ -11,7 +11,7 @@ import pytest
 
 from envbuilder.lockfile.doctor import Installed, check_environment
 from envbuilder.lockfile.merge import build_lockfile
-from envbuilder.lockfile.model import CompatLock
+from envbuilder.lockfile.model import USES, CompatLock
 from envbuilder.lockfile.results import find_results
 from envbuilder.model import load_resolution
 from envbuilder.publish.site import html_page, markdown_table
@@ -163,14 +163,20 @@ def test_markdown_table_lists_every_combination_and_verdict(compat: CompatLock) 
     assert len(rows) == len(compat.combinations)
     for entry, row in zip(compat.combinations, rows, strict=True):
         assert f"`{entry.id}`" in row and entry.verdict.verdict in row
+        assert all(u in row for u in USES)
     assert "conflicting results" in table
+    (row,) = [r for r in rows if "torch2.10.0" in r]
+    assert "inference ✅ inference-compiled 🟡 training ✅ training-compiled ❌" in row
 
 
 def test_html_page_is_self_contained_with_rows_filters_and_plots(compat: CompatLock) -> None:
     page = html_page(compat, "ab" * 32)
     assert page.count('<tr class="combo"') == len(compat.combinations)
-    for key in ("python", "cuda", "gpu"):
+    for key in ("python", "cuda", "gpu", "uses"):
         assert f'id="filter-{key}"' in page
+    # every row has a cell per use, coloured by that use's verdict
+    assert page.count('<td class="use v-') == len(USES) * len(compat.combinations)
+    assert 'data-uses="inference inference-compiled training"' in page
     assert "<svg" in page and "xformers 1" in page  # the H100 speed bar of the verified one
     assert "envbuilder install py3.11-default-torch2.5.1-xformers0.0.28.post3" in page
     assert "envbuilder install py3.10-default" not in page  # broken ones get no install command
