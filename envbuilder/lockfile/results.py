@@ -187,17 +187,17 @@ def _contract_problems(checks: Sequence[Mapping[str, Any]]) -> list[str]:
             )
         elif covered is not None:
             target = by_name.get(covered)
-            if target is None or not target["gate"] or target.get("workaround") is not None:
+            if target is None or not target.get("gate") or target.get("workaround") is not None:
                 problems.append(
                     f"check {name!r} covers {covered!r}, which is not a direct gate check "
                     "of this file"
                 )
-            elif list(c["uses"]) != list(target["uses"]):
+            elif list(c.get("uses") or []) != list(target.get("uses") or []):
                 problems.append(
                     f"check {name!r} lists uses {c['uses']} but covers {covered!r}, "
                     f"which lists {target['uses']}"
                 )
-        if c["gate"] and workaround is None and not c["uses"]:
+        if c.get("gate") and workaround is None and not c.get("uses"):
             problems.append(f"gate check {name!r} lists no uses, so it would count for none")
     return problems
 

@@ -14,6 +14,7 @@ from envbuilder.errors import InputError
 from envbuilder.lockfile.canonical import seal
 from envbuilder.lockfile.model import VERDICTS, use_verdict
 from envbuilder.lockfile.read import load_lockfile
+from envbuilder.lockfile.results import documented_shape
 
 DATA = Path(__file__).parents[1] / "data"
 SCHEMA = Path(__file__).parents[2] / "envbuilder" / "schemas" / "compat.schema.json"
@@ -309,3 +310,27 @@ def test_query_by_use_shows_that_use(workdir: Path, capsys: pytest.CaptureFixtur
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "verdicts for training-compiled:"
     assert lines[-2].startswith("broken") and "py3.12-default-torch2.10.0" in lines[-2]
+
+
+RESULTS_2 = sorted(
+    p.name
+    for p in (DATA / "results").glob("*.json")
+    if json.loads(p.read_text())["schema"] == "envbuilder.results/2"
+)
+PACKAGED_RESULTS = json.loads((SCHEMA.parent / "results.schema.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", RESULTS_2)
+def test_results_2_fixtures_keep_the_documented_shape(name: str) -> None:
+    data = json.loads((DATA / "results" / name).read_text())
+    jsonschema.Draft202012Validator(documented_shape("envbuilder.results/2")).validate(data)
+
+
+@pytest.mark.skipif(
+    PACKAGED_RESULTS.get("$id") != "envbuilder.results/2",
+    reason="the packaged results schema is not envbuilder.results/2 yet",
+)
+@pytest.mark.parametrize("name", RESULTS_2)
+def test_results_2_fixtures_pass_the_packaged_results_schema(name: str) -> None:
+    data = json.loads((DATA / "results" / name).read_text())
+    jsonschema.Draft202012Validator(PACKAGED_RESULTS).validate(data)
