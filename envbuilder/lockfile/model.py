@@ -26,7 +26,7 @@ __all__ = [
     "Entry",
     "GpuVerdict",
     "LockPointer",
-    "NumericEvidence",
+    "Measurement",
     "PackagePin",
     "RejectedResults",
     "Run",
@@ -176,7 +176,7 @@ class LockPointer:
 
 
 @dataclass(frozen=True, kw_only=True)
-class NumericEvidence:
+class Measurement:
     """What a numeric check measured against its bound, and whether it could have failed."""
 
     error: float
@@ -217,14 +217,14 @@ class CheckOutcome:
         return self.uses is None or use in self.uses
 
     @property
-    def evidence(self) -> NumericEvidence | None:
+    def measurement(self) -> Measurement | None:
         values = [
             _number(self.numbers, k) for k in ("error", "bound", "sensitivity", "sensitivity_ratio")
         ]
         error, bound, sensitivity, ratio = values
         if error is None or bound is None or sensitivity is None or ratio is None:
             return None
-        return NumericEvidence(
+        return Measurement(
             error=error, bound=bound, sensitivity=sensitivity, sensitivity_ratio=ratio
         )
 

@@ -148,9 +148,9 @@ def cheapest(choices: Iterable[WorkaroundChoice]) -> WorkaroundChoice | None:
 
 def _describe(check: CheckOutcome) -> str:
     text = f"{check.name} {check.status}"
-    evidence = check.evidence
-    if check.status == "invalid" and evidence is not None:
-        text += f" (sensitivity {evidence.sensitivity_ratio:.3g}× its bound)"
+    measured = check.measurement
+    if check.status == "invalid" and measured is not None:
+        text += f" (sensitivity {measured.sensitivity_ratio:.3g}× its bound)"
     elif check.reason:
         text += f" ({check.reason})"
     return text
