@@ -8,7 +8,6 @@ never the resolver's internals.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -225,13 +224,19 @@ def lock_filename(combination_id: str) -> str:
 
 def load_resolution(path: Path) -> Resolution:
     """Read ``resolution.json`` written by ``envbuilder resolve``."""
+    from envbuilder.jsondoc import NotJSON, parse
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse(path.read_bytes())
     except FileNotFoundError as e:
         raise InputError(f"{path}: not found; run `nox -s resolve` first") from e
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON ({e})") from e
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror})") from e
+    except NotJSON as e:
+        raise InputError(f"{path}: {e}; run `nox -s resolve` again") from e
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a resolution file (the top level is not an object)")
     try:
         return Resolution.from_json(data)
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise InputError(f"{path}: not a resolution file ({e!r})") from e

@@ -5,11 +5,11 @@ Standard library only (``doctor`` runs inside arbitrary environments).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from envbuilder.errors import InputError
+from envbuilder.jsondoc import LOCKFILE_DEPTH, NotJSON, parse
 from envbuilder.lockfile.canonical import HASH_KEY, content_sha256
 from envbuilder.lockfile.model import COMPAT_SCHEMA, DEFAULT_LOCKFILE, CompatLock
 
@@ -32,10 +32,10 @@ def load_lockfile(path: Path) -> CompatLock:
     except OSError as e:
         raise InputError(f"{path}: cannot read the lockfile ({e.strerror})") from e
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = parse(raw, max_depth=LOCKFILE_DEPTH)
+    except NotJSON as e:
         raise InputError(
-            f"{path}: not valid JSON ({e}); the file is truncated or damaged: "
+            f"{path}: {e}; the file is truncated or damaged: "
             "regenerate it with `nox -s lock` or download it again"
         ) from e
     if not isinstance(data, dict):

@@ -31,6 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from envbuilder.jsondoc import NotJSON, parse
 from envbuilder.lockfile.canonical import finite
 from envbuilder.lockfile.model import CHECK_STATUSES, USES, CheckOutcome, RejectedResults, Run
 from envbuilder.lockfile.verdicts import overall, run_use_verdicts
@@ -218,9 +219,9 @@ def read_results(path: Path) -> ResultsFile:
     except OSError as e:
         raise Rejected(path, f"cannot be read ({e.strerror})") from e
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise Rejected(path, f"not valid JSON ({e})") from e
+        data = parse(raw)
+    except NotJSON as e:
+        raise Rejected(path, str(e)) from e
     if not isinstance(data, dict):
         raise Rejected(path, "not a results file (the top level is not an object)")
     schema = data.get("schema")

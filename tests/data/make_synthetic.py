@@ -591,6 +591,8 @@ def main() -> None:
         dump(HERE / "bad_results" / name, data)
     text = json.dumps(good[f"{ok}.h100.json"], indent=2, sort_keys=True)
     (HERE / "bad_results" / "truncated.json").write_text(text[: len(text) // 2], encoding="utf-8")
+    # json.loads recurses per level: this one exhausts the interpreter's stack
+    (HERE / "bad_results" / "deeply-nested.json").write_text("[" * 100_000, encoding="utf-8")
 
 
 if __name__ == "__main__":

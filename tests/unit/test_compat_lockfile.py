@@ -152,6 +152,7 @@ def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
         ("unsatisfiable-with-lock.json", "is unsatisfiable and has no lock"),
         ("bad-status.json", "fails the results schema at checks/0/status"),
         ("truncated.json", "not valid JSON"),
+        ("deeply-nested.json", "JSON nested deeper than 64 levels"),
     ],
 )
 def test_rejected_results_abort_with_nothing_written(
@@ -173,6 +174,26 @@ def test_skip_rejected_records_them_in_the_lockfile(workdir: Path) -> None:
     assert {e.id: e.verdict.verdict for e in compat.combinations} == EXPECTED
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[" * 100_000, "JSON nested deeper than 64 levels"),
+        ('{"schema": ' + "[" * 200 + "]" * 200 + "}", "JSON nested deeper than 64 levels"),
+        ("[]", "not a resolution file"),
+        ("{", "not valid JSON"),
+    ],
+)
+def test_a_resolution_that_cannot_be_read_is_refused(
+    workdir: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    (workdir / "locks" / "resolution.json").write_text(text)
+    assert lock("--results", "results") == 2
+    err = capsys.readouterr().err
+    assert "locks/resolution.json" in err and message in err
+    assert "Traceback" not in err
+    assert not (workdir / "compat.lock.json").exists()
+
+
 def test_a_lock_that_disagrees_with_the_resolution_is_refused(workdir: Path) -> None:
     pylock = workdir / "locks" / "pylock.py3.11-default-torch2.9.0.toml"
     pylock.write_text(pylock.read_text() + "\n")
@@ -192,6 +213,8 @@ def edit_value(text: str) -> str:
         (lambda t: t.replace("envbuilder.compat/2", "envbuilder.compat/3"), "upgrade envbuilder"),
         (lambda t: t.replace("envbuilder.compat/2", "something/2"), "not an envbuilder"),
         (lambda t: "[]", "not a compatibility lockfile"),
+        (lambda t: "[" * 100_000, "JSON nested deeper than 128 levels"),
+        (lambda t: "[" * 500 + "]" * 500, "JSON nested deeper than 128 levels"),
     ],
 )
 @pytest.mark.parametrize(
