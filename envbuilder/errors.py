@@ -8,6 +8,7 @@ __all__ = [
     "IndexError_",
     "InputError",
     "MissingToolError",
+    "OutputError",
 ]
 
 
@@ -36,6 +37,12 @@ class ConfigError(InputError):
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{path}: {len(self.problems)} problem(s):\n{lines}")
+
+
+class OutputError(EnvbuilderError):
+    """An output cannot be written (a read-only or full location): the environment, exit status 1.
+
+    The message names the location and says that what was there is unchanged."""
 
 
 class IndexError_(EnvbuilderError):

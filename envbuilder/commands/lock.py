@@ -44,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.errors import InputError
+    from envbuilder.errors import InputError, OutputError
     from envbuilder.files import write_atomic
     from envbuilder.lockfile.canonical import seal
     from envbuilder.lockfile.merge import build_lockfile
@@ -90,7 +90,14 @@ def run(args: argparse.Namespace) -> int:
             return 1
         report.line(f"✓ {args.out} is up to date")
         return 0
-    write_atomic(args.out, data)
+    try:
+        write_atomic(args.out, data)
+    except OSError as e:
+        raise OutputError(
+            f"cannot write {args.out} ({e.strerror or e}); nothing was changed "
+            f"({'the old file is intact' if args.out.exists() else 'no file was left behind'}): "
+            "free some space or pass a writable --out"
+        ) from e
     report.line(
         f"✓ wrote {args.out}: {len(lock.combinations)} combinations ({summary}), "
         f"{runs} runs from {len(files) - len(rejected)} results file(s), "

@@ -5,12 +5,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Mapping
 from html import escape
 from importlib import resources
 from pathlib import Path, PurePosixPath
 from string import Template
 
-from envbuilder.errors import InputError
+from envbuilder.errors import InputError, OutputError
 from envbuilder.files import write_atomic
 from envbuilder.lockfile.model import USES, VERDICTS, CompatLock, Entry
 from envbuilder.lockfile.read import load_lockfile
@@ -230,18 +231,37 @@ def build_site(lockfile: Path, out: Path) -> list[Path]:
         from envbuilder.lockfile.export import locate_pylock
 
         files[str(rel)] = locate_pylock(lockfile, entry).read_bytes()
+    try:
+        _write_all(out, files)
+    except OSError as e:
+        where = f": {e.filename}" if e.filename else ""
+        raise OutputError(
+            f"cannot write the site into {out} ({e.strerror or e}{where}); nothing was changed "
+            f"({'the old site is intact' if out.exists() else 'no site was left behind'}): "
+            "free some space or pass a writable --out"
+        ) from e
+    return [out / name for name in sorted(files)]
+
+
+def _write_all(out: Path, files: Mapping[str, bytes]) -> None:
+    """Write every file into a staging directory beside *out*, then swap it in: readers see
+    the old site or the new one, never a part, and any failure leaves *out* as it was."""
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    old = out.parent / f"{staging.name}.old"
     try:
         for name, data in files.items():
             write_atomic(staging / name, data)
-        old = out.parent / f".{out.name}.old"
-        if out.exists():
+        had = out.exists()
+        if had:
             out.replace(old)
-        staging.replace(out)
-        if old.exists():
-            shutil.rmtree(old)
+        try:
+            staging.replace(out)
+        except BaseException:
+            if had:
+                old.replace(out)
+            raise
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return [out / name for name in sorted(files)]
+    shutil.rmtree(old, ignore_errors=True)
