@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -33,8 +34,23 @@ def _asset(name: str) -> str:
     return resources.files("envbuilder.publish").joinpath(name).read_text(encoding="utf-8")
 
 
+#: Characters that start Markdown inline syntax (emphasis, code, links, strikethrough), a
+#: table cell's end, or an escape; each is written backslash-escaped.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]~|])")
+
+
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """*text* (from results files, the resolver, file names) as literal Markdown table text:
+    raw HTML becomes entities, Markdown syntax is escaped, line breaks become spaces."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
+
+
+def _code(text: str) -> str:
+    """*text* as a code span in a table cell, or as escaped text where a span cannot hold it."""
+    if "`" in text or len(text.splitlines()) > 1:
+        return _md(text)
+    return "`" + text.replace("|", "\\|") + "`"
 
 
 def _gpus_text(entry: Entry) -> str:
@@ -68,13 +84,13 @@ def markdown_table(lock: CompatLock, content_sha256: str) -> str:
     for e in lock.combinations:
         v = e.verdict
         lines.append(
-            f"| `{e.id}` | {e.python} | {e.cuda} | {e.torch or '–'} | {e.xformers or '–'} | "
-            f"{SYMBOL[v.verdict]} {v.verdict} | {_uses_text(e)} | {_md(_gpus_text(e))} | "
-            f"{_md(v.reason)} |"
+            f"| {_code(e.id)} | {_md(e.python)} | {_md(e.cuda)} | {_md(e.torch or '–')} | "
+            f"{_md(e.xformers or '–')} | {SYMBOL[v.verdict]} {v.verdict} | {_uses_text(e)} | "
+            f"{_md(_gpus_text(e))} | {_md(v.reason)} |"
         )
     if lock.rejected_results:
         lines += ["", "Rejected results files:", ""]
-        lines += [f"- `{r.file}`: {_md(r.reason)}" for r in lock.rejected_results]
+        lines += [f"- {_code(r.file)}: {_md(r.reason)}" for r in lock.rejected_results]
     return "\n".join(lines) + "\n"
 
 

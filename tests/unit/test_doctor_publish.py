@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import pytest
 
 from envbuilder.lockfile.doctor import Installed, check_environment
 from envbuilder.lockfile.merge import build_lockfile
-from envbuilder.lockfile.model import USES, CompatLock
+from envbuilder.lockfile.model import USES, CompatLock, RejectedResults
 from envbuilder.lockfile.results import find_results
 from envbuilder.model import load_resolution
 from envbuilder.publish.site import html_page, markdown_table
@@ -183,3 +185,50 @@ def test_html_page_is_self_contained_with_rows_filters_and_plots(compat: CompatL
     # nothing is fetched from elsewhere: the only URL is the SVG namespace
     offline = page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "http://" not in offline and "https://" not in offline
+
+
+HOSTILE = [
+    # (text from a results file or the resolver, how compat.md must write it)
+    ("<script>alert(1)</script>", "&lt;script&gt;alert(1)&lt;/script&gt;"),
+    ('<img src=x onerror="alert(1)">', '&lt;img src=x onerror="alert(1)"&gt;'),
+    ("&lt;b&gt; stays text", "&amp;lt;b&amp;gt; stays text"),
+    ("a | b", "a \\| b"),
+    ("**bold** and _it_ and ~~gone~~", "\\*\\*bold\\*\\* and \\_it\\_ and \\~\\~gone\\~\\~"),
+    ("[click](javascript:alert(1))", "\\[click\\](javascript:alert(1))"),
+    ("![x](http://tracker.invalid/p.png)", "!\\[x\\](http://tracker.invalid/p.png)"),
+    ("`code` and \\escape", "\\`code\\` and \\\\escape"),
+    ("two\nlines\r\n| --- |", "two lines \\| --- \\|"),
+]
+
+
+@pytest.mark.parametrize(("text", "written"), HOSTILE)
+def test_markdown_table_writes_text_from_results_literally(
+    compat: CompatLock, text: str, written: str
+) -> None:
+    """A check's reason, a GPU's name, a resolver's reason or a rejected file's name never
+    becomes HTML, a link or table structure in compat.md."""
+    entry = compat.combinations[0]
+    gpu = replace(entry.gpus[0], gpu=text)
+    hostile = replace(
+        entry,
+        verdict=replace(entry.verdict, reason=text),
+        gpus=(gpu,),
+        torch=text,
+    )
+    lock = replace(
+        compat,
+        combinations=(hostile,),
+        rejected_results=(RejectedResults(file=f"results/{text}.json", reason=text),),
+    )
+    table = markdown_table(lock, "ab" * 32)
+    (row,) = [line for line in table.splitlines() if line.startswith(f"| `{entry.id}`")]
+    assert row.endswith(f"| {written} |")  # the reason, the last cell
+    assert f"| {written} |" in row  # torch
+    assert f"{written}: broken" in row  # the GPU
+    cells = re.split(r"(?<!\\)\|", row)[1:-1]
+    assert len(cells) == 9  # nothing in the text opened or closed a cell
+    (rejected,) = [line for line in table.splitlines() if line.startswith("- ")]
+    assert rejected.endswith(f": {written}")
+    # outside code spans (where everything is literal) no raw HTML and no link opens
+    prose = re.sub(r"`[^`]*`", "", table)
+    assert "<" not in prose and not re.search(r"(?<!\\)\[", prose)
