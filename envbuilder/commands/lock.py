@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         )
     data = seal(lock.to_json())
     runs = sum(len(e.runs) for e in lock.combinations)
+    stale = sum(len(e.stale_runs) for e in lock.combinations)
     counts = Counter(e.verdict.verdict for e in lock.combinations)
     for entry in lock.combinations:
         flag = " (conflicting results)" if any(g.conflict for g in entry.gpus) else ""
@@ -81,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         if len({u.verdict.verdict for u in entry.uses}) > 1:
             per_use = ", ".join(f"{u.use} {u.verdict.verdict}" for u in entry.uses)
             report.line(f"  {'':<25} per use: {per_use}")
+        if entry.stale_runs and not entry.runs and entry.last_verified:
+            report.line(f"  {'':<25} stale evidence: {entry.last_verified.describe()}")
         report.detail(entry.verdict.reason)
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     if args.check:
@@ -100,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         ) from e
     report.line(
         f"✓ wrote {args.out}: {len(lock.combinations)} combinations ({summary}), "
-        f"{runs} runs from {len(files) - len(rejected)} results file(s), "
-        f"{len(rejected)} rejected"
+        f"{runs} runs{f' and {stale} stale (on an older lock)' if stale else ''} from "
+        f"{len(files) - len(rejected)} results file(s), {len(rejected)} rejected"
     )
     return 0

@@ -6,8 +6,12 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from envbuilder.lockfile.cli_args import add_lock_argument, add_selection_arguments
+
+if TYPE_CHECKING:
+    from envbuilder.lockfile.model import LastVerified
 
 HELP = "list the lockfile's combinations matching --python/--cuda/--torch/--gpu, best first (--use: by one use's verdict)"
 
@@ -16,6 +20,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_lock_argument(parser)
     add_selection_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _last_verified(last: LastVerified | None) -> dict[str, object] | None:
+    """Stale evidence, shown while the current lock has no runs of its own."""
+    if last is None:
+        return None
+    return {
+        "date": last.date,
+        "lock_sha256": last.lock_sha256,
+        "suite_version": last.suite_version,
+        "verdict": last.verdict.verdict,
+        "uses": {u.use: u.verdict.verdict for u in last.uses},
+        "text": last.describe(),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
                 "choices": [asdict(c) for c in m.verdict.choices],
                 "uses": {u.use: u.verdict.verdict for u in m.uses},
                 "lock": m.entry.lock.path if m.entry.lock else None,
+                "last_verified": _last_verified(m.entry.last_verified)
+                if not m.entry.runs
+                else None,
             }
             for m in matches
         ]

@@ -16,6 +16,9 @@ Decisions (also in README.md, "The compatibility lockfile"):
 - Every file is written atomically (temporary file + ``os.replace``).
 - Verdicts: per use (inference, inference-compiled, training,
   training-compiled) and overall the worst; the tables in `verdicts`.
+- Results on an older lock of a combination are stale evidence (`results`):
+  kept under ``stale_runs``, never counted; the current lock stays
+  ``unverified`` until it has runs, its reason saying when it was last verified.
 - Results files that cannot be merged (`results`) abort ``envbuilder lock``
   with exit 2 and nothing written, unless ``--skip-rejected`` is given: then
   the lockfile is written and lists them under ``rejected_results``.

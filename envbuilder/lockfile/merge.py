@@ -20,7 +20,13 @@ from envbuilder.lockfile.model import (
     Run,
 )
 from envbuilder.lockfile.results import Rejected, accept, rejection_record
-from envbuilder.lockfile.verdicts import combination_use_verdicts, gpu_verdicts, overall
+from envbuilder.lockfile.verdicts import (
+    combination_use_verdicts,
+    combination_verdict,
+    gpu_verdicts,
+    last_verified,
+    overall,
+)
 from envbuilder.model import Resolution, ResolvedCombination
 
 __all__ = ["GENERATED_BY", "build_lockfile", "read_pins"]
@@ -76,7 +82,12 @@ def _requested(combo_id: str) -> tuple[str | None, str | None]:
 
 
 def _entry(
-    combo: ResolvedCombination, runs: Sequence[Run], *, locks_base: Path, out_dir: Path
+    combo: ResolvedCombination,
+    runs: Sequence[Run],
+    stale_runs: Sequence[Run],
+    *,
+    locks_base: Path,
+    out_dir: Path,
 ) -> Entry:
     pointer: LockPointer | None = None
     pins: tuple[PackagePin, ...] = ()
@@ -103,7 +114,18 @@ def _entry(
         )
         pins = read_pins(pylock)
     gpus = gpu_verdicts(runs)
-    uses = combination_use_verdicts(status=combo.status, resolver_reason=combo.reason, gpus=gpus)
+    last = last_verified(stale_runs)
+    uses = combination_use_verdicts(
+        status=combo.status, resolver_reason=combo.reason, gpus=gpus, last=last
+    )
+    # with runs, the worst use; without, one reason (the per-use ones may name several verdicts)
+    verdict = (
+        overall(uses)
+        if gpus
+        else combination_verdict(
+            status=combo.status, resolver_reason=combo.reason, gpus=gpus, last=last
+        )
+    )
     torch, xformers = _requested(combo.id)
     return Entry(
         id=combo.id,
@@ -121,9 +143,11 @@ def _entry(
         extra_runtime=combo.extra_runtime,
         notes=combo.notes,
         runs=tuple(runs),
+        stale_runs=tuple(stale_runs),
+        last_verified=last,
         gpus=gpus,
         uses=uses,
-        verdict=overall(uses),
+        verdict=verdict,
     )
 
 
@@ -142,9 +166,16 @@ def build_lockfile(
     out_dir = out.parent
     locks_base = resolution_path.parent.parent  # `lock` paths are relative to the output's parent
     combos: Mapping[str, ResolvedCombination] = resolution.by_id()
-    runs, rejected = accept(results, combos, base=out_dir)
+    accepted = accept(results, combos, base=out_dir)
+    rejected = list(accepted.rejected)
     entries = tuple(
-        _entry(c, runs.get(c.id, []), locks_base=locks_base, out_dir=out_dir)
+        _entry(
+            c,
+            accepted.current.get(c.id, ()),
+            accepted.stale.get(c.id, ()),
+            locks_base=locks_base,
+            out_dir=out_dir,
+        )
         for c in sorted(resolution.combinations, key=lambda c: c.id)
     )
     lock = CompatLock(

@@ -25,6 +25,7 @@ __all__ = [
     "CompatLock",
     "Entry",
     "GpuVerdict",
+    "LastVerified",
     "LockPointer",
     "Measurement",
     "PackagePin",
@@ -41,7 +42,8 @@ __all__ = [
 ]
 
 #: /2 added the per-use verdicts and the check status ``invalid``: a /1 reader
-#: would count an ``invalid`` check as neither passed nor failed.
+#: would count an ``invalid`` check as neither passed nor failed; stale evidence
+#: (each run's ``lock_sha256``, ``stale_runs``, ``last_verified``) came with it.
 COMPAT_SCHEMA = "envbuilder.compat/2"
 #: The lockfile's name at the repository root (and in the published site).
 DEFAULT_LOCKFILE = "compat.lock.json"
@@ -260,6 +262,7 @@ class Run:
 
     source: str  # the results file, relative to the lockfile where possible
     source_sha256: str
+    lock_sha256: str | None  # the lock it ran on (None: an unsatisfiable combination's run)
     suite_version: str
     started: str
     finished: str
@@ -275,6 +278,7 @@ class Run:
         return cls(
             source=data["source"],
             source_sha256=data["source_sha256"],
+            lock_sha256=data.get("lock_sha256"),
             suite_version=data["suite_version"],
             started=data["started"],
             finished=data["finished"],
@@ -311,6 +315,37 @@ class GpuVerdict:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LastVerified:
+    """What the newest runs on an older lock of a combination said: evidence with an age.
+
+    The lock moved since (an upstream release, a deliberate upgrade), so these runs do not
+    count for the current lock's verdict; they say what was last known and when."""
+
+    lock_sha256: str  # the older lock
+    date: str  # YYYY-MM-DD: when the newest run on that lock finished
+    suite_version: str  # the suite of that newest run
+    verdict: Verdict  # that lock's verdict, judged as a combination's (worst GPU, worst use)
+    uses: tuple[UseVerdict, ...]  # per use, in `USES` order
+    runs: tuple[str, ...]  # sources of the runs on that lock
+
+    def describe(self, verdict: Verdict | None = None) -> str:
+        """``last verified <date> on lock <sha12>: <verdict>`` (of one use when given)."""
+        chosen = self.verdict if verdict is None else verdict
+        return f"last verified {self.date} on lock {self.lock_sha256[:12]}: {chosen.verdict}"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LastVerified:
+        return cls(
+            lock_sha256=data["lock_sha256"],
+            date=data["date"],
+            suite_version=data["suite_version"],
+            verdict=Verdict.from_json(data["verdict"]),
+            uses=tuple(UseVerdict.from_json(u) for u in data["uses"]),
+            runs=tuple(data.get("runs", ())),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Entry:
     """One combination in the lockfile."""
 
@@ -328,7 +363,9 @@ class Entry:
     xformers_build: Mapping[str, Any] | None
     extra_runtime: tuple[str, ...]
     notes: tuple[str, ...]
-    runs: tuple[Run, ...]
+    runs: tuple[Run, ...]  # on the current lock: the verdict is made of these
+    stale_runs: tuple[Run, ...] = ()  # on older locks of this combination: kept, not counted
+    last_verified: LastVerified | None = None  # the newest of `stale_runs`' locks
     gpus: tuple[GpuVerdict, ...]
     uses: tuple[UseVerdict, ...]  # per use the worst of the GPUs, in `USES` order
     verdict: Verdict  # the worst of `uses`
@@ -345,6 +382,7 @@ class Entry:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Entry:
         lock = data.get("lock")
+        last = data.get("last_verified")
         return cls(
             id=data["id"],
             python=data["python"],
@@ -361,6 +399,8 @@ class Entry:
             extra_runtime=tuple(data.get("extra_runtime", ())),
             notes=tuple(data.get("notes", ())),
             runs=tuple(Run.from_json(r) for r in data.get("runs", ())),
+            stale_runs=tuple(Run.from_json(r) for r in data.get("stale_runs", ())),
+            last_verified=LastVerified.from_json(last) if last else None,
             gpus=tuple(GpuVerdict.from_json(g) for g in data.get("gpus", ())),
             uses=tuple(UseVerdict.from_json(u) for u in data["uses"]),
             verdict=Verdict.from_json(data["verdict"]),

@@ -14,6 +14,7 @@ from envbuilder.lockfile.model import (
     CompatLock,
     Entry,
     GpuVerdict,
+    LastVerified,
     Use,
     UseVerdict,
     Verdict,
@@ -67,7 +68,7 @@ def _cuda_matches(want: str, entry: Entry) -> bool:
     return isinstance(built, str) and normalise_cuda(built) == want
 
 
-def _verdict(record: Entry | GpuVerdict, use: Use | None) -> Verdict:
+def _verdict(record: Entry | GpuVerdict | LastVerified, use: Use | None) -> Verdict:
     return record.verdict if use is None else use_verdict(record.uses, use)
 
 
@@ -94,7 +95,11 @@ def _gpu_verdict(entry: Entry, cc: str, use: Use | None) -> Verdict:
             f"which has no kernels for {sm}",
         )
     tested = ", ".join(f"{g.gpu} ({_verdict(g, use).verdict})" for g in entry.gpus) or "none"
-    return Verdict(verdict="unverified", reason=f"no results on a {sm} GPU (tested on: {tested})")
+    reason = f"no results on a {sm} GPU (tested on: {tested})"
+    last = entry.last_verified
+    if not entry.gpus and last is not None:
+        reason += f"; {last.describe(_verdict(last, use))}"
+    return Verdict(verdict="unverified", reason=reason)
 
 
 def _version_key(text: str | None) -> Version:

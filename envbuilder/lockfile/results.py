@@ -8,14 +8,29 @@ that a schema cannot state: a workaround check ``covers`` a direct gate check
 of the same file and lists the same ``uses``; a gate check lists at least one
 use.
 
-A results file is *rejected* (never merged) when it is not JSON, fails the
-results JSON Schema or those rules, comes from a newer results schema or a
-newer suite major version than this envbuilder understands, names no combination or one the
-resolution does not have, or carries a ``lock_sha256`` other than the
-combination's current one (the lock changed since it ran: re-run the suite)
-or none at all for a resolved combination (the run is not tied to its lock).
-A run for an *unsatisfiable* combination carries no lock hash and is kept as
-evidence for the resolver's reason; the verdict stays ``unsatisfiable``.
+A results file is *rejected* (never merged) when it is not JSON or nests
+deeper than envbuilder reads, fails the results JSON Schema or those rules,
+comes from a newer results schema or a newer suite major version than this
+envbuilder understands, or names no combination or one the resolution does
+not have. Otherwise its ``lock_sha256`` binds it (`bind`):
+
+=================  ==========================  =====================================
+the combination    the run's ``lock_sha256``   the run is
+=================  ==========================  =====================================
+resolved           the current lock's          *current*: its checks make the verdict
+resolved           another sha256              *stale*: evidence on an older lock of
+                                                 the combination (the lock moved since
+                                                 it ran), kept with its lock hash,
+                                                 suite version and date; it never
+                                                 counts for the current lock
+resolved           null                        rejected: not tied to any lock
+resolved           not a sha256 hex digest     rejected: malformed
+unsatisfiable      null                        *current*: evidence for the resolver's
+                                                 reason (the verdict stays
+                                                 ``unsatisfiable``)
+unsatisfiable      a sha256                    rejected: the combination has no lock
+error              anything                    rejected: nothing was resolved
+=================  ==========================  =====================================
 """
 
 from __future__ import annotations
@@ -24,12 +39,13 @@ import copy
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from envbuilder.jsondoc import NotJSON, parse
 from envbuilder.lockfile.canonical import finite
@@ -41,9 +57,12 @@ __all__ = [
     "READABLE_SCHEMAS",
     "RESULTS_SCHEMA",
     "SUPPORTED_SUITE_MAJOR",
+    "Accepted",
+    "Binding",
     "Rejected",
     "ResultsFile",
     "accept",
+    "bind",
     "documented_shape",
     "find_results",
     "read_results",
@@ -290,6 +309,7 @@ def _run(results: ResultsFile, combo: ResolvedCombination, base: Path) -> Run:
     return Run(
         source=_relative(results.path, base),
         source_sha256=results.sha256,
+        lock_sha256=data["lock_sha256"],
         suite_version=data["suite_version"],
         started=data["started"],
         finished=data["finished"],
@@ -307,15 +327,54 @@ def rejection_record(rejected: Rejected, base: Path) -> RejectedResults:
     return RejectedResults(file=_relative(rejected.path, base), reason=rejected.reason)
 
 
+Binding = Literal["current", "stale"]
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def bind(lock_sha256: object, combo: ResolvedCombination) -> Binding:
+    """Whether a run on *lock_sha256* is evidence for *combo*'s current lock or an older one
+    (the module's table); raises `ValueError` with the reason when it is neither."""
+    cid = combo.id
+    if combo.status == "unsatisfiable":
+        # Evidence for the resolver's reason (e.g. the extension really fails to load);
+        # there is no lock to bind to, and the verdict stays `unsatisfiable`.
+        if lock_sha256 is not None:
+            raise ValueError(
+                f"combination {cid!r} is unsatisfiable and has no lock, but this run "
+                f"names lock_sha256 {lock_sha256!r}"
+            )
+        return "current"
+    if combo.status != "resolved":
+        raise ValueError(f"combination {cid!r} is {combo.status}, not resolved")
+    if lock_sha256 is None:
+        raise ValueError(
+            f"lock_sha256 is null: this run is not tied to the lock of {cid!r}; run the "
+            "suite through `envbuilder conformance` (in the combination's image, or "
+            "--in-place in an environment that is the combination), which records it"
+        )
+    if not isinstance(lock_sha256, str) or not _SHA256.fullmatch(lock_sha256):
+        raise ValueError(f"lock_sha256 {lock_sha256!r} is not a sha256 hex digest")
+    return "current" if lock_sha256 == combo.lock_sha256 else "stale"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accepted:
+    """The runs merged per combination id: on its current lock, on older ones; the rejections."""
+
+    current: Mapping[str, Sequence[Run]]
+    stale: Mapping[str, Sequence[Run]]
+    rejected: Sequence[Rejected]
+
+
 def accept(
     files: Sequence[Path], combinations: Mapping[str, ResolvedCombination], *, base: Path
-) -> tuple[dict[str, list[Run]], list[Rejected]]:
-    """Read every file; return accepted runs per combination id and the rejections.
+) -> Accepted:
+    """Read every file and bind it (`bind`): runs per combination id, and the rejections.
 
     ``base`` is the lockfile's directory: run sources are recorded relative to
     it. Byte-identical files are merged once.
     """
-    runs: dict[str, list[Run]] = {}
+    found: dict[Binding, dict[str, list[Run]]] = {"current": {}, "stale": {}}
     rejected: list[Rejected] = []
     seen: set[str] = set()
     for path in files:
@@ -327,38 +386,18 @@ def accept(
             combo = combinations.get(combo_id)
             if combo is None:
                 raise Rejected(path, f"combination {combo_id!r} is not in the resolution")
-            if combo.status == "unsatisfiable":
-                # Evidence for the resolver's reason (e.g. the extension really fails to load);
-                # there is no lock to bind to, and the verdict stays `unsatisfiable`.
-                if results.data["lock_sha256"] is not None:
-                    raise Rejected(
-                        path,
-                        f"combination {combo_id!r} is unsatisfiable and has no lock, but this run "
-                        f"names lock_sha256 {results.data['lock_sha256']!r}",
-                    )
-            elif combo.status != "resolved":
-                raise Rejected(path, f"combination {combo_id!r} is {combo.status}, not resolved")
-            elif results.data["lock_sha256"] is None:
-                raise Rejected(
-                    path,
-                    f"lock_sha256 is null: this run is not tied to the lock of {combo_id!r}; run the "
-                    "suite through `envbuilder conformance` (in the combination's image, or "
-                    "--in-place in an environment that is the combination), which records it",
-                )
-            elif results.data["lock_sha256"] != combo.lock_sha256:
-                raise Rejected(
-                    path,
-                    f"lock_sha256 {results.data['lock_sha256']!r} is not the current lock of "
-                    f"{combo_id!r} ({combo.lock_sha256!r}): the lock changed since this ran; "
-                    "re-run the suite",
-                )
+            try:
+                binding = bind(results.data["lock_sha256"], combo)
+            except ValueError as e:
+                raise Rejected(path, str(e)) from e
         except Rejected as e:
             rejected.append(e)
             continue
         if results.sha256 in seen:
             continue
         seen.add(results.sha256)
-        runs.setdefault(combo_id, []).append(_run(results, combo, base))
-    for combo_runs in runs.values():
-        combo_runs.sort(key=lambda r: (r.gpu, r.started, r.source_sha256))
-    return runs, rejected
+        found[binding].setdefault(combo_id, []).append(_run(results, combo, base))
+    for runs in found.values():
+        for combo_runs in runs.values():
+            combo_runs.sort(key=lambda r: (r.lock_sha256 or "", r.gpu, r.started, r.source_sha256))
+    return Accepted(current=found["current"], stale=found["stale"], rejected=rejected)

@@ -46,7 +46,12 @@ A run's overall verdict is the worst of its four use verdicts. A combination's:
 the resolver said ``unsatisfiable`` or ``error``       ``unsatisfiable`` (its reason),
                                                          for every use
 resolved, no accepted results yet                      ``unverified``, for every use
-resolved, with runs                                    per GPU model and use the worst
+resolved, no runs on the current lock, runs on an      ``unverified``, for every use,
+  older one (stale evidence)                             its reason saying "last
+                                                         verified <date> on lock
+                                                         <sha12>: <verdict>" (that
+                                                         use's verdict then)
+resolved, with runs (on the current lock)              per GPU model and use the worst
                                                          of its runs (runs that
                                                          disagree are all kept, flagged
                                                          ``conflict``); per use the
@@ -56,11 +61,16 @@ resolved, with runs                                    per GPU model and use the
 
 "Worst" follows the order verified < verified-with-workaround < unverified
 < broken < unsatisfiable.
+
+The stale evidence a combination shows (`last_verified`) comes from the older
+lock whose newest run finished last; its runs are judged as a combination's
+are (per GPU, per use, worst), and its date is that newest run's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from functools import partial
 
 from envbuilder.lockfile.model import (
@@ -69,6 +79,7 @@ from envbuilder.lockfile.model import (
     CheckOutcome,
     CheckStatus,
     GpuVerdict,
+    LastVerified,
     Run,
     Use,
     UseVerdict,
@@ -84,6 +95,7 @@ __all__ = [
     "combination_verdict",
     "covers",
     "gpu_verdicts",
+    "last_verified",
     "overall",
     "run_use_verdicts",
     "run_verdict",
@@ -252,7 +264,7 @@ def run_verdict(checks: Sequence[CheckOutcome], extra_runtime: Sequence[str] = (
     return overall(run_use_verdicts(checks, extra_runtime))
 
 
-def _for_use(use: Use, record: Run | GpuVerdict) -> Verdict:
+def _for_use(use: Use, record: Run | GpuVerdict | LastVerified) -> Verdict:
     return use_verdict(record.uses, use)
 
 
@@ -305,12 +317,19 @@ def _combined(
     status: str,
     resolver_reason: str,
     gpus: Sequence[GpuVerdict],
-    pick: Callable[[GpuVerdict], Verdict],
+    pick: Callable[[GpuVerdict | LastVerified], Verdict],
+    last: LastVerified | None = None,
 ) -> Verdict:
     if status != "resolved":
         prefix = "" if status == "unsatisfiable" else f"resolver {status}: "
         return Verdict(verdict="unsatisfiable", reason=prefix + (resolver_reason or status))
     if not gpus:
+        if last is not None:
+            return Verdict(
+                verdict="unverified",
+                reason=f"the lock changed since its last results; {last.describe(pick(last))} "
+                "(re-run the suite on the current lock)",
+            )
         return Verdict(verdict="unverified", reason="resolved; no conformance results yet")
     chosen = max(gpus, key=lambda g: VERDICT_RANK[pick(g).verdict])
     verdict = pick(chosen)
@@ -329,20 +348,70 @@ def _combined(
 
 
 def combination_use_verdicts(
-    *, status: str, resolver_reason: str, gpus: Sequence[GpuVerdict]
+    *,
+    status: str,
+    resolver_reason: str,
+    gpus: Sequence[GpuVerdict],
+    last: LastVerified | None = None,
 ) -> tuple[UseVerdict, ...]:
-    """Per use, the combination's verdict: the resolver's, or the worst of its GPUs."""
+    """Per use, the combination's verdict: the resolver's, or the worst of its GPUs
+    (*last*: the stale evidence its reason names when no GPU has run the current lock)."""
     return tuple(
         UseVerdict(
             use=u,
-            verdict=_combined(status, resolver_reason, gpus, partial(_for_use, u)),
+            verdict=_combined(status, resolver_reason, gpus, partial(_for_use, u), last),
         )
         for u in USES
     )
 
 
 def combination_verdict(
-    *, status: str, resolver_reason: str, gpus: Sequence[GpuVerdict]
+    *,
+    status: str,
+    resolver_reason: str,
+    gpus: Sequence[GpuVerdict],
+    last: LastVerified | None = None,
 ) -> Verdict:
     """The combination's overall verdict from the resolver's status and its per-GPU verdicts."""
-    return _combined(status, resolver_reason, gpus, lambda g: g.verdict)
+    return _combined(status, resolver_reason, gpus, lambda g: g.verdict, last)
+
+
+def _finished(run: Run) -> datetime | None:
+    """When *run* finished, in UTC; None when its time is unreadable or has no zone."""
+    try:
+        moment = datetime.fromisoformat(run.finished)
+    except ValueError:
+        return None
+    return moment.astimezone(UTC) if moment.tzinfo is not None else None
+
+
+def _age_key(run: Run) -> tuple[float, str, str]:
+    moment = _finished(run)
+    return (moment.timestamp() if moment else float("-inf"), run.finished, run.source_sha256)
+
+
+def last_verified(stale_runs: Sequence[Run]) -> LastVerified | None:
+    """The evidence of the older lock whose newest run finished last (None without runs)."""
+    by_lock: dict[str, list[Run]] = {}
+    for r in stale_runs:
+        if r.lock_sha256 is not None:
+            by_lock.setdefault(r.lock_sha256, []).append(r)
+    if not by_lock:
+        return None
+
+    def newest(runs: Sequence[Run]) -> Run:
+        return max(runs, key=_age_key)
+
+    lock = max(by_lock, key=lambda sha: (*_age_key(newest(by_lock[sha])), sha))
+    mine = by_lock[lock]
+    gpus = gpu_verdicts(mine)
+    latest = newest(mine)
+    moment = _finished(latest)
+    return LastVerified(
+        lock_sha256=lock,
+        date=moment.date().isoformat() if moment else latest.finished[:10],
+        suite_version=latest.suite_version,
+        verdict=combination_verdict(status="resolved", resolver_reason="", gpus=gpus),
+        uses=combination_use_verdicts(status="resolved", resolver_reason="", gpus=gpus),
+        runs=tuple(r.source for r in mine),
+    )

@@ -114,6 +114,17 @@ def _cuda_values(entry: Entry) -> list[str]:
     return sorted(set(values))
 
 
+def _stale(entry: Entry) -> str:
+    """The age of the evidence, while the current lock has no runs of its own."""
+    last = entry.last_verified
+    if last is None or entry.runs:
+        return ""
+    return (
+        f'<span class="last-verified" title="suite {escape(last.suite_version)}, lock '
+        f'{escape(last.lock_sha256)}">{escape(last.describe())}</span>'
+    )
+
+
 def _row(entry: Entry, gpu_columns: list[tuple[str, str | None]]) -> str:
     v = entry.verdict
     ccs = sorted({_cc(g.compute_capability) for g in entry.gpus})
@@ -123,7 +134,7 @@ def _row(entry: Entry, gpu_columns: list[tuple[str, str | None]]) -> str:
         f"<td>{escape(' / '.join(_cuda_values(entry)))}</td>",
         f"<td>{escape(entry.torch or '–')}</td>",
         f"<td>{escape(entry.xformers or '–')}</td>",
-        f'<td class="verdict v-{v.verdict}">{escape(v.verdict)}'
+        f'<td class="verdict v-{v.verdict}">{escape(v.verdict)}{_stale(entry)}'
         f'<span class="reason">{escape(v.reason)}</span></td>',
     ]
     for u in entry.uses:

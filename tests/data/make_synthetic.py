@@ -7,7 +7,9 @@ files that cover every verdict, two GPUs and a conflict as older evidence
 (``envbuilder.results/1``), and per-use verdicts (``envbuilder.results/2``):
 a run broken only for compiled training, where a workaround was measured on
 one failing case but not on the other, and a run whose workarounds compete on
-cost. ``bad_results/``: one file per reason a results file is rejected.
+cost. ``stale_results/``: runs on older locks of two combinations (one with
+runs on its current lock, one without). ``bad_results/``: one file per
+reason a results file is rejected.
 Deterministic: running it again gives the same bytes.
 """
 
@@ -423,6 +425,7 @@ def main() -> None:
     ok, ww, cudart, broken, conflict = (s[0]["id"] for s in specs[:5])
     unsat = specs[-1][0]["id"]
     per_use, cheapest = specs[6][0]["id"], specs[7][0]["id"]
+    no_xformers = specs[5][0]["id"]
     good = {
         f"{ok}.h100.json": results(ok, shas[ok], H100, "20", checks()),
         f"{ok}.a100.json": results(
@@ -523,8 +526,23 @@ def main() -> None:
     good[f"{unsat}.h100.json"] = results(unsat, None, H100, "25", checks(attention="error"))
     for name, data in good.items():
         dump(HERE / "results" / name, data)
+    # Runs on older locks (the lock moved since): stale evidence, kept but not counted.
+    stale = {
+        f"{ok}.h100.older-lock.json": results(ok, fake_sha("an older lock"), H100, "18", checks()),
+        f"{no_xformers}.h100.older-lock.json": results(
+            no_xformers, fake_sha("an older lock of torch 2.9.0"), H100, "12", checks()
+        ),
+        f"{no_xformers}.a100.oldest-lock.json": results(
+            no_xformers,
+            fake_sha("the oldest lock of torch 2.9.0"),
+            A100,
+            "05",
+            checks(attention="fail"),
+        ),
+    }
+    for name, data in stale.items():
+        dump(HERE / "stale_results" / name, data)
     bad = {
-        "stale-lock.json": results(ok, fake_sha("an older lock"), H100, "18", checks()),
         "newer-suite.json": results(ok, shas[ok], H100, "18", checks(), suite="3.0.0"),
         "newer-schema.json": results(
             ok, shas[ok], H100, "18", checks(), schema="envbuilder.results/3"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,9 +14,10 @@ import pytest
 from envbuilder.cli import main
 from envbuilder.errors import InputError
 from envbuilder.lockfile.canonical import seal
-from envbuilder.lockfile.model import VERDICTS, use_verdict
+from envbuilder.lockfile.model import USES, VERDICTS, use_verdict
 from envbuilder.lockfile.read import load_lockfile
-from envbuilder.lockfile.results import documented_shape
+from envbuilder.lockfile.results import bind, documented_shape
+from envbuilder.model import ResolvedCombination, Status
 
 DATA = Path(__file__).parents[1] / "data"
 SCHEMA = Path(__file__).parents[2] / "envbuilder" / "schemas" / "compat.schema.json"
@@ -37,6 +40,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(DATA / "locks", tmp_path / "locks")
     shutil.copytree(DATA / "results", tmp_path / "results")
     shutil.copytree(DATA / "bad_results", tmp_path / "bad_results")
+    shutil.copytree(DATA / "stale_results", tmp_path / "stale_results")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -122,22 +126,24 @@ def test_a_run_for_an_unsatisfiable_combination_is_kept_as_evidence(workdir: Pat
 
 
 def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
-    assert lock("--results", "results", "-o", "a.json") == 0
+    assert lock("--results", "results", "stale_results", "-o", "a.json") == 0
     # the same inputs named in another order give the same bytes
-    files = sorted((workdir / "results").glob("*.json"), reverse=True)
+    files = sorted(
+        [*workdir.glob("results/*.json"), *workdir.glob("stale_results/*")], reverse=True
+    )
     assert lock("--results", *map(str, files), "-o", "b.json") == 0
     a, b = (workdir / "a.json").read_bytes(), (workdir / "b.json").read_bytes()
     assert a == b and a.endswith(b"}\n")
     schema = json.loads(SCHEMA.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(json.loads(a))
-    assert lock("--results", "results", "-o", "a.json", "--check") == 0
+    assert any(c["last_verified"] for c in json.loads(a)["combinations"])  # the schema saw one
+    assert lock("--results", "results", "stale_results", "-o", "a.json", "--check") == 0
 
 
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        ("stale-lock.json", "the lock changed since this ran"),
         ("newer-suite.json", "newer conformance suite"),
         ("newer-schema.json", "'envbuilder.results/3'"),
         ("invalid-in-results1.json", "fails the results schema at checks/0/status"),
@@ -163,6 +169,145 @@ def test_rejected_results_abort_with_nothing_written(
     assert f"bad_results/{bad}" in err and message in err
     assert not (workdir / "compat.lock.json").exists()
     assert not list(workdir.glob(".compat.lock.json.*"))
+
+
+def sha(text: str) -> str:
+    """The synthetic older locks' hashes (tests/data/make_synthetic.py)."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+NO_XFORMERS = "py3.11-default-torch2.9.0"
+TWO_GPUS = "py3.11-default-torch2.5.1-xformers0.0.28.post3"
+
+
+CURRENT = "c" * 64
+
+
+def resolved(status: Status, lock_sha256: str | None = CURRENT) -> ResolvedCombination:
+    return ResolvedCombination(
+        id="py3.12-cu124-torch2.5.1",
+        status=status,
+        reason="",
+        python="3.12",
+        cuda="cu124",
+        platform="manylinux_2_28_x86_64",
+        lock="locks/pylock.x.toml" if status == "resolved" else None,
+        lock_sha256=lock_sha256 if status == "resolved" else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "run_lock", "expected"),
+    [
+        ("resolved", CURRENT, "current"),
+        ("resolved", "0" * 64, "stale"),  # an older lock of the combination
+        ("resolved", None, "lock_sha256 is null: this run is not tied to the lock"),
+        ("resolved", "C" * 64, "is not a sha256 hex digest"),
+        ("resolved", "c" * 63, "is not a sha256 hex digest"),
+        ("resolved", 12, "is not a sha256 hex digest"),
+        ("unsatisfiable", None, "current"),  # evidence for the resolver's reason
+        ("unsatisfiable", "0" * 64, "is unsatisfiable and has no lock"),
+        ("error", CURRENT, "is error, not resolved"),
+    ],
+)
+def test_a_run_binds_to_the_current_lock_an_older_one_or_is_rejected(
+    status: Status, run_lock: object, expected: str
+) -> None:
+    combo = resolved(status)
+    if expected in ("current", "stale"):
+        assert bind(run_lock, combo) == expected
+    else:
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            bind(run_lock, combo)
+
+
+def test_results_on_an_older_lock_no_longer_abort_lock(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lock moved (an upstream release) while the committed results name the old one:
+    they are stale evidence, merged without --skip-rejected, and nothing is rejected."""
+    assert lock("--results", "results", "stale_results") == 0
+    err = capsys.readouterr().err
+    assert "✕ rejected" not in err
+    assert "10 runs and 3 stale (on an older lock) from 13 results file(s), 0 rejected" in err
+    assert "stale evidence: last verified 2026-11-12 on lock" in err
+    compat = load_lockfile(workdir / "compat.lock.json")
+    assert compat.rejected_results == ()
+    # stale evidence never changes a verdict
+    assert {e.id: e.verdict.verdict for e in compat.combinations} == EXPECTED
+
+
+def test_stale_evidence_is_kept_with_its_lock_suite_and_date(workdir: Path) -> None:
+    assert lock("--results", "results", "stale_results") == 0
+    by_id = load_lockfile(workdir / "compat.lock.json").by_id()
+    entry = by_id[NO_XFORMERS]
+    assert entry.runs == () and entry.gpus == ()
+    assert sorted((r.lock_sha256, r.suite_version, r.finished) for r in entry.stale_runs) == sorted(
+        [
+            (sha("an older lock of torch 2.9.0"), "1.0.0", "2026-11-12T10:04:00Z"),
+            (sha("the oldest lock of torch 2.9.0"), "1.0.0", "2026-11-05T10:04:00Z"),
+        ]
+    )
+    last = entry.last_verified
+    assert last is not None
+    # the newer of the two older locks; its run passed every gate
+    assert (last.lock_sha256, last.date, last.suite_version) == (
+        sha("an older lock of torch 2.9.0"),
+        "2026-11-12",
+        "1.0.0",
+    )
+    assert last.verdict.verdict == "verified"
+    assert last.runs == ("stale_results/py3.11-default-torch2.9.0.h100.older-lock.json",)
+    text = f"last verified 2026-11-12 on lock {sha('an older lock of torch 2.9.0')[:12]}: verified"
+    assert [u.verdict.verdict for u in entry.uses] == ["unverified"] * 4
+    assert all(text in u.verdict.reason for u in entry.uses)
+    assert entry.verdict.verdict == "unverified" and text in entry.verdict.reason
+    # a combination with runs on its current lock keeps its verdict, and the stale run
+    two_gpus = by_id[TWO_GPUS]
+    assert two_gpus.verdict.verdict == "verified" and "last verified" not in two_gpus.verdict.reason
+    assert [r.lock_sha256 for r in two_gpus.stale_runs] == [sha("an older lock")]
+    assert {r.lock_sha256 for r in two_gpus.runs} == {two_gpus.lock.sha256 if two_gpus.lock else ""}
+
+
+def test_query_shows_when_a_combination_was_last_verified(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert lock("--results", "results", "stale_results") == 0
+    text = f"last verified 2026-11-12 on lock {sha('an older lock of torch 2.9.0')[:12]}: verified"
+    capsys.readouterr()
+    assert main(["query", "--torch", "2.9"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("unverified") and text in line
+    assert main(["query", "--torch", "2.9", "--gpu", "H100"]) == 0
+    assert text in capsys.readouterr().out
+    assert main(["query", "--torch", "2.9", "--use", "training", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["verdict"] == "unverified" and text in row["reason"]
+    assert row["last_verified"] == {
+        "date": "2026-11-12",
+        "lock_sha256": sha("an older lock of torch 2.9.0"),
+        "suite_version": "1.0.0",
+        "verdict": "verified",
+        "uses": dict.fromkeys(USES, "verified"),
+        "text": text,
+    }
+    assert main(["query", "--torch", "2.5.1", "--json"]) == 0
+    assert [r["last_verified"] for r in json.loads(capsys.readouterr().out)] == [None]
+
+
+def test_the_site_and_compat_md_show_when_a_combination_was_last_verified(workdir: Path) -> None:
+    assert lock("--results", "results", "stale_results") == 0
+    assert main(["publish", "--lock", "compat.lock.json", "-o", "site"]) == 0
+    text = f"last verified 2026-11-12 on lock {sha('an older lock of torch 2.9.0')[:12]}: verified"
+    (row,) = [
+        line
+        for line in (workdir / "site" / "compat.md").read_text().splitlines()
+        if NO_XFORMERS in line
+    ]
+    assert "⬜ unverified" in row and text in row
+    page = (workdir / "site" / "index.html").read_text()
+    assert '<span class="last-verified"' in page and f">{text}</span>" in page
+    assert page.count('class="last-verified"') == 1  # not for combinations run on their lock
 
 
 def test_skip_rejected_records_them_in_the_lockfile(workdir: Path) -> None:

@@ -21,6 +21,7 @@ from envbuilder.lockfile.verdicts import (
     combination_use_verdicts,
     combination_verdict,
     gpu_verdicts,
+    last_verified,
     overall,
     run_use_verdicts,
     run_verdict,
@@ -405,14 +406,23 @@ def test_overall_names_every_workaround_of_its_uses() -> None:
     assert [c.check for c in got.choices] == [BIAS_C, "compile.xformers.causal.fwd"]
 
 
-def run(source: str, gpu: str, cc: str, *per_use: VerdictName) -> Run:
+def run(
+    source: str,
+    gpu: str,
+    cc: str,
+    *per_use: VerdictName,
+    lock: str = "1" * 64,
+    finished: str = "2026-11-20T00:01:00Z",
+    suite: str = "2.0.0",
+) -> Run:
     uses = use_verdicts(*(per_use if len(per_use) == 4 else per_use * 4))
     return Run(
         source=source,
         source_sha256="0" * 64,
-        suite_version="2.0.0",
+        lock_sha256=lock,
+        suite_version=suite,
         started="2026-11-20T00:00:00Z",
-        finished="2026-11-20T00:01:00Z",
+        finished=finished,
         gpu=gpu,
         compute_capability=cc,
         runner={},
@@ -483,3 +493,98 @@ def test_combination_use_verdicts_take_each_use_from_its_worst_gpu() -> None:
     assert [u.verdict.verdict for u in per_use] == ["verified", "unverified", "verified", "broken"]
     assert "on H100" in use_verdict(per_use, "training-compiled").reason
     assert overall(per_use).verdict == "broken"
+
+
+OLD, OLDER = "a" * 64, "b" * 64
+
+
+@pytest.mark.parametrize(
+    ("stale", "expected"),
+    [
+        # (source, gpu, verdict, lock, finished, suite) -> (lock, date, suite, verdict, runs)
+        ([], None),
+        (
+            [("a.json", "H100", "verified", OLD, "2026-11-12T10:04:00Z", "2.0.0")],
+            (OLD, "2026-11-12", "2.0.0", "verified", ("a.json",)),
+        ),
+        (  # of two older locks, the one whose newest run finished last
+            [
+                ("old.json", "H100", "verified", OLD, "2026-11-12T10:04:00Z", "2.0.0"),
+                ("older.json", "H100", "broken", OLDER, "2026-11-05T10:04:00Z", "1.0.0"),
+            ],
+            (OLD, "2026-11-12", "2.0.0", "verified", ("old.json",)),
+        ),
+        (  # … compared as times, not as text: 23:00-05:00 is the next day in UTC
+            [
+                ("old.json", "H100", "verified", OLD, "2026-11-12T23:00:00Z", "2.0.0"),
+                ("older.json", "H100", "broken", OLDER, "2026-11-12T23:00:00-05:00", "1.0.0"),
+            ],
+            (OLDER, "2026-11-13", "1.0.0", "broken", ("older.json",)),
+        ),
+        (  # the runs of that lock are judged as a combination's: the worst GPU
+            [
+                ("h.json", "H100", "verified", OLD, "2026-11-12T10:04:00Z", "2.0.0"),
+                ("a.json", "A100", "broken", OLD, "2026-11-11T10:04:00Z", "2.0.0"),
+            ],
+            (OLD, "2026-11-12", "2.0.0", "broken", ("a.json", "h.json")),
+        ),
+    ],
+)
+def test_last_verified_is_the_newest_older_lock(
+    stale: list[tuple[str, str, VerdictName, str, str, str]],
+    expected: tuple[str, str, str, VerdictName, tuple[str, ...]] | None,
+) -> None:
+    runs = [
+        run(src, gpu, gpu, verdict, lock=lock, finished=finished, suite=suite)
+        for src, gpu, verdict, lock, finished, suite in stale
+    ]
+    last = last_verified(runs)
+    if expected is None:
+        assert last is None
+        return
+    assert last is not None
+    assert (last.lock_sha256, last.date, last.suite_version, last.verdict.verdict) == expected[:4]
+    assert sorted(last.runs) == sorted(expected[4])
+
+
+@pytest.mark.parametrize(
+    ("current", "stale", "expected", "reason"),
+    [
+        # runs on the current lock decide; stale evidence is not counted and not named
+        (["verified"], [], "verified", "on H100: verified because"),
+        (["verified"], ["broken"], "verified", "on H100: verified because"),
+        (["broken"], ["verified"], "broken", "on H100: broken because"),
+        # no runs on the current lock: unverified, whatever the older lock said, and said so
+        ([], ["verified"], "unverified", "last verified 2026-11-12 on lock aaaaaaaaaaaa: verified"),
+        ([], ["broken"], "unverified", "last verified 2026-11-12 on lock aaaaaaaaaaaa: broken"),
+        ([], [], "unverified", "no conformance results yet"),
+    ],
+)
+def test_a_combination_with_only_stale_evidence_is_unverified_for_every_use(
+    current: list[VerdictName], stale: list[VerdictName], expected: VerdictName, reason: str
+) -> None:
+    gpus = gpu_verdicts([run(f"c{i}.json", "H100", "9.0", v) for i, v in enumerate(current)])
+    old = [
+        run(f"s{i}.json", "H100", "9.0", v, lock=OLD, finished="2026-11-12T10:04:00Z")
+        for i, v in enumerate(stale)
+    ]
+    last = last_verified(old)
+    per_use = combination_use_verdicts(status="resolved", resolver_reason="", gpus=gpus, last=last)
+    assert [u.verdict.verdict for u in per_use] == [expected] * 4
+    assert all(reason in u.verdict.reason for u in per_use)
+    got = combination_verdict(status="resolved", resolver_reason="", gpus=gpus, last=last)
+    assert got.verdict == expected and reason in got.reason
+
+
+def test_the_last_verified_reason_of_a_use_names_that_use_s_verdict_then() -> None:
+    old = [
+        run("s.json", "H100", "9.0", "verified", "verified", "verified", "broken", lock=OLD),
+    ]
+    per_use = combination_use_verdicts(
+        status="resolved", resolver_reason="", gpus=(), last=last_verified(old)
+    )
+    assert [u.verdict.verdict for u in per_use] == ["unverified"] * 4
+    assert use_verdict(per_use, "training").reason.endswith(
+        "on lock aaaaaaaaaaaa: verified (re-run the suite on the current lock)"
+    )
+    assert "on lock aaaaaaaaaaaa: broken" in use_verdict(per_use, "training-compiled").reason
