@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
             "python": sys.executable,
             "combination": entry.id if entry else None,
             "verdict": entry.verdict.verdict if entry else None,
+            "uses": {u.use: u.verdict.verdict for u in entry.uses} if entry else None,
             "ok": ok,
             "findings": [asdict(f) for f in findings],
             "probe": probe,

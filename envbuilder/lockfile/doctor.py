@@ -110,7 +110,10 @@ def _verdict_finding(entry: Entry) -> Finding:
         "unverified": "warn",
     }.get(v.verdict, "fail")  # type: ignore[assignment]
     extra = f" (workarounds: {', '.join(v.workarounds)})" if v.workarounds else ""
-    return Finding(name="verdict", status=status, detail=f"{v.verdict}: {v.reason}{extra}")
+    per_use = ", ".join(f"{u.use} {u.verdict.verdict}" for u in entry.uses)
+    return Finding(
+        name="verdict", status=status, detail=f"{v.verdict}: {v.reason}{extra}; per use: {per_use}"
+    )
 
 
 def _versions(entry: Entry, env: Installed) -> Finding:

@@ -119,7 +119,8 @@ def requirements_text(entry: Entry, pylock: Path) -> str:
     lines = [
         f"# {entry.id}: exported by `envbuilder export` from {pylock.name} "
         f"(sha256 {entry.lock.sha256 if entry.lock else '?'})",
-        f"# target: Python {entry.python}, {entry.platform}; verdict: {entry.verdict.verdict}",
+        f"# target: Python {entry.python}, {entry.platform}; verdict: {entry.verdict.verdict} "
+        f"(per use: {', '.join(f'{u.use} {u.verdict.verdict}' for u in entry.uses)})",
         "# install: pip install --require-hashes --no-deps -r <this file>",
     ]
     for package, dist in sorted(chosen, key=lambda pd: str(pd[0].name)):

@@ -468,6 +468,19 @@ def test_install_judges_by_the_use(
         assert text in out.out + out.err
 
 
+def test_export_requirements_header_names_the_verdict_of_every_use(workdir: Path) -> None:
+    assert lock("--results", "results") == 0
+    combination = "py3.12-default-torch2.10.0-xformers0.0.34"
+    args = ["export", combination, "--format", "requirements", "-o", "req.txt"]
+    assert main([*args, "--lock", "compat.lock.json"]) == 0
+    header = (workdir / "req.txt").read_text().splitlines()[1]
+    assert header == (
+        "# target: Python 3.12, manylinux_2_28_x86_64; verdict: broken (per use: inference "
+        "verified, inference-compiled verified-with-workaround, training verified, "
+        "training-compiled broken)"
+    )
+
+
 def test_query_by_use_shows_that_use(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert lock("--results", "results") == 0
     capsys.readouterr()

@@ -232,3 +232,19 @@ def test_markdown_table_writes_text_from_results_literally(
     # outside code spans (where everything is literal) no raw HTML and no link opens
     prose = re.sub(r"`[^`]*`", "", table)
     assert "<" not in prose and not re.search(r"(?<!\\)\[", prose)
+
+
+def test_doctor_names_the_verdict_of_every_use(compat: CompatLock) -> None:
+    """Broken for compiled training only: the finding fails and says which use is broken."""
+    versions = {"torch": "2.10.0", "xformers": "0.0.34", "filelock": "3.16.1"}
+    entry, findings = check_environment(
+        compat, env=Installed(python="3.12", versions=versions), probe=None, hashes=False
+    )
+    assert entry is not None and entry.id == "py3.12-default-torch2.10.0-xformers0.0.34"
+    (verdict,) = [f for f in findings if f.name == "verdict"]
+    assert verdict.status == "fail"
+    assert verdict.detail.startswith("broken: ")
+    assert verdict.detail.endswith(
+        "; per use: inference verified, inference-compiled verified-with-workaround, "
+        "training verified, training-compiled broken"
+    )
