@@ -39,6 +39,7 @@ __all__ = [
     "WorkaroundChoice",
     "WorkaroundCost",
     "use_verdict",
+    "use_verdicts_from_json",
 ]
 
 #: /2 added the per-use verdicts and the check status ``invalid``: a /1 reader
@@ -113,7 +114,7 @@ class Verdict:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Verdict:
         return cls(
-            verdict=data["verdict"],
+            verdict=_one_of(data["verdict"], VERDICTS, "verdict"),
             reason=data["reason"],
             workarounds=tuple(data.get("workarounds", ())),
             failing_checks=tuple(data.get("failing_checks", ())),
@@ -130,7 +131,26 @@ class UseVerdict:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> UseVerdict:
-        return cls(use=data["use"], verdict=Verdict.from_json(data["verdict"]))
+        return cls(
+            use=_one_of(data["use"], USES, "use"), verdict=Verdict.from_json(data["verdict"])
+        )
+
+
+def _one_of(value: Any, allowed: tuple[str, ...], what: str) -> Any:
+    """*value* when it is one of *allowed*; a reader meets no name it cannot rank or show."""
+    if value not in allowed:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def use_verdicts_from_json(data: Any) -> tuple[UseVerdict, ...]:
+    """A record's per-use verdicts: exactly one per `USES` entry, in that order."""
+    uses = tuple(UseVerdict.from_json(u) for u in data)
+    if tuple(u.use for u in uses) != USES:
+        raise ValueError(
+            f"per-use verdicts list {[u.use for u in uses]}, not {', '.join(USES)} in that order"
+        )
+    return uses
 
 
 def use_verdict(uses: tuple[UseVerdict, ...], use: Use) -> Verdict:
@@ -244,7 +264,7 @@ class CheckOutcome:
         return cls(
             name=data["name"],
             group=data["group"],
-            status=data["status"],
+            status=_one_of(data["status"], CHECK_STATUSES, "check status"),
             reason=data.get("reason", ""),
             gate=bool(data.get("gate", False)),
             impl=data.get("impl"),
@@ -286,7 +306,7 @@ class Run:
             compute_capability=data.get("compute_capability"),
             runner=dict(data.get("runner") or {}),
             checks=tuple(CheckOutcome.from_json(c) for c in data.get("checks", ())),
-            uses=tuple(UseVerdict.from_json(u) for u in data["uses"]),
+            uses=use_verdicts_from_json(data["uses"]),
             verdict=Verdict.from_json(data["verdict"]),
         )
 
@@ -308,7 +328,7 @@ class GpuVerdict:
             gpu=data["gpu"],
             compute_capability=data.get("compute_capability"),
             verdict=Verdict.from_json(data["verdict"]),
-            uses=tuple(UseVerdict.from_json(u) for u in data["uses"]),
+            uses=use_verdicts_from_json(data["uses"]),
             runs=tuple(data.get("runs", ())),
             conflict=bool(data.get("conflict", False)),
         )
@@ -340,7 +360,7 @@ class LastVerified:
             date=data["date"],
             suite_version=data["suite_version"],
             verdict=Verdict.from_json(data["verdict"]),
-            uses=tuple(UseVerdict.from_json(u) for u in data["uses"]),
+            uses=use_verdicts_from_json(data["uses"]),
             runs=tuple(data.get("runs", ())),
         )
 
@@ -402,7 +422,7 @@ class Entry:
             stale_runs=tuple(Run.from_json(r) for r in data.get("stale_runs", ())),
             last_verified=LastVerified.from_json(last) if last else None,
             gpus=tuple(GpuVerdict.from_json(g) for g in data.get("gpus", ())),
-            uses=tuple(UseVerdict.from_json(u) for u in data["uses"]),
+            uses=use_verdicts_from_json(data["uses"]),
             verdict=Verdict.from_json(data["verdict"]),
         )
 

@@ -6,7 +6,9 @@ import hashlib
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -386,6 +388,51 @@ def test_every_reader_refuses_a_damaged_lockfile(
     assert main([*command, "--lock", str(path)]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and message in err
+    assert not (workdir / "site").exists()
+
+
+def _set(path: tuple[str | int, ...], value: object) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        *parents, last = path
+        target: Any = data
+        for key in parents:
+            target = target[key]
+        target[last] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (_set(("combinations", 0, "verdict", "verdict"), "<b>fine</b>"), "verdict '<b>fine</b>'"),
+        (_set(("combinations", 0, "uses", 0, "use"), "flying"), "use 'flying' is not one of"),
+        (_set(("combinations", 0, "uses"), []), "per-use verdicts list []"),
+        (_set(("combinations", 0, "runs", 0, "checks", 0, "status"), "ok"), "check status 'ok'"),
+        (_set(("combinations", 0, "runs"), 5), "malformed lockfile"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command",
+    [["query", "--use", "inference"], ["doctor", "--no-probe"], ["publish", "-o", "site"]],
+)
+def test_a_sealed_lockfile_with_values_no_reader_knows_is_refused(
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+    edit: Callable[[dict[str, Any]], None],
+    message: str,
+    command: list[str],
+) -> None:
+    """Hash intact, content not: a clear error (exit 2), never a KeyError or raw HTML."""
+    assert lock("--results", "results") == 0
+    path = workdir / "compat.lock.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_bytes(seal(data))
+    capsys.readouterr()
+    assert main([*command, "--lock", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: malformed lockfile" in err and message in err
     assert not (workdir / "site").exists()
 
 
