@@ -44,8 +44,10 @@ def read_pins(pylock: Path) -> tuple[PackagePin, ...]:
 
     try:
         lock = Pylock.from_dict(tomllib.loads(pylock.read_text(encoding="utf-8")))
-    except (tomllib.TOMLDecodeError, PylockValidationError) as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, PylockValidationError) as e:
         raise InputError(f"{pylock}: not a valid pylock file ({e})") from e
+    except RecursionError as e:  # tomllib recurses once per nesting level
+        raise InputError(f"{pylock}: not a valid pylock file (nested too deeply)") from e
     pins: list[PackagePin] = []
     for package in lock.packages:
         wheels = []

@@ -341,6 +341,32 @@ def test_a_resolution_that_cannot_be_read_is_refused(
     assert not (workdir / "compat.lock.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a = " + "[" * 100_000, "not a valid pylock file (nested too deeply)"),
+        ("a = " + "[" * 500 + "]" * 500, "not a valid pylock file (nested too deeply)"),
+        ("\udcff", "not a valid pylock file"),
+    ],
+)
+def test_a_pylock_that_cannot_be_read_is_refused(
+    workdir: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    """The resolution names the damaged pylock with its hash, so only its content is wrong."""
+    pylock = workdir / "locks" / "pylock.py3.11-default-torch2.9.0.toml"
+    pylock.write_bytes(text.encode("utf-8", "surrogateescape"))
+    resolution = workdir / "locks" / "resolution.json"
+    data = json.loads(resolution.read_text())
+    for combo in data["combinations"]:
+        if combo["id"] == "py3.11-default-torch2.9.0":
+            combo["lock_sha256"] = hashlib.sha256(pylock.read_bytes()).hexdigest()
+    resolution.write_text(json.dumps(data))
+    assert lock("--results", "results") == 2
+    err = capsys.readouterr().err
+    assert f"{pylock.relative_to(workdir)}: {message}" in err
+    assert not (workdir / "compat.lock.json").exists()
+
+
 def test_a_lock_that_disagrees_with_the_resolution_is_refused(workdir: Path) -> None:
     pylock = workdir / "locks" / "pylock.py3.11-default-torch2.9.0.toml"
     pylock.write_text(pylock.read_text() + "\n")
