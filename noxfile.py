@@ -103,8 +103,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
-    """Benchmarks against anchors measured in the same run: nox -s bench -- resolve|build [ARGS]."""
+    """Benchmarks against anchors measured in the same run: nox -s bench -- resolve|build|doctor [ARGS]."""
     if not session.posargs:
-        session.error("Usage: nox -s bench -- resolve|build [ARGS...]")
+        session.error("Usage: nox -s bench -- resolve|build|doctor [ARGS...]")
     _install_project(session)
+    if session.posargs[0] == "doctor":
+        # doctor's file check is measured over an environment of realistic size: torch's.
+        session.install("torch==2.13.0")
     session.run("python", "-m", "envbuilder.bench", *session.posargs)

@@ -16,6 +16,7 @@ __all__ = ["BENCHMARKS", "main"]
 BENCHMARKS: dict[str, str] = {
     "resolve": "envbuilder.bench.resolve",
     "build": "envbuilder.bench.build",
+    "doctor": "envbuilder.bench.doctor",
 }
 
 

@@ -28,6 +28,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--no-hashes", action="store_true", help="skip hashing installed files against RECORD"
     )
     parser.add_argument(
+        "--rehash",
+        action="store_true",
+        help="hash every installed file, ignoring the stamp of files verified by an earlier run",
+    )
+    parser.add_argument(
         "--no-probe",
         action="store_true",
         help="skip importing torch/xformers and the GPU smoke test",
@@ -41,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     path: Path = args.lock or default_lockfile()
     lock = load_lockfile(path)
     probe = None if args.no_probe else run_probe()
-    entry, findings = check_environment(lock, probe=probe, hashes=not args.no_hashes)
+    entry, findings = check_environment(
+        lock, probe=probe, hashes=not args.no_hashes, rehash=args.rehash
+    )
     ok = not any(f.status == "fail" for f in findings)
     if args.json:
         out = {

@@ -7,8 +7,6 @@ imported here (the probe in `_smoke` runs in a child process).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import subprocess
 import sys
@@ -19,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envbuilder.lockfile.model import CompatLock, Entry
+from envbuilder.lockfile.record_check import check_files, expected_files, stamp_path
 
 __all__ = ["Finding", "Installed", "check_environment", "installed", "match_entry"]
 
@@ -130,36 +129,18 @@ def _versions(entry: Entry, env: Installed) -> Finding:
     return Finding(name="versions", status="pass", detail=f"all {len(pins)} locked packages match")
 
 
-def _record_problems(dist: metadata.Distribution) -> tuple[int, list[str]]:
-    checked, bad = 0, []
-    for file in dist.files or ():
-        if file.hash is None or file.hash.mode != "sha256":
-            continue
-        path = Path(str(file.locate()))
-        try:
-            digest = hashlib.sha256(path.read_bytes()).digest()
-        except FileNotFoundError:
-            bad.append(f"{file} missing")
-            continue
-        checked += 1
-        if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != file.hash.value:
-            bad.append(f"{file} modified")
-    return checked, bad
-
-
-def _hashes(entry: Entry) -> Iterable[Finding]:
-    """Installed files against each distribution's RECORD, and the wheel's own sha256
-    against the lock where the installer kept it (``direct_url.json``)."""
-    files, bad = 0, []
+def _hashes(entry: Entry, *, stamp: Path | None, rehash: bool) -> Iterable[Finding]:
+    """Installed files against each distribution's RECORD (`record_check`: parallel, and
+    remembered in *stamp*), and the wheel's own sha256 against the lock where the installer
+    kept it (``direct_url.json``)."""
+    dists: list[metadata.Distribution] = []
     wheel_ok, wheel_bad = 0, []
     for pin in entry.packages:
         try:
             dist = metadata.distribution(pin.name)
         except metadata.PackageNotFoundError:
             continue
-        checked, problems = _record_problems(dist)
-        files += checked
-        bad += [f"{pin.name}: {p}" for p in problems]
+        dists.append(dist)
         direct = dist.read_text("direct_url.json")
         if direct:
             try:
@@ -172,12 +153,24 @@ def _hashes(entry: Entry) -> Iterable[Finding]:
                     wheel_ok += 1
                 else:
                     wheel_bad.append(f"{pin.name} was installed from a wheel with sha256 {sha}")
-    if bad:
+    result = check_files(expected_files(dists), stamp=stamp, rehash=rehash)
+    cost = (
+        f"{result.hashed} hashed, {result.reused} unchanged since the last check,"
+        f" {result.seconds:.1f} s"
+    )
+    if rehash:
+        cost += "; --rehash: nothing taken from the stamp"
+    if result.note:
+        cost += f"; {result.note}"
+    if result.problems:
+        bad = result.problems
         shown = "; ".join(bad[:5]) + (f"; … {len(bad) - 5} more" if len(bad) > 5 else "")
-        yield Finding(name="installed-files", status="fail", detail=shown)
+        yield Finding(name="installed-files", status="fail", detail=f"{shown} ({cost})")
     else:
         yield Finding(
-            name="installed-files", status="pass", detail=f"{files} files match their RECORD"
+            name="installed-files",
+            status="pass",
+            detail=f"{result.checked} files match their RECORD ({cost})",
         )
     if wheel_bad:
         yield Finding(name="wheel-hashes", status="fail", detail="; ".join(wheel_bad))
@@ -264,8 +257,12 @@ def check_environment(
     env: Installed | None = None,
     probe: Mapping[str, Any] | None = None,
     hashes: bool = True,
+    rehash: bool = False,
+    stamp: Path | None = None,
 ) -> tuple[Entry | None, list[Finding]]:
-    """Every finding for this environment. *probe* is `run_probe`'s report (None: skip it)."""
+    """Every finding for this environment. *probe* is `run_probe`'s report (None: skip it).
+    File hashes are remembered in *stamp* (default: in the running environment, see
+    `record_check`); *rehash* ignores what it remembers."""
     env = env if env is not None else installed()
     findings: list[Finding] = []
     torch = env.versions.get("torch")
@@ -289,7 +286,8 @@ def check_environment(
         findings.append(_verdict_finding(entry))
         findings.append(_versions(entry, env))
         if hashes:
-            findings += _hashes(entry)
+            where = stamp if stamp is not None else stamp_path(sys.prefix)
+            findings += _hashes(entry, stamp=where, rehash=rehash)
     if probe is not None:
         findings += _probe_findings(entry, probe)
     return entry, findings

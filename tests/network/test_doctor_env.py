@@ -137,7 +137,7 @@ def make_lockfile(root: Path, torch: str, *, pin: str | None = None) -> Path:
     return root / "compat.lock.json"
 
 
-def doctor(lockfile: Path) -> tuple[int, dict[str, object]]:
+def doctor(lockfile: Path, *flags: str) -> tuple[int, dict[str, object]]:
     proc = subprocess.run(
         [
             sys.executable,
@@ -145,7 +145,7 @@ def doctor(lockfile: Path) -> tuple[int, dict[str, object]]:
             "envbuilder",
             "doctor",
             "--json",
-            "--no-hashes",
+            *(flags or ("--no-hashes",)),
             "--lock",
             str(lockfile),
         ],
@@ -177,3 +177,22 @@ def test_doctor_fails_when_a_locked_version_differs(tmp_path: Path, torch_versio
     code, report = doctor(make_lockfile(tmp_path, torch_version, pin=f"sympy=={other}"))
     versions = next(f for f in report["findings"] if f["name"] == "versions")  # type: ignore[attr-defined]
     assert code == 1 and versions["status"] == "fail" and "sympy" in versions["detail"]
+
+
+@pytest.mark.slow
+def test_doctor_hashes_every_locked_file_then_only_what_changed(
+    tmp_path: Path, torch_version: str
+) -> None:
+    lockfile = make_lockfile(tmp_path, torch_version)
+
+    def files_finding(*flags: str) -> str:
+        code, report = doctor(lockfile, "--no-probe", *flags)
+        found = next(f for f in report["findings"] if f["name"] == "installed-files")  # type: ignore[attr-defined]
+        assert code == 0 and found["status"] == "pass", report
+        detail: str = found["detail"]
+        return detail
+
+    first = files_finding("--rehash")  # whatever an earlier run remembered, hash it all
+    checked = int(first.split()[0])
+    assert checked > 1000 and f"{checked} hashed, 0 unchanged" in first
+    assert f"0 hashed, {checked} unchanged" in files_finding()
