@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import nox
@@ -11,10 +12,21 @@ nox.needs_version = ">=2024.10.9"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
-PYTHON = "3.11"
+# Sessions run on the interpreter nox runs on (any python3 from 3.11 up), so the README's
+# first command works wherever its `python3` does; an interpreter named but absent fails
+# loudly rather than being skipped.
+PYTHON = None
+MIN_PYTHON = (3, 11)
+nox.options.error_on_missing_interpreters = True
 
 
 def _install_project(session: nox.Session, *groups: str) -> None:
+    if sys.version_info < MIN_PYTHON:
+        session.error(
+            f"envbuilder needs Python >= 3.11; nox runs on {sys.version.split()[0]}. "
+            "Install nox with a newer interpreter, e.g. `python3.12 -m pip install nox`, "
+            "or run `pipx run --python python3.12 nox ...`."
+        )
     args = ["-e", "."]
     for group in groups:
         args += ["--group", group]
