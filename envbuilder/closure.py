@@ -31,7 +31,7 @@ from packaging.pylock import (
 )
 
 from envbuilder.errors import EnvbuilderError, MissingToolError
-from envbuilder.wheels import Target
+from envbuilder.target import Target
 
 __all__ = [
     "GENERATED_BY",
@@ -48,7 +48,6 @@ __all__ = [
     "read_lock_inputs",
     "requirements_text",
     "select_for_target",
-    "uv_platform",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,20 +79,6 @@ class LockedPackage:
     url: str | None
     sha256: str | None
     size: int | None
-
-
-def uv_platform(target: Target) -> str:
-    """uv's ``--python-platform`` spelling of the target's platform tag."""
-    platform = target.platform
-    arch = target.arch
-    if platform.startswith("manylinux_"):
-        glibc = platform.removeprefix("manylinux_").removesuffix(f"_{arch}")
-        return f"{arch}-manylinux_{glibc}"
-    legacy = {"manylinux2014": "2_17", "manylinux2010": "2_12", "manylinux1": "2_5"}
-    for prefix, glibc in legacy.items():
-        if platform.startswith(prefix + "_"):
-            return f"{arch}-manylinux_{glibc}"
-    return f"{arch}-unknown-linux-gnu"
 
 
 def find_uv() -> str:

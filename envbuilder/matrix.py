@@ -26,7 +26,8 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import ConfigError, InputError
 from envbuilder.model import Combination, IndexSpec
-from envbuilder.selectors import normalize_cuda, select
+from envbuilder.selectors import select
+from envbuilder.target import PLATFORM_TAG, PYTHON_VERSION, normalise_cuda
 
 __all__ = [
     "DEFAULT_RUNNER",
@@ -40,12 +41,6 @@ __all__ = [
 
 DEFAULT_RUNNER: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
 _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_PYTHON = re.compile(r"3\.\d+")
-_ARCHES = "x86_64|aarch64|i686|ppc64le|s390x|armv7l"
-_PLATFORM = re.compile(
-    rf"(manylinux|musllinux)_\d+_\d+_({_ARCHES})|manylinux(1|2010|2014)_({_ARCHES})"
-    rf"|linux_({_ARCHES})|macosx_\d+_\d+_(x86_64|arm64|universal2)|win_amd64|win_arm64|win32"
-)
 _TEMPLATE_FIELDS = frozenset({"python", "cuda", "torch", "xformers"})
 
 _TOP_KEYS = ("defaults", "indexes", "axes", "pairs", "combinations", "exclude", "runners")
@@ -284,13 +279,13 @@ class _Loader:
     # --- value checks ---------------------------------------------------------
 
     def python(self, value: str, where: str) -> str | None:
-        if _PYTHON.fullmatch(value):
+        if PYTHON_VERSION.fullmatch(value):
             return value
         self.problem(where, f"invalid Python version {value!r}; write it as '3.N', e.g. '3.11'")
         return None
 
     def cuda(self, value: str, where: str) -> str | None:
-        cuda = normalize_cuda(value)
+        cuda = normalise_cuda(value)
         if cuda is None:
             self.problem(
                 where,
@@ -314,7 +309,7 @@ class _Loader:
         return str(version)
 
     def platform(self, value: str, where: str) -> str | None:
-        if _PLATFORM.fullmatch(value):
+        if PLATFORM_TAG.fullmatch(value):
             return value
         self.problem(
             where, f"invalid platform tag {value!r}; expected e.g. 'manylinux_2_28_x86_64'"
@@ -501,7 +496,7 @@ class _Loader:
                 if patterns is None:
                     continue
                 if key == "cuda":
-                    patterns = [normalize_cuda(p) or p for p in patterns]
+                    patterns = [normalise_cuda(p) or p for p in patterns]
                 tests.append(_glob_test(key, patterns))
             if not any(k in rule for k in _EXCLUDE_KEYS):
                 self.problem(where, f"has no rule; set any of {', '.join(_EXCLUDE_KEYS)}")

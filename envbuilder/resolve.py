@@ -55,13 +55,12 @@ from envbuilder.model import (
     lock_filename,
 )
 from envbuilder.simple import DistributionFile, ProjectPage
+from envbuilder.target import CudaTag, Target
 from envbuilder.wheels import (
-    Target,
     applicable_requirements,
     compare_cuda,
     cuda_from_local_label,
     cuda_from_requirements,
-    cuda_tag_to_version,
     parse_build_record,
     portable_requirements,
     rank_wheels,
@@ -277,7 +276,7 @@ class Resolver:
         candidates = self._fitting_wheels(
             d, spec, "torch", c.torch, local_label=c.cuda if spec.per_cuda else None
         )
-        wanted_cuda = None if c.cuda in ("default", "cpu") else cuda_tag_to_version(c.cuda)
+        wanted_cuda = None if c.cuda in ("default", "cpu") else CudaTag.from_tag(c.cuda).version
         problems: list[str] = []
         for file in candidates:
             filename = file.filename

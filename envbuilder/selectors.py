@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -16,27 +15,13 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import InputError
 from envbuilder.model import Combination
+from envbuilder.target import PYTHON_VERSION, normalise_cuda
 
-__all__ = ["Selector", "normalize_cuda", "parse_selector", "select"]
+__all__ = ["Selector", "parse_selector", "select"]
 
 _GLOB_CHARS = frozenset("*?[")
-_CUDA_TAG = re.compile(r"cu(\d{2,3})")
-_CUDA_DOTTED = re.compile(r"(\d{1,2})\.(\d)")
-_PYTHON = re.compile(r"3\.\d+")
 
 Predicate = Callable[[Combination], bool]
-
-
-def normalize_cuda(value: str) -> str | None:
-    """``"12.1"`` or ``"cu121"`` -> ``"cu121"``; ``"cpu"``/``"default"`` as they are; else None."""
-    if value in ("cpu", "default"):
-        return value
-    if _CUDA_TAG.fullmatch(value):
-        return value
-    m = _CUDA_DOTTED.fullmatch(value)
-    if m:
-        return f"cu{m.group(1)}{m.group(2)}"
-    return None
 
 
 def _release_prefix(wanted: Version) -> Callable[[str | None], bool]:
@@ -56,7 +41,7 @@ def _release_prefix(wanted: Version) -> Callable[[str | None], bool]:
 
 def _atom(text: str) -> Predicate | None:
     """One selector atom as a predicate, or None when it is not one."""
-    cuda = normalize_cuda(text)
+    cuda = normalise_cuda(text)
     if cuda is not None:
         return lambda c: c.cuda == cuda
     if text == "cudart":
@@ -66,7 +51,7 @@ def _atom(text: str) -> Predicate | None:
             continue
         rest = text[len(prefix) :]
         if prefix == "py":
-            if not _PYTHON.fullmatch(rest):
+            if not PYTHON_VERSION.fullmatch(rest):
                 return None
             return lambda c: c.python == rest
         try:
@@ -112,7 +97,7 @@ def parse_selector(text: str, known_ids: Iterable[str] = ()) -> Selector:
 
 def _unknown_message(text: str, part: str, known_ids: Iterable[str]) -> str:
     message = f"selector {text!r}: {part!r} is not a selector"
-    if _PYTHON.fullmatch(part):
+    if PYTHON_VERSION.fullmatch(part):
         message += f" (for Python write 'py{part}')"
     message += (
         "; use cu121 or 12.1, cpu, default, py3.11, torch2.5, xformers0.0.28, cudart,"

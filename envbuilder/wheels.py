@@ -12,30 +12,26 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
-from functools import cached_property
 from typing import Generic, Literal, Protocol, TypeVar
 
 from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.model import BuildRecord, Rejection
+from envbuilder.target import CudaTag, Target
 
 __all__ = [
     "CudaComparison",
     "RankedWheels",
-    "Target",
     "TorchCuda",
     "WheelFile",
     "applicable_requirements",
     "compare_cuda",
     "cuda_from_local_label",
     "cuda_from_requirements",
-    "cuda_tag_to_version",
-    "cuda_version_to_tag",
     "parse_build_record",
     "portable_requirements",
     "rank_wheels",
@@ -44,11 +40,6 @@ __all__ = [
     "torch_requirement",
 ]
 
-_LEGACY_MANYLINUX = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5): "manylinux1"}
-_MANYLINUX_RE = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
-_LEGACY_RE = re.compile(r"^manylinux(1|2010|2014)_(\w+)$")
-_LEGACY_TO_GLIBC = {"1": (2, 5), "2010": (2, 12), "2014": (2, 17)}
-_CUDA_TAG_RE = re.compile(r"^cu(\d+)(\d)$")
 _CUDA_RUNTIME_NAMES = re.compile(r"^(nvidia-cuda-runtime(-cu\d+)?|cuda-toolkit)$")
 
 
@@ -65,89 +56,7 @@ class WheelFile(Protocol):
     def requires_python(self) -> str | None: ...
 
 
-def _platform_arch(platform: str) -> tuple[tuple[int, int] | None, str]:
-    if m := _MANYLINUX_RE.match(platform):
-        return (int(m.group(1)), int(m.group(2))), m.group(3)
-    if m := _LEGACY_RE.match(platform):
-        return _LEGACY_TO_GLIBC[m.group(1)], m.group(2)
-    if platform.startswith("linux_"):
-        return None, platform.removeprefix("linux_")
-    raise ValueError(f"unsupported target platform {platform!r}; use e.g. 'manylinux_2_28_x86_64'")
-
-
 F = TypeVar("F", bound=WheelFile)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Target:
-    """The interpreter and platform that wheels must fit."""
-
-    python: str  # "3.11"
-    platform: str = "manylinux_2_28_x86_64"
-
-    @cached_property
-    def python_tuple(self) -> tuple[int, int]:
-        major, minor = self.python.split(".")
-        return int(major), int(minor)
-
-    @cached_property
-    def arch(self) -> str:
-        return _platform_arch(self.platform)[1]
-
-    @cached_property
-    def platforms(self) -> list[str]:
-        """Platform tags the target accepts, most specific first.
-
-        A manylinux_2_N target accepts every older manylinux level (and the
-        legacy aliases of 2_17, 2_12 and 2_5), then plain ``linux_<arch>``,
-        which is how the PyTorch index names many of its wheels.
-        """
-        glibc, arch = _platform_arch(self.platform)
-        tags: list[str] = []
-        if glibc is not None:
-            major, top = glibc
-            for minor in range(top, 4, -1):
-                tags.append(f"manylinux_{major}_{minor}_{arch}")
-                if (major, minor) in _LEGACY_MANYLINUX:
-                    tags.append(f"{_LEGACY_MANYLINUX[major, minor]}_{arch}")
-        tags.append(f"linux_{arch}")
-        return tags
-
-    @cached_property
-    def tags(self) -> list[Tag]:
-        version = self.python_tuple
-        interpreter = f"cp{version[0]}{version[1]}"
-        ordered = list(cpython_tags(version, abis=[interpreter], platforms=self.platforms))
-        ordered += list(compatible_tags(version, interpreter, self.platforms))
-        return ordered
-
-    @cached_property
-    def tag_priority(self) -> dict[Tag, int]:
-        priority: dict[Tag, int] = {}
-        for i, tag in enumerate(self.tags):
-            priority.setdefault(tag, i)
-        return priority
-
-    @cached_property
-    def marker_environment(self) -> dict[str, str]:
-        full = f"{self.python}.0"
-        return {
-            "implementation_name": "cpython",
-            "implementation_version": full,
-            "os_name": "posix",
-            "platform_machine": self.arch,
-            "platform_python_implementation": "CPython",
-            "platform_release": "",
-            "platform_system": "Linux",
-            "platform_version": "",
-            "python_full_version": full,
-            "python_version": self.python,
-            "sys_platform": "linux",
-            "extra": "",
-        }
-
-    def describe(self) -> str:
-        return f"cp{self.python.replace('.', '')} on {self.platform}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,22 +177,6 @@ def sdist_version(filename: str, name: str) -> Version | None:
     return None
 
 
-def cuda_tag_to_version(tag: str) -> str:
-    """``cu121`` -> ``12.1``; ``cu130`` -> ``13.0``."""
-    m = _CUDA_TAG_RE.match(tag)
-    if not m:
-        raise ValueError(f"not a CUDA tag: {tag!r} (expected e.g. 'cu121')")
-    return f"{int(m.group(1))}.{m.group(2)}"
-
-
-def cuda_version_to_tag(version: str) -> str:
-    """``12.1`` (or ``12.1.105``) -> ``cu121``."""
-    parts = version.split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
-        raise ValueError(f"not a CUDA version: {version!r} (expected e.g. '12.1')")
-    return f"cu{int(parts[0])}{int(parts[1])}"
-
-
 TorchCuda = tuple[str | None, Literal["local-label", "requires-dist", "none"], str]
 """(CUDA "major.minor" or None for a CPU build, where it was read, the evidence)."""
 
@@ -294,9 +187,11 @@ def cuda_from_local_label(version: Version) -> TorchCuda | None:
         return None
     if version.local == "cpu":
         return None, "local-label", f"+{version.local}"
-    if _CUDA_TAG_RE.match(version.local):
-        return cuda_tag_to_version(version.local), "local-label", f"+{version.local}"
-    return None
+    try:
+        cuda = CudaTag.from_tag(version.local)
+    except ValueError:
+        return None
+    return cuda.version, "local-label", f"+{version.local}"
 
 
 def requirements_of(metadata: Message) -> list[Requirement]:
@@ -332,9 +227,11 @@ def cuda_from_requirements(requirements: Sequence[Requirement], target: Target) 
             continue
         for spec in req.specifier:
             if spec.operator in ("==", "==="):
-                parts = spec.version.split(".")
-                if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-                    return f"{int(parts[0])}.{int(parts[1])}", "requires-dist", str(req)
+                try:
+                    cuda = CudaTag.from_version(spec.version)
+                except ValueError:
+                    continue
+                return cuda.version, "requires-dist", str(req)
     return None, "none", "no CUDA runtime among its requirements"
 
 

@@ -84,8 +84,7 @@ def _uv_serial(
     index_url: str,
     uv: str,
 ) -> Measurement:
-    from envbuilder.closure import uv_platform
-    from envbuilder.wheels import Target
+    from envbuilder.target import Target
 
     env = _env(proxy, UV_CACHE_DIR=str(cache), UV_NO_CONFIG="1")
     before = proxy.snapshot()
@@ -98,7 +97,7 @@ def _uv_serial(
             target = Target(python=str(job["python"]), platform=str(job["platform"]))
             argv = [
                 uv, "pip", "compile", str(req), "--quiet", "--generate-hashes",
-                "--python-version", target.python, "--python-platform", uv_platform(target),
+                "--python-version", target.python, "--python-platform", target.uv_platform,
                 "--default-index", index_url, "-o", str(Path(tmp) / f"{i}.txt"),
             ]  # fmt: skip
             proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)

@@ -20,8 +20,9 @@ from typing import Any
 from envbuilder.errors import InputError, MissingToolError
 from envbuilder.files import write_atomic
 from envbuilder.model import Combination
+from envbuilder.target import cuda_tag_of
 
-__all__ = ["HELP", "configure", "cuda_tag", "environment_mismatches", "run"]
+__all__ = ["HELP", "configure", "environment_mismatches", "run"]
 
 HELP = "Run the torch.compile + attention conformance suite for selected combinations."
 
@@ -57,14 +58,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def cuda_tag(torch_cuda: str | None) -> str:
-    """torch.version.cuda as a combination's cuda field: ``"13.0"`` -> ``"cu130"``, None -> ``"cpu"``."""
-    if not torch_cuda:
-        return "cpu"
-    major, _, minor = torch_cuda.partition(".")
-    return f"cu{major}{minor.split('.')[0] or '0'}"
-
-
 def environment_mismatches(
     combination: Combination,
     *,
@@ -93,9 +86,9 @@ def environment_mismatches(
         problems.append(
             f"torch is {torch_version!r} here, {combination.torch!r} in {combination.id}"
         )
-    elif combination.cuda != "default" and cuda_tag(torch_cuda) != combination.cuda:
+    elif combination.cuda != "default" and cuda_tag_of(torch_cuda) != combination.cuda:
         problems.append(
-            f"torch here is built for {cuda_tag(torch_cuda)!r} (torch {torch_version!r}),"
+            f"torch here is built for {cuda_tag_of(torch_cuda)!r} (torch {torch_version!r}),"
             f" {combination.id} needs {combination.cuda!r}"
         )
     if combination.xformers is None:

@@ -13,23 +13,15 @@ selects, as a direct URL with its sha256, for ``pip install --require-hashes
 
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from envbuilder.errors import InputError
 from envbuilder.files import sha256_file
 from envbuilder.lockfile.model import Entry
+from envbuilder.target import Target
 
-if TYPE_CHECKING:
-    from packaging.markers import Environment
-    from packaging.tags import Tag
-
-__all__ = ["locate_pylock", "requirements_text", "target_environment", "target_tags"]
-
-_MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
-_LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+__all__ = ["locate_pylock", "requirements_text"]
 
 
 def locate_pylock(lockfile: Path, entry: Entry) -> Path:
@@ -54,64 +46,26 @@ def locate_pylock(lockfile: Path, entry: Entry) -> Path:
     return path
 
 
-def _platforms(platform: str) -> list[str]:
-    m = _MANYLINUX.fullmatch(platform)
-    if not m:
-        return [platform]
-    major, minor, arch = int(m.group(1)), int(m.group(2)), m.group(3)
-    out: list[str] = []
-    for glibc in range(minor, 4, -1):
-        out.append(f"manylinux_{major}_{glibc}_{arch}")
-        if major == 2 and glibc in _LEGACY:
-            out.append(f"{_LEGACY[glibc]}_{arch}")
-    out.append(f"linux_{arch}")
-    return out
-
-
-def target_tags(python: str, platform: str) -> list[Tag]:
-    """Wheel tags a CPython *python* on *platform* accepts, most specific first."""
-    from packaging import tags
-
-    version = tuple(int(p) for p in python.split(".")[:2])
-    platforms = _platforms(platform)
-    return [
-        *tags.cpython_tags(python_version=version, platforms=platforms),
-        *tags.compatible_tags(
-            python_version=version, interpreter=f"cp{version[0]}{version[1]}", platforms=platforms
-        ),
-    ]
-
-
-def target_environment(python: str, platform: str) -> Environment:
-    """Marker values for the target (a Linux CPython), independent of the host."""
-    machine = platform.rsplit("_", 1)[-1] if platform.startswith(("manylinux", "linux")) else ""
-    if platform.endswith("x86_64"):
-        machine = "x86_64"
-    return {
-        "implementation_name": "cpython",
-        "implementation_version": f"{python}.0",
-        "os_name": "posix",
-        "platform_machine": machine,
-        "platform_release": "",
-        "platform_system": "Linux",
-        "platform_version": "",
-        "python_full_version": f"{python}.0",
-        "platform_python_implementation": "CPython",
-        "python_version": python,
-        "sys_platform": "linux",
-    }
+def _target(entry: Entry) -> Target:
+    try:
+        target = Target(python=entry.python, platform=entry.platform)
+        _ = target.tags
+    except ValueError as e:
+        raise InputError(f"{entry.id!r}: cannot export for its target ({e})") from e
+    return target
 
 
 def requirements_text(entry: Entry, pylock: Path) -> str:
     """A ``--require-hashes`` requirements file for the entry's target."""
     from packaging.pylock import PackageWheel, Pylock, PylockSelectError, PylockValidationError
 
+    target = _target(entry)
     try:
         lock = Pylock.from_dict(tomllib.loads(pylock.read_text(encoding="utf-8")))
         chosen = list(
             lock.select(
-                environment=target_environment(entry.python, entry.platform),
-                tags=target_tags(entry.python, entry.platform),
+                environment=target.marker_environment,  # type: ignore[arg-type]
+                tags=target.tags,
             )
         )
     except (tomllib.TOMLDecodeError, PylockValidationError, PylockSelectError) as e:

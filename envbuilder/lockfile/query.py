@@ -21,6 +21,7 @@ from envbuilder.lockfile.model import (
     use_verdict,
 )
 from envbuilder.lockfile.verdicts import worst
+from envbuilder.target import normalise_cuda as normalise_target_cuda
 
 __all__ = ["Match", "Query", "normalise_cuda", "select"]
 
@@ -46,13 +47,10 @@ class Match:
 
 def normalise_cuda(cuda: str) -> str:
     """``12.1`` / ``cu121`` / ``CU121`` -> ``cu121``; ``cpu`` and ``default`` stay."""
-    text = cuda.strip().lower()
-    if text in ("cpu", "default") or (text.startswith("cu") and text[2:].isdigit()):
-        return text
-    major, dot, minor = text.partition(".")
-    if dot and major.isdigit() and minor.isdigit():
-        return f"cu{major}{minor}"
-    raise InputError(f"bad --cuda {cuda!r}: give 12.1, cu121, cpu or default")
+    normal = normalise_target_cuda(cuda.strip().lower())
+    if normal is None:
+        raise InputError(f"bad --cuda {cuda!r}: give 12.1, cu121, cpu or default")
+    return normal
 
 
 def _prefix(want: str, have: str | None) -> bool:

@@ -1,4 +1,4 @@
-"""The closure's pure parts: uv's platform spelling, the assembled PEP 751 lock, requirements."""
+"""The closure's pure parts: the assembled PEP 751 lock, requirements."""
 
 from __future__ import annotations
 
@@ -25,32 +25,15 @@ from envbuilder.closure import (
     read_lock_inputs,
     requirements_text,
     select_for_target,
-    uv_platform,
 )
 from envbuilder.files import write_atomic
-from envbuilder.wheels import Target
+from envbuilder.target import Target
 
 PY311 = Target(python="3.11", platform="manylinux_2_28_x86_64")
 SHA_A = "a" * 64
 SHA_B = "b" * 64
 SHA_T = "1" * 64
 SHA_X = "2" * 64
-
-
-@pytest.mark.parametrize(
-    ("platform", "expected"),
-    [
-        ("manylinux_2_28_x86_64", "x86_64-manylinux_2_28"),
-        ("manylinux_2_17_x86_64", "x86_64-manylinux_2_17"),
-        ("manylinux_2_28_aarch64", "aarch64-manylinux_2_28"),
-        ("manylinux2014_x86_64", "x86_64-manylinux_2_17"),
-        ("manylinux2010_x86_64", "x86_64-manylinux_2_12"),
-        ("manylinux1_x86_64", "x86_64-manylinux_2_5"),
-        ("linux_x86_64", "x86_64-unknown-linux-gnu"),
-    ],
-)
-def test_uv_platform(platform: str, expected: str) -> None:
-    assert uv_platform(Target(python="3.11", platform=platform)) == expected
 
 
 def _uv_package(name: str, version: str, sha: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder.commands.conformance import cuda_tag, environment_mismatches
+from envbuilder.commands.conformance import environment_mismatches
 from envbuilder.model import Combination
 
 XF = Combination(
@@ -55,14 +55,6 @@ def test_environment_mismatches(
         assert found == []
     else:
         assert any(problem in p for p in found), found
-
-
-@pytest.mark.parametrize(
-    ("torch_cuda", "tag"),
-    [("13.0", "cu130"), ("12.1", "cu121"), ("12.8.1", "cu128"), (None, "cpu")],
-)
-def test_cuda_tag(torch_cuda: str | None, tag: str) -> None:
-    assert cuda_tag(torch_cuda) == tag
 
 
 class _Daemon:

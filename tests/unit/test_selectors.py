@@ -6,7 +6,7 @@ import pytest
 
 from envbuilder.errors import InputError
 from envbuilder.model import Combination
-from envbuilder.selectors import normalize_cuda, select
+from envbuilder.selectors import select
 
 
 def combo(
@@ -96,22 +96,3 @@ def test_every_bad_selector_is_reported_at_once() -> None:
         select(MATRIX, ["cu118", "cpu", "gpu"])
     assert str(info.value).splitlines()[0].startswith("selector 'gpu'")
     assert "selector 'cu118' matches no combination" in str(info.value)
-
-
-@pytest.mark.parametrize(
-    ("spelling", "normalised"),
-    [
-        ("cu121", "cu121"),
-        ("12.1", "cu121"),
-        ("13.0", "cu130"),
-        ("11.8", "cu118"),
-        ("cpu", "cpu"),
-        ("default", "default"),
-        ("cuda12", None),
-        ("12.10", None),
-        ("cu", None),
-        ("CU121", None),
-    ],
-)
-def test_cuda_spellings(spelling: str, normalised: str | None) -> None:
-    assert normalize_cuda(spelling) == normalised

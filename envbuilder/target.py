@@ -1,0 +1,190 @@
+"""The target that wheels must fit: a CPython version on a platform, built for a CUDA.
+
+The one home of the vocabulary every stage shares: `Target` (its wheel
+tags, its marker environment and uv's spelling of its platform), `CudaTag`
+(``cu121`` <-> CUDA ``12.1``, the one parser of both spellings) and the
+patterns a Python version and a platform tag must match. Everything here
+is pure: the target is an argument, never the host.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+from packaging.tags import Tag, compatible_tags, cpython_tags
+
+__all__ = [
+    "PLATFORM_TAG",
+    "PYTHON_VERSION",
+    "CudaTag",
+    "Target",
+    "cuda_tag_of",
+    "normalise_cuda",
+]
+
+#: A CPython version as the matrix spells it: ``3.11``.
+PYTHON_VERSION = re.compile(r"3\.\d+")
+_ARCHES = "x86_64|aarch64|i686|ppc64le|s390x|armv7l"
+#: A platform tag the matrix accepts.
+PLATFORM_TAG = re.compile(
+    rf"(manylinux|musllinux)_\d+_\d+_({_ARCHES})|manylinux(1|2010|2014)_({_ARCHES})"
+    rf"|linux_({_ARCHES})|macosx_\d+_\d+_(x86_64|arm64|universal2)|win_amd64|win_arm64|win32"
+)
+
+_CUDA_TAG = re.compile(r"cu(\d{1,2})(\d)")
+_CUDA_VERSION = re.compile(r"(\d{1,2})\.(\d)(?:\.\d+)*")
+_MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
+_LEGACY = re.compile(r"manylinux(1|2010|2014)_(\w+)")
+_LEGACY_TO_GLIBC = {"1": (2, 5), "2010": (2, 12), "2014": (2, 17)}
+_GLIBC_TO_LEGACY = {glibc: f"manylinux{name}" for name, glibc in _LEGACY_TO_GLIBC.items()}
+
+
+@dataclass(frozen=True, order=True)
+class CudaTag:
+    """A CUDA major.minor, spelled ``cu121`` in tags and ids and ``12.1`` as a version."""
+
+    major: int
+    minor: int
+
+    @classmethod
+    def from_tag(cls, text: str) -> CudaTag:
+        """``cu121`` -> CUDA 12.1; anything else is a ValueError quoting it."""
+        if m := _CUDA_TAG.fullmatch(text):
+            return cls(int(m.group(1)), int(m.group(2)))
+        raise ValueError(f"not a CUDA tag: {text!r} (expected e.g. 'cu121')")
+
+    @classmethod
+    def from_version(cls, text: str) -> CudaTag:
+        """``12.1`` (or ``12.1.105``, as torch and the runtime wheels spell it) -> CUDA 12.1."""
+        if m := _CUDA_VERSION.fullmatch(text):
+            return cls(int(m.group(1)), int(m.group(2)))
+        raise ValueError(f"not a CUDA version: {text!r} (expected e.g. '12.1')")
+
+    @classmethod
+    def parse(cls, text: str) -> CudaTag:
+        """Either spelling: ``cu121``, ``12.1`` or ``12.1.105``."""
+        if _CUDA_TAG.fullmatch(text):
+            return cls.from_tag(text)
+        if _CUDA_VERSION.fullmatch(text):
+            return cls.from_version(text)
+        raise ValueError(f"not a CUDA tag or version: {text!r} (expected e.g. 'cu121' or '12.1')")
+
+    @property
+    def tag(self) -> str:
+        return f"cu{self.major}{self.minor}"
+
+    @property
+    def version(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    def __str__(self) -> str:
+        return self.tag
+
+
+def normalise_cuda(text: str) -> str | None:
+    """A combination's ``cuda`` field: ``12.1``/``cu121`` -> ``cu121``; ``cpu`` and
+    ``default`` (whatever build the index has) as they are; None for anything else."""
+    if text in ("cpu", "default"):
+        return text
+    try:
+        return CudaTag.parse(text).tag
+    except ValueError:
+        return None
+
+
+def cuda_tag_of(torch_cuda: str | None) -> str:
+    """``torch.version.cuda`` as a combination's ``cuda`` field: ``13.0`` -> ``cu130``,
+    None (a CPU build) -> ``cpu``."""
+    return CudaTag.from_version(torch_cuda).tag if torch_cuda else "cpu"
+
+
+def _platform_arch(platform: str) -> tuple[tuple[int, int] | None, str]:
+    if m := _MANYLINUX.fullmatch(platform):
+        return (int(m.group(1)), int(m.group(2))), m.group(3)
+    if m := _LEGACY.fullmatch(platform):
+        return _LEGACY_TO_GLIBC[m.group(1)], m.group(2)
+    if platform.startswith("linux_"):
+        return None, platform.removeprefix("linux_")
+    raise ValueError(f"unsupported target platform {platform!r}; use e.g. 'manylinux_2_28_x86_64'")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """The interpreter and platform that wheels must fit."""
+
+    python: str  # "3.11"
+    platform: str = "manylinux_2_28_x86_64"
+
+    @cached_property
+    def python_tuple(self) -> tuple[int, int]:
+        major, minor = self.python.split(".")
+        return int(major), int(minor)
+
+    @cached_property
+    def arch(self) -> str:
+        return _platform_arch(self.platform)[1]
+
+    @cached_property
+    def platforms(self) -> list[str]:
+        """Platform tags the target accepts, most specific first.
+
+        A manylinux_2_N target accepts every older manylinux level (and the
+        legacy aliases of 2_17, 2_12 and 2_5), then plain ``linux_<arch>``,
+        which is how the PyTorch index names many of its wheels.
+        """
+        glibc, arch = _platform_arch(self.platform)
+        tags: list[str] = []
+        if glibc is not None:
+            major, top = glibc
+            for minor in range(top, 4, -1):
+                tags.append(f"manylinux_{major}_{minor}_{arch}")
+                if (major, minor) in _GLIBC_TO_LEGACY:
+                    tags.append(f"{_GLIBC_TO_LEGACY[major, minor]}_{arch}")
+        tags.append(f"linux_{arch}")
+        return tags
+
+    @cached_property
+    def tags(self) -> list[Tag]:
+        version = self.python_tuple
+        interpreter = f"cp{version[0]}{version[1]}"
+        ordered = list(cpython_tags(version, abis=[interpreter], platforms=self.platforms))
+        ordered += list(compatible_tags(version, interpreter, self.platforms))
+        return ordered
+
+    @cached_property
+    def tag_priority(self) -> dict[Tag, int]:
+        priority: dict[Tag, int] = {}
+        for i, tag in enumerate(self.tags):
+            priority.setdefault(tag, i)
+        return priority
+
+    @cached_property
+    def marker_environment(self) -> dict[str, str]:
+        full = f"{self.python}.0"
+        return {
+            "implementation_name": "cpython",
+            "implementation_version": full,
+            "os_name": "posix",
+            "platform_machine": self.arch,
+            "platform_python_implementation": "CPython",
+            "platform_release": "",
+            "platform_system": "Linux",
+            "platform_version": "",
+            "python_full_version": full,
+            "python_version": self.python,
+            "sys_platform": "linux",
+            "extra": "",
+        }
+
+    @cached_property
+    def uv_platform(self) -> str:
+        """uv's ``--python-platform`` spelling of the platform tag."""
+        glibc, arch = _platform_arch(self.platform)
+        if glibc is None:
+            return f"{arch}-unknown-linux-gnu"
+        return f"{arch}-manylinux_{glibc[0]}_{glibc[1]}"
+
+    def describe(self) -> str:
+        return f"cp{self.python.replace('.', '')} on {self.platform}"
