@@ -15,38 +15,35 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-from packaging.pylock import (
-    PackageSdist,
-    PackageWheel,
-    Pylock,
-    PylockSelectError,
-    PylockValidationError,
-)
+from packaging.pylock import Pylock
 
 from envbuilder.errors import EnvbuilderError, MissingToolError
+from envbuilder.pylock import (
+    LockedArchive,
+    LockedPackage,
+    PylockError,
+    assemble,
+    read_lock,
+    requirements_text,
+    select,
+)
 from envbuilder.target import Target
 
 __all__ = [
     "GENERATED_BY",
     "ClosureError",
     "IndexArgument",
-    "LockedPackage",
     "PinnedFile",
     "assemble_lock",
     "compile_closure",
     "find_uv",
     "lock_inputs",
-    "locked_packages",
-    "parse_lock",
-    "read_lock_inputs",
-    "requirements_text",
+    "lock_requirements",
     "select_for_target",
 ]
 
@@ -69,16 +66,6 @@ class IndexArgument:
     def argv(self) -> list[str]:
         flag = {"default": "--default-index", "index": "--index", "find-links": "--find-links"}
         return [flag[self.role], self.url]
-
-
-@dataclass(frozen=True, kw_only=True)
-class LockedPackage:
-    name: str
-    version: str
-    filename: str | None
-    url: str | None
-    sha256: str | None
-    size: int | None
 
 
 def find_uv() -> str:
@@ -126,7 +113,7 @@ def compile_closure(
     offline: bool = False,
     ca_bundle: str | None = None,
     environ: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> Pylock:
     """Run ``uv pip compile --universal`` from ``python_floor`` up; return its PEP 751 document.
 
     One universal resolution serves every target that shares the same
@@ -134,7 +121,7 @@ def compile_closure(
     target then takes its own packages with `select_for_target`.
     """
     if not requirements:
-        return {"lock-version": "1.0", "created-by": "uv", "packages": []}
+        return read_lock('lock-version = "1.0"\ncreated-by = "uv"\npackages = []\n', source="uv")
     env = dict(os.environ if environ is None else environ)
     env.update(
         {
@@ -177,35 +164,19 @@ def compile_closure(
         if proc.returncode != 0:
             message = (proc.stderr or proc.stdout).strip()
             raise ClosureError(f"uv could not resolve {', '.join(requirements)}: {message}")
-        return tomllib.loads(out.read_text(encoding="utf-8"))
+        try:
+            return read_lock(out.read_bytes(), source="uv's closure")
+        except PylockError as e:
+            raise ClosureError(str(e)) from e
 
 
-def select_for_target(closure: Mapping[str, Any], target: Target) -> dict[str, Any]:
+def select_for_target(closure: Pylock, target: Target) -> tuple[LockedPackage, ...]:
     """The target's part of a universal lock: each package whose marker holds, with the
-    one archive that fits the target's tags (PEP 751 selection, by ``packaging.pylock``)."""
+    one archive that fits the target's tags."""
     try:
-        lock = Pylock.from_dict(closure)
-        chosen = list(lock.select(environment=target.marker_environment, tags=target.tags))  # type: ignore[arg-type]
-    except (PylockValidationError, PylockSelectError) as e:
+        return select(closure, target, source="uv's closure")
+    except PylockError as e:
         raise ClosureError(f"no closure for {target.describe()}: {e}") from e
-    packages: list[dict[str, Any]] = []
-    for package, archive in chosen:
-        if not isinstance(archive, PackageWheel | PackageSdist):
-            raise ClosureError(f"{package.name}: envbuilder locks only wheels and sdists")
-        entry: dict[str, Any] = {"url": archive.url, "hashes": dict(archive.hashes)}
-        if archive.name:
-            entry["name"] = archive.name
-        if archive.size is not None:
-            entry["size"] = archive.size
-        kind = "wheels" if isinstance(archive, PackageWheel) else "sdist"
-        packages.append(
-            {
-                "name": str(package.name),
-                "version": str(package.version),
-                kind: [entry] if kind == "wheels" else entry,
-            }
-        )
-    return {"packages": packages}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,100 +192,63 @@ class PinnedFile:
 
 
 def assemble_lock(
-    closure: Mapping[str, Any],
+    selected: Sequence[LockedPackage],
     *,
     pinned: Sequence[PinnedFile],
     inputs: Mapping[str, Any],
     target: Target,
 ) -> str:
     """The PEP 751 text of uv's closure plus the pinned files, sorted, with envbuilder's header."""
-    packages = [dict(p) for p in closure.get("packages", [])]
-    names = {p["name"] for p in packages}
+    names = {p.name for p in selected}
+    packages = list(selected)
     for pin in pinned:
         if pin.name in names:
             raise ClosureError(
                 f"the dependencies of the chosen wheels pull in another {pin.name}; "
                 f"envbuilder pins {pin.filename}"
             )
-        wheel: dict[str, Any] = {
-            "name": pin.filename,
-            "url": pin.url,
-            "hashes": {"sha256": pin.sha256},
-        }
-        if pin.size is not None:
-            wheel["size"] = pin.size
-        packages.append({"name": pin.name, "version": pin.version, "wheels": [wheel]})
-    packages.sort(key=lambda p: (p["name"], p.get("version", "")))
-    doc: dict[str, Any] = {
-        "lock-version": "1.0",
-        "created-by": "envbuilder",
-        "requires-python": f"=={target.python}.*",
-        "packages": packages,
-        "tool": {"envbuilder": dict(inputs)},
-    }
-    try:
-        Pylock.from_dict(doc)
-    except PylockValidationError as e:
-        raise ClosureError(f"the assembled lock is not valid PEP 751: {e}") from e
-    header = (
-        f"# Generated by {GENERATED_BY}; do not edit.\n"
-        f"# Target: Python {target.python}, {target.platform}.\n"
-    )
-    return header + tomli_w.dumps(doc)
-
-
-def parse_lock(text: str) -> dict[str, Any] | None:
-    """The TOML document of a lock, or None when it is not valid TOML."""
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return None
-
-
-def read_lock_inputs(doc: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The inputs recorded in a lock's ``[tool.envbuilder]`` table."""
-    tool = doc.get("tool", {}).get("envbuilder")
-    return tool if isinstance(tool, dict) else None
-
-
-def locked_packages(doc: Mapping[str, Any]) -> list[LockedPackage]:
-    """The packages of a PEP 751 lock, each with its (single, target-specific) wheel."""
-    out: list[LockedPackage] = []
-    for pkg in doc.get("packages", []):
-        wheels = pkg.get("wheels") or []
-        archive = wheels[0] if wheels else (pkg.get("sdist") or {})
-        url = archive.get("url")
-        filename = archive.get("name") or (url.rsplit("/", 1)[-1] if url else None)
-        out.append(
-            LockedPackage(
-                name=pkg["name"],
-                version=pkg.get("version", ""),
-                filename=filename,
-                url=url,
-                sha256=(archive.get("hashes") or {}).get("sha256"),
-                size=archive.get("size"),
-            )
+        wheel = LockedArchive(
+            kind="wheel", name=pin.filename, url=pin.url, sha256=pin.sha256, size=pin.size
         )
-    return out
+        packages.append(LockedPackage(name=pin.name, version=pin.version, wheels=(wheel,)))
+    packages.sort(key=lambda p: (p.name, p.version or ""))
+    try:
+        return assemble(
+            packages,
+            requires_python=f"=={target.python}.*",
+            tool={"envbuilder": dict(inputs)},
+            header=(
+                f"Generated by {GENERATED_BY}; do not edit.",
+                f"Target: Python {target.python}, {target.platform}.",
+            ),
+        )
+    except PylockError as e:
+        raise ClosureError(str(e)) from e
 
 
-def requirements_text(
+def lock_requirements(
     combination_id: str, packages: Sequence[LockedPackage], indexes: Sequence[IndexArgument]
 ) -> str:
     """``requirements.<id>.txt``: every package pinned with its sha256, for
     ``pip install --require-hashes --no-deps -r``. Non-default indexes are named
     so that pip can find files that are not on the user's own index."""
-    lines = [
-        f"# Generated by {GENERATED_BY}; do not edit.",
-        f"# {combination_id}: pip install --require-hashes --no-deps -r <this file>",
-    ]
+    options: list[str] = []
     for index in indexes:
         if index.role == "index":
-            lines.append(f"--extra-index-url {index.url}")
+            options.append(f"--extra-index-url {index.url}")
         elif index.role == "find-links":
-            lines.append(f"--find-links {index.url}")
+            options.append(f"--find-links {index.url}")
+    pins: list[tuple[str, str]] = []
     for pkg in sorted(packages, key=lambda p: p.name):
-        if pkg.sha256 is None:
+        sha = pkg.archive.sha256 if pkg.archive else None
+        if sha is None:
             raise ClosureError(f"{combination_id}: {pkg.name} has no sha256 in its lock")
-        lines.append(f"{pkg.name}=={pkg.version} \\\n    --hash=sha256:{pkg.sha256}")
-    return "\n".join(lines) + "\n"
+        pins.append((f"{pkg.name}=={pkg.version}", sha))
+    return requirements_text(
+        pins,
+        header=(
+            f"Generated by {GENERATED_BY}; do not edit.",
+            f"{combination_id}: pip install --require-hashes --no-deps -r <this file>",
+        ),
+        options=options,
+    )

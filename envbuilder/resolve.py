@@ -23,6 +23,7 @@ from email.message import Message
 from pathlib import Path
 from typing import Any, TypeVar
 
+from packaging.pylock import Pylock
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -34,10 +35,7 @@ from envbuilder.closure import (
     assemble_lock,
     compile_closure,
     lock_inputs,
-    locked_packages,
-    parse_lock,
-    read_lock_inputs,
-    requirements_text,
+    lock_requirements,
     select_for_target,
 )
 from envbuilder.errors import EnvbuilderError
@@ -54,6 +52,7 @@ from envbuilder.model import (
     Status,
     lock_filename,
 )
+from envbuilder.pylock import PylockError, packages, read_lock, tool_table
 from envbuilder.simple import DistributionFile, ProjectPage
 from envbuilder.target import CudaTag, Target
 from envbuilder.wheels import (
@@ -453,7 +452,7 @@ class Resolver:
             dict.fromkeys(r for d, _, _ in pending for r in d.raw_dependencies + d.extra_runtime)
         )
         floor = min((d.target.python for d, _, _ in pending), key=_python_key)
-        closure: dict[str, Any] | None = None
+        closure: Pylock | None = None
         failure = ""
         try:
             closure = compile_closure(
@@ -484,9 +483,7 @@ class Resolver:
             results[d.combination.id] = self._write(d, text)
         return [results[d.combination.id] for d in members]
 
-    def _existing_lock(
-        self, d: _Decision, inputs: Mapping[str, Any]
-    ) -> tuple[str, dict[str, Any]] | None:
+    def _existing_lock(self, d: _Decision, inputs: Mapping[str, Any]) -> tuple[str, Pylock] | None:
         """The lock already written for this combination, if it was made from the same inputs."""
         if self.settings.upgrade:
             return None
@@ -494,27 +491,26 @@ class Resolver:
         if not path.exists():
             return None
         text = path.read_text(encoding="utf-8")
-        doc = parse_lock(text)
-        if doc is not None and read_lock_inputs(doc) == inputs:
-            return text, doc
+        try:
+            lock = read_lock(text, source=path)
+        except PylockError:
+            return None
+        if tool_table(lock) == inputs:
+            return text, lock
         return None
 
-    def _write(
-        self, d: _Decision, text: str, doc: dict[str, Any] | None = None
-    ) -> ResolvedCombination:
+    def _write(self, d: _Decision, text: str, lock: Pylock | None = None) -> ResolvedCombination:
         out = self.settings.out_dir
         c = d.combination
         lock_path = out / lock_filename(c.id)
         req_path = out / f"requirements.{c.id}.txt"
-        if doc is None:
-            doc = parse_lock(text)
         try:
-            if doc is None:
-                raise ClosureError(f"{c.id}: the lock is not valid TOML")
-            packages = locked_packages(doc)
+            if lock is None:
+                lock = read_lock(text, source=lock_path)
+            requirements = lock_requirements(c.id, packages(lock), d.indexes)
             sha = write_atomic(lock_path, text)
-            write_atomic(req_path, requirements_text(c.id, packages, d.indexes))
-        except ClosureError as e:
+            write_atomic(req_path, requirements)
+        except (ClosureError, PylockError) as e:
             return self._done(d, d.result("error", str(e)))
         resolved = replace(
             d.result("resolved", _resolved_reason(d)),

@@ -45,10 +45,10 @@ from envbuilder.docker.cache import WheelCache, default_cache_dir
 from envbuilder.docker.plan import (
     GROUPS,
     image_tag,
+    install_requirements,
     load_lock,
     lock_digest,
     plan_layers,
-    requirements_text,
 )
 from envbuilder.errors import EnvbuilderError, InputError
 from envbuilder.model import ResolvedCombination, ResolvedTorch, load_resolution
@@ -229,7 +229,7 @@ def cases_sharing_a_runtime(locks: Path, *, python: str | None = None) -> list[C
         chains: dict[tuple[str, ...], int] = {}
         chain: tuple[str, ...] = ()
         for group in GROUPS:
-            chain = (*chain, requirements_text(plan.groups[group]))
+            chain = (*chain, install_requirements(plan.groups[group]))
             chains[chain] = sum(w.size or 0 for w in plan.groups[group])
         groups.setdefault((rc.python, rc.cuda), []).append((Case(resolved=rc, lock=lock), chains))
 

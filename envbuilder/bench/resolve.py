@@ -24,12 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from envbuilder.bench._proxy import CountingProxy
+from envbuilder.pylock import packages, read_lock
 
 __all__ = ["main"]
 
@@ -133,12 +133,10 @@ def _wheel_bytes(out: Path) -> int:
     """Total size of the distinct files the locks resolved."""
     sizes: dict[str, int] = {}
     for lock in sorted(out.glob("pylock.*.toml")):
-        doc = tomllib.loads(lock.read_text(encoding="utf-8"))
-        for pkg in doc.get("packages", []):
-            for wheel in pkg.get("wheels", []):
-                sha = wheel.get("hashes", {}).get("sha256")
-                if sha and wheel.get("size"):
-                    sizes[sha] = int(wheel["size"])
+        for package in packages(read_lock(lock.read_bytes(), source=lock)):
+            for wheel in package.wheels:
+                if wheel.sha256 and wheel.size:
+                    sizes[wheel.sha256] = wheel.size
     return sum(sizes.values())
 
 

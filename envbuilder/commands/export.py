@@ -32,7 +32,7 @@ def exported(lockfile: Path, combination: str, fmt: str) -> bytes:
     import difflib
 
     from envbuilder.errors import InputError
-    from envbuilder.lockfile.export import locate_pylock, requirements_text
+    from envbuilder.lockfile.export import exported_requirements, locate_pylock
     from envbuilder.lockfile.read import load_lockfile
 
     lock = load_lockfile(lockfile)
@@ -45,7 +45,7 @@ def exported(lockfile: Path, combination: str, fmt: str) -> bytes:
     pylock = locate_pylock(lockfile, entry)
     if fmt == "pylock":
         return pylock.read_bytes()
-    return requirements_text(entry, pylock).encode("utf-8")
+    return exported_requirements(entry, pylock).encode("utf-8")
 
 
 def run(args: argparse.Namespace) -> int:

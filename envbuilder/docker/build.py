@@ -31,11 +31,11 @@ from envbuilder.docker.plan import (
     GROUPS,
     LayerPlan,
     image_tag,
+    install_requirements,
     library_path,
     load_lock,
     lock_digest,
     plan_layers,
-    requirements_text,
 )
 from envbuilder.errors import EnvbuilderError, InputError, MissingToolError
 from envbuilder.model import ResolvedCombination
@@ -330,7 +330,7 @@ def build_context(plan: LayerPlan, cache: WheelCache) -> Iterator[Path]:
             for wheel in plan.groups[group]:
                 cache.link_into(wheel, directory)
             (directory / "requirements.txt").write_text(
-                requirements_text(plan.groups[group]), encoding="utf-8"
+                install_requirements(plan.groups[group]), encoding="utf-8"
             )
         yield root
 

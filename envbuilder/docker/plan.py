@@ -23,12 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-from urllib.parse import unquote, urlsplit
 
-from packaging.pylock import Pylock, PylockValidationError
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from envbuilder.errors import InputError
+from envbuilder.pylock import packages, read_lock, requirements_text
 
 __all__ = [
     "GROUPS",
@@ -37,11 +36,11 @@ __all__ = [
     "LockedWheel",
     "group_of",
     "image_tag",
+    "install_requirements",
     "library_path",
     "load_lock",
     "lock_digest",
     "plan_layers",
-    "requirements_text",
 ]
 
 Group = Literal["cuda", "runtime", "torch", "rest"]
@@ -115,9 +114,9 @@ def plan_layers(wheels: Sequence[LockedWheel]) -> LayerPlan:
     )
 
 
-def requirements_text(wheels: Sequence[LockedWheel]) -> str:
+def install_requirements(wheels: Sequence[LockedWheel]) -> str:
     """A ``pip install --require-hashes --no-deps`` requirements file for exactly these wheels."""
-    return "".join(f"{w.name}=={w.version} --hash=sha256:{w.sha256}\n" for w in wheels)
+    return requirements_text(((f"{w.name}=={w.version}", w.sha256) for w in wheels), wrap=False)
 
 
 #: Where a CUDA runtime wheel puts its shared libraries, under site-packages.
@@ -152,54 +151,37 @@ def image_tag(combination_id: str, lock_sha256: str) -> str:
     return f"envbuilder/{combination_id}:{lock_sha256[:12]}"
 
 
-def _filename_of(url: str) -> str:
-    return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-
-
 def load_lock(data: bytes, *, source: Path) -> tuple[LockedWheel, ...]:
     """The wheels of a PEP 751 lock. Every package must be exactly one wheel with a sha256.
 
     ``source`` is the lock's path: it names the file in errors and anchors
     relative ``path`` entries.
     """
-    import tomllib
-
-    try:
-        lock = Pylock.from_dict(tomllib.loads(data.decode("utf-8")))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise InputError(f"{source}: not a TOML file ({e})") from e
-    except PylockValidationError as e:
-        raise InputError(f"{source}: not a valid PEP 751 lock ({e})") from e
     wheels: list[LockedWheel] = []
-    for package in lock.packages:
-        where = f"{source}: package {str(package.name)!r}"
+    for package in packages(read_lock(data, source=source)):
+        where = f"{source}: package {package.name!r}"
         if package.marker is not None:
             raise InputError(
-                f"{where} has marker {str(package.marker)!r}; envbuilder builds from locks for one target "
+                f"{where} has marker {package.marker!r}; envbuilder builds from locks for one target "
                 "(resolve with --python-version/--python-platform)"
             )
-        if not package.wheels or len(package.wheels) != 1:
-            count = len(package.wheels or ())
+        if len(package.wheels) != 1:
             raise InputError(
-                f"{where} has {count} wheel(s); a target's lock must pin exactly one wheel "
+                f"{where} has {len(package.wheels)} wheel(s); a target's lock must pin exactly one wheel "
                 "(source distributions are not built into images)"
             )
         wheel = package.wheels[0]
-        if wheel.url:
-            url = wheel.url
-        elif wheel.path:
-            path = Path(wheel.path)
-            url = (path if path.is_absolute() else source.parent / path).resolve().as_uri()
-        else:
+        url = wheel.location(source)
+        if url is None:
             raise InputError(f"{where}: its wheel has neither url nor path")
-        filename = wheel.name or _filename_of(url)
+        filename = wheel.filename
         try:
             parsed_name = parse_wheel_filename(filename)[0]
         except InvalidWheelFilename as e:
             raise InputError(f"{where}: {filename!r} is not a wheel file name") from e
         if parsed_name != canonicalize_name(package.name):
             raise InputError(f"{where}: wheel {filename!r} is for project {parsed_name!r}")
-        sha256 = wheel.hashes.get("sha256", "").lower()
+        sha256 = (wheel.sha256 or "").lower()
         if not _SHA256.match(sha256):
             raise InputError(
                 f"{where}: wheel {filename!r} has no sha256 hash; re-resolve with --generate-hashes"
@@ -209,7 +191,7 @@ def load_lock(data: bytes, *, source: Path) -> tuple[LockedWheel, ...]:
         wheels.append(
             LockedWheel(
                 name=canonicalize_name(package.name),
-                version=str(package.version),
+                version=package.version,
                 filename=filename,
                 url=url,
                 sha256=sha256,

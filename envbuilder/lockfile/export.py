@@ -13,7 +13,6 @@ selects, as a direct URL with its sha256, for ``pip install --require-hashes
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from envbuilder.errors import InputError
@@ -21,7 +20,7 @@ from envbuilder.files import sha256_file
 from envbuilder.lockfile.model import Entry
 from envbuilder.target import Target
 
-__all__ = ["locate_pylock", "requirements_text"]
+__all__ = ["exported_requirements", "locate_pylock"]
 
 
 def locate_pylock(lockfile: Path, entry: Entry) -> Path:
@@ -55,42 +54,32 @@ def _target(entry: Entry) -> Target:
     return target
 
 
-def requirements_text(entry: Entry, pylock: Path) -> str:
+def exported_requirements(entry: Entry, pylock: Path) -> str:
     """A ``--require-hashes`` requirements file for the entry's target."""
-    from packaging.pylock import PackageWheel, Pylock, PylockSelectError, PylockValidationError
+    from envbuilder.pylock import read_lock, requirements_text, select
 
-    target = _target(entry)
-    try:
-        lock = Pylock.from_dict(tomllib.loads(pylock.read_text(encoding="utf-8")))
-        chosen = list(
-            lock.select(
-                environment=target.marker_environment,  # type: ignore[arg-type]
-                tags=target.tags,
-            )
-        )
-    except (tomllib.TOMLDecodeError, PylockValidationError, PylockSelectError) as e:
-        raise InputError(f"{pylock}: cannot select {entry.id!r}'s packages ({e})") from e
-    lines = [
-        f"# {entry.id}: exported by `envbuilder export` from {pylock.name} "
-        f"(sha256 {entry.lock.sha256 if entry.lock else '?'})",
-        f"# target: Python {entry.python}, {entry.platform}; verdict: {entry.verdict.verdict} "
-        f"(per use: {', '.join(f'{u.use} {u.verdict.verdict}' for u in entry.uses)})",
-        "# install: pip install --require-hashes --no-deps -r <this file>",
-    ]
-    for package, dist in sorted(chosen, key=lambda pd: str(pd[0].name)):
-        if not isinstance(dist, PackageWheel):
+    chosen = select(read_lock(pylock.read_bytes(), source=pylock), _target(entry), source=pylock)
+    pins: list[tuple[str, str]] = []
+    for package in sorted(chosen, key=lambda p: p.name):
+        wheel = package.archive
+        if wheel is None or wheel.kind != "wheel":
             raise InputError(
-                f"{pylock}: {package.name} is locked as a {type(dist).__name__}, "
-                "not a wheel; only wheels can be exported"
+                f"{pylock}: {package.name} is locked as an sdist, not a wheel; "
+                "only wheels can be exported"
             )
-        if dist.url:
-            url = dist.url
-        elif dist.path:
-            url = (pylock.parent / dist.path).resolve().as_uri()
-        else:
+        url = wheel.location(pylock)
+        if url is None:
             raise InputError(f"{pylock}: {package.name}'s wheel has neither url nor path")
-        sha = dist.hashes.get("sha256")
-        if not sha:
+        if not wheel.sha256:
             raise InputError(f"{pylock}: {package.name}'s wheel has no sha256")
-        lines.append(f"{package.name} @ {url} \\\n    --hash=sha256:{sha}")
-    return "\n".join(lines) + "\n"
+        pins.append((f"{package.name} @ {url}", wheel.sha256))
+    return requirements_text(
+        pins,
+        header=(
+            f"{entry.id}: exported by `envbuilder export` from {pylock.name} "
+            f"(sha256 {entry.lock.sha256 if entry.lock else '?'})",
+            f"target: Python {entry.python}, {entry.platform}; verdict: {entry.verdict.verdict} "
+            f"(per use: {', '.join(f'{u.use} {u.verdict.verdict}' for u in entry.uses)})",
+            "install: pip install --require-hashes --no-deps -r <this file>",
+        ),
+    )

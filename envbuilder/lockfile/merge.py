@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -40,28 +39,17 @@ def _rel(path: Path, base: Path) -> str:
 
 def read_pins(pylock: Path) -> tuple[PackagePin, ...]:
     """The packages a PEP 751 lock pins, with each wheel's filename and sha256."""
-    from packaging.pylock import Pylock, PylockValidationError
+    from envbuilder.pylock import packages, read_lock
 
-    try:
-        lock = Pylock.from_dict(tomllib.loads(pylock.read_text(encoding="utf-8")))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, PylockValidationError) as e:
-        raise InputError(f"{pylock}: not a valid pylock file ({e})") from e
-    except RecursionError as e:  # tomllib recurses once per nesting level
-        raise InputError(f"{pylock}: not a valid pylock file (nested too deeply)") from e
-    pins: list[PackagePin] = []
-    for package in lock.packages:
-        wheels = []
-        for wheel in package.wheels or ():
-            name = wheel.name or Path(wheel.url or wheel.path or "").name
-            wheels.append((name, wheel.hashes.get("sha256", "")))
-        pins.append(
-            PackagePin(
-                name=str(package.name),
-                version=str(package.version) if package.version else None,
-                marker=str(package.marker) if package.marker else None,
-                wheels=tuple(sorted(wheels)),
-            )
+    pins = [
+        PackagePin(
+            name=package.name,
+            version=package.version,
+            marker=package.marker,
+            wheels=tuple(sorted((w.filename, w.sha256 or "") for w in package.wheels)),
         )
+        for package in packages(read_lock(pylock.read_bytes(), source=pylock))
+    ]
     return tuple(sorted(pins, key=lambda p: (p.name, p.marker or "")))
 
 

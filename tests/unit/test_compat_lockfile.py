@@ -344,9 +344,9 @@ def test_a_resolution_that_cannot_be_read_is_refused(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("a = " + "[" * 100_000, "not a valid pylock file (nested too deeply)"),
-        ("a = " + "[" * 500 + "]" * 500, "not a valid pylock file (nested too deeply)"),
-        ("\udcff", "not a valid pylock file"),
+        ("a = " + "[" * 100_000, "not a TOML file (nested too deeply)"),
+        ("a = " + "[" * 500 + "]" * 500, "not a TOML file (nested too deeply)"),
+        ("\udcff", "not a TOML file"),
     ],
 )
 def test_a_pylock_that_cannot_be_read_is_refused(

@@ -13,10 +13,10 @@ from envbuilder.docker.plan import (
     LockedWheel,
     group_of,
     image_tag,
+    install_requirements,
     library_path,
     load_lock,
     plan_layers,
-    requirements_text,
 )
 from envbuilder.errors import InputError
 from envbuilder.model import ResolvedCombination, ResolvedTorch
@@ -95,15 +95,17 @@ def test_a_layer_depends_only_on_its_own_wheels() -> None:
             wheel("torch", "2.6.0", SHA_B),
         ]
     )
-    assert requirements_text(a.groups["cuda"]) == requirements_text(b.groups["cuda"])
-    assert requirements_text(a.groups["runtime"]) != requirements_text(b.groups["runtime"])
-    assert requirements_text(a.groups["torch"]) != requirements_text(b.groups["torch"])
+    assert install_requirements(a.groups["cuda"]) == install_requirements(b.groups["cuda"])
+    assert install_requirements(a.groups["runtime"]) != install_requirements(b.groups["runtime"])
+    assert install_requirements(a.groups["torch"]) != install_requirements(b.groups["torch"])
 
 
 def test_requirements_pin_every_wheel_by_hash() -> None:
-    text = requirements_text([wheel("torch", "2.13.0+cpu", SHA_A), wheel("sympy", "1.14", SHA_B)])
+    text = install_requirements(
+        [wheel("torch", "2.13.0+cpu", SHA_A), wheel("sympy", "1.14", SHA_B)]
+    )
     assert text == (f"torch==2.13.0+cpu --hash=sha256:{SHA_A}\nsympy==1.14 --hash=sha256:{SHA_B}\n")
-    assert requirements_text([]) == ""
+    assert install_requirements([]) == ""
 
 
 @pytest.mark.parametrize(
