@@ -17,7 +17,6 @@ import hashlib
 import logging
 import os
 import re
-import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from urllib3.util.retry import Retry
 
 from envbuilder import __version__
 from envbuilder.errors import IndexError_
+from envbuilder.files import atomic_writer
 
 __all__ = [
     "RETRY_STATUSES",
@@ -357,15 +357,8 @@ class HttpClient:
         path = self._blob_path(key)
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            Path(tmp).replace(path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_writer(path) as f:
+            f.write(data)
 
 
 def _cause(e: BaseException) -> str:

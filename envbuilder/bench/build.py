@@ -51,6 +51,7 @@ from envbuilder.docker.plan import (
     plan_layers,
 )
 from envbuilder.errors import EnvbuilderError, InputError
+from envbuilder.files import atomic_writer
 from envbuilder.model import ResolvedCombination, ResolvedTorch, load_resolution
 from envbuilder.reporter import Reporter
 
@@ -334,11 +335,9 @@ def _wheel(directory: Path, name: str, version: str, payload: int, *, seed: int)
         for n, d in members.items()
     ]
     members[f"{dist_info}/RECORD"] = ("\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n").encode()
-    tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w") as archive:
+    with atomic_writer(path) as f, zipfile.ZipFile(f, "w") as archive:
         for member, data in members.items():
             info = zipfile.ZipInfo(member, date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_STORED
             archive.writestr(info, data)
-    tmp.replace(path)
     return path

@@ -11,7 +11,6 @@ import hashlib
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 from envbuilder.docker.plan import LockedWheel
 from envbuilder.errors import IndexError_, InputError
+from envbuilder.files import atomic_writer
 
 if TYPE_CHECKING:
     import requests
@@ -129,22 +129,19 @@ class WheelCache:
     def _verified_write(self, wheel: LockedWheel, path: Path) -> Iterator[Callable[[bytes], None]]:
         digest = hashlib.sha256()
         size = 0
-        fd, tmp_name = tempfile.mkstemp(prefix=".partial-", dir=path.parent)
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as out:
+        with atomic_writer(path) as out:
 
-                def write(chunk: bytes) -> None:
-                    nonlocal size
-                    digest.update(chunk)
-                    size += len(chunk)
-                    if wheel.size is not None and size > wheel.size:
-                        raise IndexError_(
-                            f"{wheel.filename}: more than the lock's {wheel.size} bytes from {wheel.url!r}"
-                        )
-                    out.write(chunk)
+            def write(chunk: bytes) -> None:
+                nonlocal size
+                digest.update(chunk)
+                size += len(chunk)
+                if wheel.size is not None and size > wheel.size:
+                    raise IndexError_(
+                        f"{wheel.filename}: more than the lock's {wheel.size} bytes from {wheel.url!r}"
+                    )
+                out.write(chunk)
 
-                yield write
+            yield write
             if digest.hexdigest() != wheel.sha256:
                 raise IndexError_(
                     f"{wheel.filename}: sha256 {digest.hexdigest()!r} from {wheel.url!r} "
@@ -154,10 +151,6 @@ class WheelCache:
                 raise IndexError_(
                     f"{wheel.filename}: {size} bytes from {wheel.url!r}, the lock says {wheel.size}"
                 )
-            tmp.chmod(0o644)
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
 
     def link_into(self, wheel: LockedWheel, directory: Path) -> Path:
         """Hard-link (or copy across filesystems) the cached file into ``directory`` under its wheel name."""

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +19,6 @@ from envbuilder.closure import (
     lock_requirements,
     select_for_target,
 )
-from envbuilder.files import write_atomic
 from envbuilder.pylock import LockedArchive, LockedPackage, packages, read_lock, tool_table
 from envbuilder.target import Target
 
@@ -174,24 +170,6 @@ def test_lock_requirements_pin_every_package_with_its_hash_sorted(
 def test_a_package_without_a_hash_cannot_be_written_as_requirements() -> None:
     with pytest.raises(ClosureError, match=re.escape("py3.11-x: attrs has no sha256")):
         lock_requirements("py3.11-x", [_locked("attrs", None)], [])
-
-
-def test_write_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path: Path) -> None:
-    target = tmp_path / "out" / "pylock.x.toml"
-    first = write_atomic(target, "one\n")
-    second = write_atomic(target, "two\n")
-    assert target.read_text(encoding="utf-8") == "two\n"
-    assert first != second and len(second) == 64
-    assert [p.name for p in target.parent.iterdir()] == ["pylock.x.toml"]
-
-
-def test_write_atomic_gives_the_file_the_usual_permissions_not_mkstemp_s(tmp_path: Path) -> None:
-    mask = os.umask(0o027)
-    try:
-        write_atomic(tmp_path / "resolution.json", "{}\n")
-    finally:
-        os.umask(mask)
-    assert stat.S_IMODE((tmp_path / "resolution.json").stat().st_mode) == 0o640
 
 
 def _wheel(filename: str, sha: str) -> dict[str, Any]:
