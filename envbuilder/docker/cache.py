@@ -3,6 +3,7 @@
 ``<root>/sha256/ab/abcdef…`` holds the bytes whose sha256 is ``abcdef…``.
 A file only gets its name after its hash was checked while it streamed in,
 so whatever is in the cache is trusted; partial downloads are deleted.
+Downloads go through the one `HttpClient` (retries, CA bundle, offline).
 """
 
 from __future__ import annotations
@@ -14,15 +15,12 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from envbuilder.docker.plan import LockedWheel
 from envbuilder.errors import IndexError_, InputError
 from envbuilder.files import atomic_writer
-
-if TYPE_CHECKING:
-    import requests
+from envbuilder.http import HttpClient
 
 __all__ = ["WheelCache", "default_cache_dir"]
 
@@ -48,11 +46,10 @@ class WheelCache:
         self,
         root: Path,
         *,
-        session_factory: Callable[[], requests.Session] | None = None,
+        client: HttpClient | None = None,
     ) -> None:
         self.root = root
-        self._session_factory = session_factory
-        self._session: requests.Session | None = None
+        self._client = client
 
     def path_for(self, sha256: str) -> Path:
         return self.root / "sha256" / sha256[:2] / sha256
@@ -96,34 +93,18 @@ class WheelCache:
             raise InputError(f"{wheel.filename}: cannot read {str(source)!r} ({e.strerror})") from e
 
     def _download(self, wheel: LockedWheel) -> Iterator[bytes]:
-        import requests
-
-        session = self._get_session()
         logger.info("downloading %s", wheel.url)
         try:
-            with session.get(wheel.url, stream=True, timeout=(30, 300)) as response:
-                if response.status_code != 200:
-                    raise IndexError_(
-                        f"{wheel.filename}: GET {wheel.url!r} answered HTTP {response.status_code}"
-                    )
-                yield from response.iter_content(_CHUNK)
-        except requests.RequestException as e:
-            raise IndexError_(f"{wheel.filename}: GET {wheel.url!r} failed ({e})") from e
+            yield from self._get_client().stream(wheel.url, chunk_size=_CHUNK)
+        except IndexError_ as e:
+            raise IndexError_(f"{wheel.filename}: {e}") from e
 
-    def _get_session(self) -> requests.Session:
-        if self._session is None:
-            if self._session_factory is not None:
-                self._session = self._session_factory()
-            else:
-                import requests
+    def _get_client(self) -> HttpClient:
+        if self._client is None:
+            from envbuilder.pipconfig import ca_bundle
 
-                from envbuilder.pipconfig import ca_bundle
-
-                self._session = requests.Session()
-                bundle = ca_bundle()
-                if bundle:
-                    self._session.verify = bundle
-        return self._session
+            self._client = HttpClient(ca_bundle=ca_bundle())
+        return self._client
 
     @contextmanager
     def _verified_write(self, wheel: LockedWheel, path: Path) -> Iterator[Callable[[bytes], None]]:
