@@ -18,6 +18,7 @@ from types import ModuleType
 
 from envbuilder import __version__
 from envbuilder.errors import EnvbuilderError
+from envbuilder.settings import Settings
 
 __all__ = ["COMMANDS", "main"]
 
@@ -73,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    debug = args.debug or os.environ.get("ENVBUILDER_DEBUG", "") not in ("", "0")
+    args.settings = Settings.from_environment(os.environ, debug=args.debug)
+    debug = args.settings.debug
     level = logging.WARNING
     if getattr(args, "verbose", 0) >= 2 or debug:
         level = logging.DEBUG

@@ -15,7 +15,6 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import logging
-import os
 import re
 import threading
 from collections.abc import Iterator, Mapping
@@ -23,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import requests
 from cachecontrol import CacheControlAdapter
 from cachecontrol.caches import FileCache
@@ -42,7 +40,6 @@ __all__ = [
     "HttpClient",
     "HttpNotFound",
     "HttpResponse",
-    "default_cache_dir",
 ]
 
 logger = logging.getLogger(__name__)
@@ -53,15 +50,6 @@ _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 class HttpNotFound(IndexError_):
     """The server answered 404 or 410: the resource does not exist."""
-
-
-def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``ENVBUILDER_CACHE_DIR``, else the user's cache directory for envbuilder."""
-    env = os.environ if environ is None else environ
-    configured = env.get("ENVBUILDER_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    return Path(platformdirs.user_cache_dir("envbuilder", appauthor=False))
 
 
 @dataclass(frozen=True, kw_only=True)

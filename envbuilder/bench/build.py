@@ -20,6 +20,7 @@ import base64
 import hashlib
 import io
 import itertools
+import os
 import random
 import shutil
 import subprocess
@@ -41,7 +42,7 @@ from envbuilder.docker.build import (
     ensure_image,
     lock_path,
 )
-from envbuilder.docker.cache import WheelCache, default_cache_dir
+from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import (
     GROUPS,
     image_tag,
@@ -54,6 +55,7 @@ from envbuilder.errors import EnvbuilderError, InputError
 from envbuilder.files import atomic_writer
 from envbuilder.model import ResolvedCombination, ResolvedTorch, load_resolution
 from envbuilder.reporter import Reporter
+from envbuilder.settings import Settings
 
 __all__ = ["main"]
 
@@ -96,7 +98,8 @@ def _main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     reporter = Reporter(verbose=args.verbose)
     client = docker_client()
-    cache = WheelCache(default_cache_dir())
+    settings = Settings.from_environment(os.environ)
+    cache = WheelCache(settings.wheel_cache, client=settings.http_client())
     if args.synthetic:
         work = args.work or cache.root.parent / "bench-synthetic"
         cases = synthetic_cases(work, runtime_mb=args.runtime_mb, torch_mb=args.torch_mb)

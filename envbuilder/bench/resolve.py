@@ -150,10 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--matrix", default="matrix.toml")
     args = parser.parse_args(argv)
 
-    from envbuilder import pipconfig
     from envbuilder.closure import find_uv
+    from envbuilder.settings import Settings
 
-    index_url = pipconfig.default_index_url()
+    index_url = Settings.from_environment(os.environ).index_url
     uv = find_uv()
     with tempfile.TemporaryDirectory(prefix="bench-resolve-") as tmp, CountingProxy() as proxy:
         root = Path(tmp)

@@ -53,7 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from envbuilder.docker.build import docker_client, ensure_image, lock_path, push_image
-    from envbuilder.docker.cache import WheelCache, default_cache_dir
+    from envbuilder.docker.cache import WheelCache
     from envbuilder.matrix import load_matrix
     from envbuilder.model import load_resolution
     from envbuilder.reporter import Reporter
@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     resolved = resolution.by_id()
     chosen = matrix.select(args.selectors)
     client = docker_client()
-    cache = WheelCache(args.wheel_cache or default_cache_dir())
+    settings = args.settings
+    cache = WheelCache(args.wheel_cache or settings.wheel_cache, client=settings.http_client())
     log_dir: Path = args.log_dir or locks / "build-logs"
     built: list[str] = []
     skipped: list[str] = []
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
             reporter=reporter,
             log_dir=log_dir,
             cache=cache,
+            revision=settings.revision,
             no_cache=args.no_cache,
         )
         built.append(tag)

@@ -325,8 +325,11 @@ def _run_in_containers(
             "use --in-place to run in this environment"
         ) from e
     import envbuilder
+    from envbuilder.docker.cache import WheelCache
     from envbuilder.reporter import Reporter
 
+    settings = args.settings
+    cache = WheelCache(settings.wheel_cache, client=settings.http_client())
     client = docker_client()
     devices = _gpu_request(client, args.allow_cpu)
     reporter = Reporter(verbose=getattr(args, "verbose", 0))
@@ -348,6 +351,8 @@ def _run_in_containers(
                 client=client,
                 reporter=reporter,
                 log_dir=args.locks / "build-logs",
+                cache=cache,
+                revision=settings.revision,
             )
             command = [
                 "python",

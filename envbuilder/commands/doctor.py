@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.lockfile.doctor import check_environment, run_probe
     from envbuilder.lockfile.read import default_lockfile, load_lockfile
 
-    path: Path = args.lock or default_lockfile()
+    path: Path = args.lock or default_lockfile(args.settings)
     lock = load_lockfile(path)
     probe = None if args.no_probe else run_probe()
     entry, findings = check_environment(

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             "pylock.<name>.toml with no dots in <name> (uv recognises it only by that name), "
             f"e.g. pylock.{args.id.replace('.', '_')}.toml"
         )
-    data = exported(args.lock or default_lockfile(), args.id, args.format)
+    data = exported(args.lock or default_lockfile(args.settings), args.id, args.format)
     if args.out is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()

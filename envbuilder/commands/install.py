@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.reporter import Reporter
 
     report = Reporter(verbose=args.verbose)
-    lockfile = args.lock or default_lockfile()
+    lockfile = args.lock or default_lockfile(args.settings)
     lock = load_lockfile(lockfile)
     python_exe: Path = args.python_exe or Path(sys.executable)
     if args.venv is not None:

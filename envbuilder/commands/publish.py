@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
     report = Reporter(verbose=args.verbose)
     with report.step(f"publish {args.out}"):
-        files = build_site(args.lock or default_lockfile(), args.out)
+        files = build_site(args.lock or default_lockfile(args.settings), args.out)
         for path in files:
             report.line(f"  {path} ({path.stat().st_size} bytes)")
     report.summary((args.out / "compat.md").read_text(encoding="utf-8"))

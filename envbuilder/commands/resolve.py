@@ -50,11 +50,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder import pipconfig
     from envbuilder.closure import find_uv
     from envbuilder.errors import InputError
     from envbuilder.files import write_atomic
-    from envbuilder.http import HttpClient, default_cache_dir
     from envbuilder.matrix import load_matrix
     from envbuilder.model import Resolution, load_resolution
     from envbuilder.resolve import Resolver, ResolveSettings
@@ -64,21 +62,20 @@ def run(args: argparse.Namespace) -> int:
     reporter = Reporter(verbose=args.verbose)
     matrix = load_matrix(args.matrix)
     selected = matrix.select(args.selectors)
-    cache_dir = args.cache_dir or default_cache_dir()
-    ca = pipconfig.ca_bundle()
+    cache_dir = args.cache_dir or args.settings.cache_dir
     settings = ResolveSettings(
         out_dir=args.out,
         cache_dir=cache_dir,
-        default_index_url=pipconfig.default_index_url(),
+        default_index_url=args.settings.index_url,
         uv=find_uv(),
         offline=args.offline,
         upgrade=args.upgrade,
         jobs=args.jobs,
-        ca_bundle=ca,
+        ca_bundle=args.settings.ca_bundle,
     )
     progress = _Progress(reporter, total=len(selected))
-    with HttpClient(
-        cache_dir=cache_dir, offline=args.offline, ca_bundle=ca, max_workers=args.jobs
+    with args.settings.http_client(
+        cache_dir=cache_dir, offline=args.offline, max_workers=args.jobs
     ) as client:
         resolver = Resolver(
             indexes=dict(matrix.indexes), client=client, settings=settings, on_done=progress.done

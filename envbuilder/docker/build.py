@@ -15,7 +15,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import shutil
 import subprocess
 import tempfile
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from envbuilder import __version__
-from envbuilder.docker.cache import WheelCache, default_cache_dir
+from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import (
     GROUPS,
     LayerPlan,
@@ -97,11 +96,10 @@ def docker_client(client: Any = None) -> Any:
     return found
 
 
-def source_revision() -> str:
-    """The source revision envbuilder runs from: ``ENVBUILDER_SOURCE_REVISION``, ``GITHUB_SHA``, git, else 'unknown'."""
-    for name in ("ENVBUILDER_SOURCE_REVISION", "GITHUB_SHA"):
-        if os.environ.get(name):
-            return os.environ[name]
+def source_revision(configured: str | None = None) -> str:
+    """The source revision envbuilder runs from: the configured one (`Settings.revision`), git, else 'unknown'."""
+    if configured:
+        return configured
     try:
         out = subprocess.run(
             ["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"],
@@ -173,7 +171,8 @@ def ensure_image(
     base_image: str | None = None,
     reporter: Reporter | None = None,
     log_dir: Path,
-    cache: WheelCache | None = None,
+    cache: WheelCache,
+    revision: str | None = None,
     no_cache: bool = False,
 ) -> str:
     """The tag of the combination's image, built from ``lock_path`` unless it exists already.
@@ -210,7 +209,6 @@ def ensure_image(
             reporter.line(f"{tag} was built by another Dockerfile of envbuilder's; rebuilding")
     plan = plan_layers(load_lock(lock_bytes, source=lock_path))
     base = base_image or f"python:{resolved.python}-slim"
-    cache = cache or WheelCache(default_cache_dir())
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{resolved.id}.log"
     with reporter.step(f"build {tag}"), log_path.open("w", encoding="utf-8") as log:
@@ -241,7 +239,7 @@ def ensure_image(
             manifest=manifest,
             base_image=base,
             plan=plan,
-            revision=source_revision(),
+            revision=source_revision(revision),
             recipe=recipe,
         )
         docker_build(

@@ -22,21 +22,11 @@ from envbuilder.errors import IndexError_, InputError
 from envbuilder.files import atomic_writer
 from envbuilder.http import HttpClient
 
-__all__ = ["WheelCache", "default_cache_dir"]
+__all__ = ["WheelCache"]
 
 logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
-
-
-def default_cache_dir() -> Path:
-    """``ENVBUILDER_WHEEL_CACHE``, else the user cache directory's ``wheels``."""
-    configured = os.environ.get("ENVBUILDER_WHEEL_CACHE")
-    if configured:
-        return Path(configured)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("envbuilder")) / "wheels"
 
 
 class WheelCache:
@@ -48,6 +38,7 @@ class WheelCache:
         *,
         client: HttpClient | None = None,
     ) -> None:
+        """``client`` downloads (give one with the run's CA bundle; `Settings.http_client`)."""
         self.root = root
         self._client = client
 
@@ -101,9 +92,7 @@ class WheelCache:
 
     def _get_client(self) -> HttpClient:
         if self._client is None:
-            from envbuilder.pipconfig import ca_bundle
-
-            self._client = HttpClient(ca_bundle=ca_bundle())
+            self._client = HttpClient()
         return self._client
 
     @contextmanager

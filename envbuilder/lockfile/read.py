@@ -12,13 +12,19 @@ from envbuilder.errors import InputError
 from envbuilder.jsondoc import LOCKFILE_DEPTH, NotJSON, parse
 from envbuilder.lockfile.canonical import HASH_KEY, content_sha256
 from envbuilder.lockfile.model import COMPAT_SCHEMA, DEFAULT_LOCKFILE, CompatLock
+from envbuilder.settings import Settings
 
 __all__ = ["default_lockfile", "load_lockfile"]
 
 
-def default_lockfile() -> Path:
-    """``$ENVBUILDER_LOCK`` if set, else ``compat.lock.json`` in the current directory."""
-    return Path(os.environ.get("ENVBUILDER_LOCK") or DEFAULT_LOCKFILE)
+def default_lockfile(settings: Settings | None = None) -> Path:
+    """The lockfile the settings name (``$ENVBUILDER_LOCK``), else ``compat.lock.json`` here.
+
+    Without ``settings`` the environment is read through `Settings`.
+    """
+    if settings is None:
+        settings = Settings.from_environment(os.environ)
+    return settings.lockfile or Path(DEFAULT_LOCKFILE)
 
 
 def load_lockfile(path: Path) -> CompatLock:

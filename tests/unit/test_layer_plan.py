@@ -305,6 +305,7 @@ def test_a_combination_without_a_lock_says_to_resolve() -> None:
 @pytest.mark.parametrize("status", ["unsatisfiable", "error"])
 def test_an_unresolved_combination_has_no_image(tmp_path: Path, status: str) -> None:
     from envbuilder.docker.build import ensure_image
+    from envbuilder.docker.cache import WheelCache
 
     resolved = ResolvedCombination(
         id="py3.11-cpu-torch2.12.0", status=status, reason="no torch 2.12.0 wheel for cp311",  # type: ignore[arg-type]
@@ -313,7 +314,12 @@ def test_an_unresolved_combination_has_no_image(tmp_path: Path, status: str) -> 
     with pytest.raises(
         InputError, match=f"is {status} \\(no torch 2.12.0 wheel for cp311\\); nothing to build"
     ):
-        ensure_image(resolved, tmp_path / "pylock.toml", log_dir=tmp_path / "logs")
+        ensure_image(
+            resolved,
+            tmp_path / "pylock.toml",
+            log_dir=tmp_path / "logs",
+            cache=WheelCache(tmp_path / "wheels"),
+        )
     assert not (tmp_path / "logs").exists()
 
 

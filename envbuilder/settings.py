@@ -1,0 +1,82 @@
+"""The settings of one run, read once from the environment by `cli.main`.
+
+Every ``ENVBUILDER_*`` variable is read here and nowhere else; commands get
+the frozen `Settings` as ``args.settings`` and pass what they need down as
+arguments. Command-line options win over these (``--cache-dir`` over
+``ENVBUILDER_CACHE_DIR``, ``--lock`` over ``ENVBUILDER_LOCK``).
+
+| variable                      | setting           | default                         |
+|-------------------------------|-------------------|---------------------------------|
+| ``ENVBUILDER_DEBUG``          | ``debug``         | off (``--debug`` turns it on)   |
+| ``ENVBUILDER_CACHE_DIR``      | ``cache_dir``     | the user cache directory        |
+| ``ENVBUILDER_WHEEL_CACHE``    | ``wheel_cache``   | ``wheels`` in the user cache    |
+| ``ENVBUILDER_LOCK``           | ``lockfile``      | ``./compat.lock.json`` (lockfile/) |
+| ``ENVBUILDER_SOURCE_REVISION``| ``revision``      | ``GITHUB_SHA``, else git asks   |
+
+The package index and the CA bundle come from pip's configuration
+(``envbuilder.pipconfig``), read on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from envbuilder.http import HttpClient
+
+__all__ = ["Settings"]
+
+
+def _user_cache() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("envbuilder", appauthor=False))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What the environment configures for a run."""
+
+    debug: bool = False
+    cache_dir: Path = field(default_factory=_user_cache)
+    wheel_cache: Path = field(default_factory=lambda: _user_cache() / "wheels")
+    lockfile: Path | None = None
+    revision: str | None = None
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str], *, debug: bool = False) -> Settings:
+        cache = environ.get("ENVBUILDER_CACHE_DIR")
+        wheels = environ.get("ENVBUILDER_WHEEL_CACHE")
+        return cls(
+            debug=debug or environ.get("ENVBUILDER_DEBUG", "") not in ("", "0"),
+            cache_dir=Path(cache) if cache else _user_cache(),
+            wheel_cache=Path(wheels) if wheels else _user_cache() / "wheels",
+            lockfile=Path(environ["ENVBUILDER_LOCK"]) if environ.get("ENVBUILDER_LOCK") else None,
+            revision=environ.get("ENVBUILDER_SOURCE_REVISION") or environ.get("GITHUB_SHA") or None,
+            environ=dict(environ),
+        )
+
+    @cached_property
+    def index_url(self) -> str:
+        """The default package index: pip's ``index-url`` setting, else pip's own default."""
+        from envbuilder.pipconfig import default_index_url
+
+        return default_index_url(self.environ)
+
+    @cached_property
+    def ca_bundle(self) -> str | None:
+        """The CA bundle to verify TLS with, as pip would find it."""
+        from envbuilder.pipconfig import ca_bundle
+
+        return ca_bundle(self.environ)
+
+    def http_client(self, **options: Any) -> HttpClient:
+        """An HTTP client that verifies TLS with `ca_bundle`; ``options`` go to `HttpClient`."""
+        from envbuilder.http import HttpClient
+
+        return HttpClient(ca_bundle=self.ca_bundle, **options)
