@@ -149,9 +149,13 @@ class ResolvedCombination:
     lock: str | None = None  # path of pylock.<id>.toml, relative to the output's parent
     lock_sha256: str | None = None
     requirements: str | None = None
+    #: the matrix cell this answers; known to the run that resolved it, not kept in JSON
+    combination: Combination | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        del data["combination"]
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ResolvedCombination:

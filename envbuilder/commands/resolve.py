@@ -52,6 +52,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from envbuilder.closure import find_uv
     from envbuilder.errors import InputError
+    from envbuilder.evidence import IndexEvidence
     from envbuilder.files import write_atomic
     from envbuilder.matrix import load_matrix
     from envbuilder.model import Resolution, load_resolution
@@ -78,7 +79,10 @@ def run(args: argparse.Namespace) -> int:
         cache_dir=cache_dir, offline=args.offline, max_workers=args.jobs
     ) as client:
         resolver = Resolver(
-            indexes=dict(matrix.indexes), client=client, settings=settings, on_done=progress.done
+            indexes=dict(matrix.indexes),
+            evidence=IndexEvidence(client),
+            settings=settings,
+            on_done=progress.done,
         )
         with (
             reporter.step(

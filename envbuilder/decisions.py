@@ -1,0 +1,415 @@
+"""Decisions: torch and xformers for one combination, from the evidence, as values.
+
+`decide` reads the indexes only through an `Evidence` source and returns
+a `Decision`: what was chosen, every rejected file with its reason, the
+notes, and its status — ``decided`` (ready to be locked), ``unsatisfiable``
+(a reason why the combination cannot work) or ``error`` (the evidence
+could not be read). Nothing here does I/O of its own: a fake evidence
+source with no HTTP server is enough to test it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from packaging.utils import parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from envbuilder.closure import IndexArgument, PinnedFile
+from envbuilder.errors import EnvbuilderError
+from envbuilder.evidence import BUILD_RECORD, Evidence, file_version
+from envbuilder.model import (
+    BuildRecord,
+    Combination,
+    IndexSpec,
+    Rejection,
+    ResolvedCombination,
+    ResolvedTorch,
+    ResolvedXformers,
+    Status,
+)
+from envbuilder.simple import DistributionFile
+from envbuilder.target import CudaTag, Target
+from envbuilder.wheels import (
+    applicable_requirements,
+    compare_cuda,
+    cuda_from_local_label,
+    cuda_from_requirements,
+    portable_requirements,
+    rank_wheels,
+    requirements_of,
+    torch_requirement,
+)
+
+__all__ = ["Decision", "decide", "target_of"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """What the evidence says about one combination, before its closure is locked."""
+
+    combination: Combination
+    target: Target
+    status: Literal["decided", "unsatisfiable", "error"]
+    reason: str = ""
+    torch: ResolvedTorch | None = None
+    xformers: ResolvedXformers | None = None
+    extra_runtime: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    rejected: tuple[Rejection, ...] = ()
+    indexes: tuple[IndexArgument, ...] = ()
+    dependencies: tuple[str, ...] = ()  # of torch and xformers, for the target
+    raw_dependencies: tuple[str, ...] = ()  # the same, markers kept
+
+    def result(self, status: Status, reason: str) -> ResolvedCombination:
+        """The resolver's answer with this decision's findings."""
+        c = self.combination
+        return ResolvedCombination(
+            id=c.id,
+            status=status,
+            reason=reason,
+            python=c.python,
+            cuda=c.cuda,
+            platform=c.platform,
+            torch=self.torch,
+            xformers=self.xformers,
+            extra_runtime=self.extra_runtime,
+            notes=self.notes,
+            rejected=self.rejected,
+            combination=c,
+        )
+
+    def pins(self) -> list[PinnedFile]:
+        """The files envbuilder chose itself, added to uv's closure."""
+        assert self.torch is not None
+        pinned = [_pinned("torch", self.torch)]
+        if self.xformers is not None:
+            pinned.append(_pinned("xformers", self.xformers))
+        return pinned
+
+    def closure_requirements(self) -> list[str]:
+        """What the rest of the closure is resolved from, for the target."""
+        return list(dict.fromkeys(self.dependencies + self.extra_runtime))
+
+    def closure_key(self) -> tuple[object, ...]:
+        """Decisions with the same key are locked from one universal resolution."""
+        return (tuple(sorted(set(self.raw_dependencies + self.extra_runtime))), self.indexes)
+
+    def resolved_reason(self) -> str:
+        """The one-line account of a resolved combination."""
+        assert self.torch is not None
+        torch_cuda = f"CUDA {self.torch.cuda}" if self.torch.cuda else "CPU"
+        text = f"torch {self.torch.version} ({torch_cuda}, from {self.torch.cuda_source})"
+        if self.xformers is not None:
+            built = self.xformers.built_with
+            text += (
+                f"; xformers {self.xformers.version} built with torch {built.torch}, "
+                f"CUDA {built.cuda}"
+            )
+            if self.xformers.requires_torch:
+                text += f"; requires torch{self.xformers.requires_torch}"
+        if self.extra_runtime:
+            text += "; added " + ", ".join(self.extra_runtime)
+        return text
+
+
+class _Unsatisfiable(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class _Findings:
+    """What the steps of one `decide` call found so far (local to that call)."""
+
+    rejected: list[Rejection] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    indexes: list[IndexArgument] = field(default_factory=list)
+    dependencies: list[str] = field(default_factory=list)
+    raw_dependencies: list[str] = field(default_factory=list)
+    extra_runtime: list[str] = field(default_factory=list)
+    torch: ResolvedTorch | None = None
+    xformers: ResolvedXformers | None = None
+
+
+@functools.cache
+def target_of(python: str, platform: str) -> Target:
+    """Targets are shared: their tag lists are long to compute."""
+    return Target(python=python, platform=platform)
+
+
+def index_url(spec: IndexSpec, cuda: str, default_index_url: str) -> str:
+    """The URL of ``spec`` for a combination's CUDA; the default index has none of its own."""
+    if spec.url is None:
+        return default_index_url
+    url = spec.url_for(cuda)
+    assert url is not None
+    return url
+
+
+def decide(
+    combination: Combination,
+    evidence: Evidence,
+    *,
+    indexes: Mapping[str, IndexSpec],
+    default_index_url: str,
+) -> Decision:
+    """Choose torch and xformers for ``combination`` from the evidence."""
+    target = target_of(combination.python, combination.platform)
+    found = _Findings()
+    default_spec = indexes.get("default", IndexSpec(name="default", url=None))
+    found.indexes.append(
+        IndexArgument(
+            role="default", url=index_url(default_spec, combination.cuda, default_index_url)
+        )
+    )
+    status: Literal["decided", "unsatisfiable", "error"] = "decided"
+    reason = ""
+    steps = _Steps(combination, target, evidence, indexes, default_index_url, found)
+    try:
+        found.torch = steps.torch()
+        if combination.xformers is not None:
+            steps.xformers()
+    except _Unsatisfiable as e:
+        status, reason = "unsatisfiable", e.reason
+    except EnvbuilderError as e:
+        status, reason = "error", str(e)
+    except ValueError as e:  # evidence the resolver cannot read, e.g. a broken build record
+        status, reason = "error", f"unreadable evidence: {e}"
+    return Decision(
+        combination=combination,
+        target=target,
+        status=status,
+        reason=reason,
+        torch=found.torch,
+        xformers=found.xformers,
+        extra_runtime=tuple(found.extra_runtime),
+        notes=tuple(found.notes),
+        rejected=tuple(found.rejected),
+        indexes=tuple(found.indexes),
+        dependencies=tuple(found.dependencies),
+        raw_dependencies=tuple(found.raw_dependencies),
+    )
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """The steps of one decision; they record what they find in ``found``."""
+
+    c: Combination
+    target: Target
+    evidence: Evidence
+    indexes: Mapping[str, IndexSpec]
+    default_index_url: str
+    found: _Findings
+
+    def _index_argument(self, spec: IndexSpec) -> str:
+        url = index_url(spec, self.c.cuda, self.default_index_url)
+        if spec.url is not None:
+            role = "find-links" if spec.kind == "find-links" else "index"
+            arg = IndexArgument(role=role, url=url)
+            if arg not in self.found.indexes:
+                self.found.indexes.append(arg)
+        return url
+
+    def _fitting_wheels(
+        self, spec: IndexSpec, project: str, version: str, *, local_label: str | None = None
+    ) -> tuple[DistributionFile, ...]:
+        """The wheels of ``project==version`` on ``spec`` that fit the target, best first;
+        none fitting is unsatisfiable."""
+        url = self._index_argument(spec)
+        files = self.evidence.release_files(url, project, spec.kind, version)
+        ranked = rank_wheels(
+            files, project=project, version=version, target=self.target, local_label=local_label
+        )
+        self.found.rejected += ranked.rejected
+        self.found.notes += ranked.notes
+        if not ranked.candidates:
+            page = self.evidence.page(url, project, spec.kind)
+            reason = _nothing_fits(project, version, self.target, spec, url, page, ranked.rejected)
+            raise _Unsatisfiable(reason)
+        return tuple(ranked.candidates)
+
+    def torch(self) -> ResolvedTorch:
+        c = self.c
+        spec = self.indexes[c.torch_index]
+        candidates = self._fitting_wheels(
+            spec, "torch", c.torch, local_label=c.cuda if spec.per_cuda else None
+        )
+        wanted_cuda = None if c.cuda in ("default", "cpu") else CudaTag.from_tag(c.cuda).version
+        problems: list[str] = []
+        for file in candidates:
+            filename = file.filename
+            version = parse_wheel_filename(filename)[1]
+            requirements = requirements_of(self.evidence.metadata(file))
+            found = cuda_from_local_label(version)
+            if found is None:
+                found = cuda_from_requirements(requirements, self.target)
+            cuda, source, evidence = found
+            mismatch = None
+            if c.cuda == "cpu" and cuda is not None:
+                mismatch = (
+                    f"a CUDA {cuda} build ({evidence}), but the combination asks for a CPU build"
+                )
+            elif wanted_cuda is not None and cuda != wanted_cuda:
+                built = f"CUDA {cuda}" if cuda else "a CPU build"
+                mismatch = f"{built} ({evidence}), but the combination asks for {c.cuda}"
+            if mismatch:
+                self.found.rejected.append(
+                    Rejection(project="torch", filename=filename, reason=mismatch)
+                )
+                problems.append(f"{filename} is {mismatch}")
+                continue
+            self.found.dependencies += applicable_requirements(requirements, self.target)
+            self.found.raw_dependencies += portable_requirements(requirements)
+            return ResolvedTorch(
+                version=str(version),
+                cuda=cuda,
+                cuda_source=source,
+                filename=filename,
+                url=file.url,
+                sha256=_sha256(file),
+                size=file.size,
+                index=spec.name,
+            )
+        raise _Unsatisfiable(f"no torch {c.torch} build for {c.cuda}: " + "; ".join(problems))
+
+    def xformers(self) -> None:
+        c = self.c
+        torch = self.found.torch
+        assert c.xformers is not None and torch is not None
+        spec = self.indexes[c.xformers_index]
+        file = self._fitting_wheels(spec, "xformers", c.xformers)[0]
+        filename = file.filename
+        xf_requirements = requirements_of(self.evidence.metadata(file))
+        req = torch_requirement(xf_requirements, self.target)
+        self.found.dependencies += applicable_requirements(
+            xf_requirements, self.target, exclude=["torch"]
+        )
+        self.found.raw_dependencies += portable_requirements(xf_requirements, exclude=["torch"])
+        requires = str(req.specifier) if req is not None else ""
+        record = self.evidence.build_record(file)
+        if record is None:
+            record = BuildRecord(torch=None, cuda=None, arch_list=None)
+            self.found.notes.append(f"{filename} has no {BUILD_RECORD}: its build CUDA is unknown")
+        xformers = ResolvedXformers(
+            version=c.xformers,
+            filename=filename,
+            url=file.url,
+            sha256=_sha256(file),
+            requires_torch=requires,
+            built_with=record,
+            size=file.size,
+            index=spec.name,
+        )
+        self.found.xformers = xformers
+        if req is not None and not req.specifier.contains(Version(torch.version), prereleases=True):
+            raise _Unsatisfiable(
+                f"xformers {c.xformers} requires torch{req.specifier} (its Requires-Dist), "
+                f"which torch {torch.version} does not satisfy"
+            )
+        self._check_build(xformers, torch)
+
+    def _check_build(self, xformers: ResolvedXformers, torch: ResolvedTorch) -> None:
+        record = xformers.built_with
+        built = f"torch {record.torch}" if record.torch else "an unrecorded torch"
+        if record.torch:
+            try:
+                built_release = Version(record.torch).release[:2]
+                if built_release != Version(torch.version).release[:2]:
+                    self.found.notes.append(
+                        f"xformers {xformers.version} was built against torch {record.torch}; "
+                        f"this combination runs it with torch {torch.version}"
+                    )
+            except InvalidVersion:
+                pass
+        match compare_cuda(record.cuda, torch.cuda):
+            case "same" | "no-record":
+                return
+            case "minor":
+                self.found.notes.append(
+                    f"CUDA minor versions differ: xformers built with CUDA {record.cuda}, "
+                    f"torch built with CUDA {torch.cuda} (same major; minor-version compatible)"
+                )
+            case "cpu-torch":
+                raise _Unsatisfiable(
+                    f"xformers {xformers.version} is a CUDA {record.cuda} build ({built}), "
+                    f"but torch {torch.version} is a CPU build: its extension cannot run"
+                )
+            case "major":
+                assert record.cuda is not None and torch.cuda is not None
+                major = record.cuda.split(".")[0]
+                problem = (
+                    f"xformers {xformers.version} was built for {built} with CUDA {record.cuda}, "
+                    f"but torch {torch.version} is built with CUDA {torch.cuda}: "
+                    f"xformers' C++/CUDA extension needs libcudart.so.{major}, which this torch does not bring"
+                )
+                if not self.c.add_cuda_runtime:
+                    raise _Unsatisfiable(
+                        problem + "; set add-cuda-runtime = true to add that CUDA runtime"
+                    )
+                runtime = self._cuda_runtime(record.cuda)
+                self.found.extra_runtime.append(runtime)
+                self.found.notes.append(f"{problem}; added {runtime} (add-cuda-runtime = true)")
+
+    def _cuda_runtime(self, cuda: str) -> str:
+        """The newest CUDA runtime wheel of the build's major.minor on the default index."""
+        major, minor = cuda.split(".")[:2]
+        project = f"nvidia-cuda-runtime-cu{major}"
+        url = self.found.indexes[0].url
+        best: Version | None = None
+        for file in self.evidence.page(url, project, "simple"):
+            filename = file.filename
+            if not filename.endswith(".whl") or file.yanked:
+                continue
+            version = parse_wheel_filename(filename)[1]
+            if version.release[:2] == (int(major), int(minor)) and (best is None or version > best):
+                best = version
+        if best is None:
+            raise _Unsatisfiable(f"no {project} {major}.{minor}.* on the default index to add")
+        return f"{project}=={best}"
+
+
+def _pinned(name: str, chosen: ResolvedTorch | ResolvedXformers) -> PinnedFile:
+    return PinnedFile(
+        name=name,
+        version=chosen.version,
+        filename=chosen.filename,
+        url=chosen.url,
+        sha256=chosen.sha256,
+        size=chosen.size,
+    )
+
+
+def _sha256(file: DistributionFile) -> str:
+    sha = file.hashes.get("sha256")
+    if not sha:
+        raise EnvbuilderError(f"{file.filename!r} has no sha256 on its index")
+    return sha
+
+
+def _nothing_fits(
+    project: str,
+    version: str,
+    target: Target,
+    spec: IndexSpec,
+    url: str,
+    files: Sequence[DistributionFile],
+    rejected: Sequence[Rejection],
+) -> str:
+    where = f"index {spec.name!r} ({url})"
+    if not rejected:
+        versions = sorted(
+            {v for f in files if (v := file_version(f.filename, project)) is not None}
+        )
+        near = [str(v) for v in versions if v.release[:2] == Version(version).release[:2]][-5:]
+        hint = f"; releases there near it: {', '.join(near)}" if near else ""
+        return f"{project} {version} is not on {where}{hint}"
+    reasons = sorted({r.reason for r in rejected})
+    return f"no {project} {version} wheel fits {target.describe()} on {where}: " + "; ".join(
+        reasons[:4]
+    )
