@@ -14,7 +14,7 @@ arguments. Command-line options win over these (``--cache-dir`` over
 | ``ENVBUILDER_SOURCE_REVISION``| ``revision``      | ``GITHUB_SHA``, else git asks   |
 
 The package index and the CA bundle come from pip's configuration
-(``envbuilder.pipconfig``), read on first use.
+(``envbuilder.index.pipconfig``), read on first use.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from envbuilder.http import HttpClient
+    from envbuilder.index.http import HttpClient
 
 __all__ = ["Settings"]
 
@@ -64,19 +64,19 @@ class Settings:
     @cached_property
     def index_url(self) -> str:
         """The default package index: pip's ``index-url`` setting, else pip's own default."""
-        from envbuilder.pipconfig import default_index_url
+        from envbuilder.index.pipconfig import default_index_url
 
         return default_index_url(self.environ)
 
     @cached_property
     def ca_bundle(self) -> str | None:
         """The CA bundle to verify TLS with, as pip would find it."""
-        from envbuilder.pipconfig import ca_bundle
+        from envbuilder.index.pipconfig import ca_bundle
 
         return ca_bundle(self.environ)
 
     def http_client(self, **options: Any) -> HttpClient:
         """An HTTP client that verifies TLS with `ca_bundle`; ``options`` go to `HttpClient`."""
-        from envbuilder.http import HttpClient
+        from envbuilder.index.http import HttpClient
 
         return HttpClient(ca_bundle=self.ca_bundle, **options)

@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--matrix", default="matrix.toml")
     args = parser.parse_args(argv)
 
-    from envbuilder.closure import find_uv
+    from envbuilder.resolve.closure import find_uv
     from envbuilder.settings import Settings
 
     index_url = Settings.from_environment(os.environ).index_url

@@ -54,9 +54,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from envbuilder.docker.build import docker_client, ensure_image, lock_path, push_image
     from envbuilder.docker.cache import WheelCache
-    from envbuilder.matrix import load_matrix
     from envbuilder.model import load_resolution
     from envbuilder.reporter import Reporter
+    from envbuilder.resolve.matrix import load_matrix
 
     reporter = Reporter(verbose=args.verbose)
     locks: Path = args.locks

@@ -129,8 +129,8 @@ def _options(args: argparse.Namespace, combination: str, lock_sha256: str | None
 
 def run(args: argparse.Namespace) -> int:
     from envbuilder.conformance.runner import pattern_problems
-    from envbuilder.matrix import load_matrix
     from envbuilder.model import Resolution, load_resolution
+    from envbuilder.resolve.matrix import load_matrix
 
     if problems := pattern_problems(args.checks):
         raise InputError("; ".join(problems))

@@ -44,11 +44,11 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from envbuilder.ghmatrix import compact, github_output, plan_jobs, workflow_command
-    from envbuilder.matrix import load_matrix
     from envbuilder.model import load_resolution
     from envbuilder.reporter import Reporter
+    from envbuilder.resolve.matrix import load_matrix
 
-    log = logging.getLogger("envbuilder.matrix")
+    log = logging.getLogger("envbuilder.resolve.matrix")
     reporter = Reporter(verbose=args.verbose)
     matrix = load_matrix(args.matrix)
     selected = matrix.select(args.selectors)

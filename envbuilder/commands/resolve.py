@@ -50,13 +50,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.closure import find_uv
     from envbuilder.errors import InputError
-    from envbuilder.evidence import IndexEvidence
     from envbuilder.files import write_atomic
-    from envbuilder.matrix import load_matrix
     from envbuilder.model import Resolution, load_resolution
-    from envbuilder.resolve import Resolver, ResolveSettings
+    from envbuilder.resolve.closure import find_uv
+    from envbuilder.resolve.evidence import IndexEvidence
+    from envbuilder.resolve.matrix import load_matrix
+    from envbuilder.resolve.resolver import Resolver, ResolveSettings
 
     if args.jobs < 1:
         raise InputError(f"--jobs must be at least 1, not {args.jobs!r}")

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 from envbuilder.docker.plan import LockedWheel
 from envbuilder.errors import IndexError_, InputError
 from envbuilder.files import atomic_writer
-from envbuilder.http import HttpClient
+from envbuilder.index.http import HttpClient
 
 __all__ = ["WheelCache"]
 

@@ -24,8 +24,8 @@ import tomli_w
 from envbuilder.docker.build import DOCKER_DIR, lock_path
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import lock_digest
+from envbuilder.index.pipconfig import default_index_url, pip_config_value
 from envbuilder.model import Resolution, ResolvedCombination, ResolvedTorch, lock_filename
-from envbuilder.pipconfig import default_index_url, pip_config_value
 from tests.support.wheels import BuiltWheel
 
 BASE_IMAGE = "envbuilder-test/python:3.11"

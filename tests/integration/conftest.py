@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder.http import HttpClient
+from envbuilder.index.http import HttpClient
 from tests.support.index_server import IndexedFile, IndexServer
 from tests.support.wheels import BuiltWheel, build_wheel
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from envbuilder.errors import IndexError_
-from envbuilder.remotewheel import read_core_metadata, read_member
-from envbuilder.simple import DistributionFile, fetch_project_page
+from envbuilder.index.remotewheel import read_core_metadata, read_member
+from envbuilder.index.simple import DistributionFile, fetch_project_page
 from tests.integration.conftest import ClientFactory, ServerFactory, WheelFactory
 from tests.support.index_server import IndexedFile, IndexServer
 from tests.support.wheels import BuiltWheel, cpp_lib_json

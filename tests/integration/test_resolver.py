@@ -22,9 +22,9 @@ from typing import Any, Literal
 import pytest
 
 from envbuilder import cli
-from envbuilder.closure import find_uv
 from envbuilder.errors import MissingToolError
 from envbuilder.model import lock_filename
+from envbuilder.resolve.closure import find_uv
 from tests.support.index_server import IndexedFile, IndexServer
 from tests.support.wheels import BuiltWheel, build_wheel, cpp_lib_json
 
@@ -663,7 +663,7 @@ def test_a_rerun_is_byte_identical_keeps_locks_and_upgrade_re_resolves(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     wrapper, calls = _uv_wrapper(tmp_path, uv)
-    monkeypatch.setattr("envbuilder.closure.find_uv", lambda: str(wrapper))
+    monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
     matrix = _matrix_for(tmp_path, server)
 
     first = resolve(matrix)
@@ -688,7 +688,7 @@ def test_a_changed_decision_relocks_that_combination(
     wheels: Wheels, tmp_path: Path, resolve: Any, uv: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wrapper, calls = _uv_wrapper(tmp_path, uv)
-    monkeypatch.setattr("envbuilder.closure.find_uv", lambda: str(wrapper))
+    monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
     with _server(wheels) as server:
         matrix = _matrix_for(tmp_path, server)
         first = resolve(matrix, OK)
@@ -769,7 +769,7 @@ def test_one_pair_over_two_pythons_shares_one_uv_run_and_each_takes_its_part(
     tmp_path: Path, resolve: Any, uv: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wrapper, calls = _uv_wrapper(tmp_path, uv)
-    monkeypatch.setattr("envbuilder.closure.find_uv", lambda: str(wrapper))
+    monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
     d = tmp_path / "pair"
     record = {"xformers/cpp_lib.json": cpp_lib_json(torch="2.4.1", cuda=1201, arch_list="8.0")}
     runtime = [f"nvidia-cuda-runtime-cu12==12.1.105; {LINUX_X86}"]

@@ -12,7 +12,7 @@ import pytest
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import LockedWheel
 from envbuilder.errors import IndexError_
-from envbuilder.http import HttpClient
+from envbuilder.index.http import HttpClient
 from tests.support.index_server import IndexServer
 from tests.support.wheels import BuiltWheel, build_wheel
 

@@ -15,10 +15,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from envbuilder.errors import IndexError_
-from envbuilder.http import HttpClient
-from envbuilder.pipconfig import ca_bundle, default_index_url
-from envbuilder.remotewheel import read_core_metadata, read_member
-from envbuilder.simple import DistributionFile, ProjectPage, fetch_project_page
+from envbuilder.index.http import HttpClient
+from envbuilder.index.pipconfig import ca_bundle, default_index_url
+from envbuilder.index.remotewheel import read_core_metadata, read_member
+from envbuilder.index.simple import DistributionFile, ProjectPage, fetch_project_page
 
 XFORMERS_WHEEL = "xformers-0.0.28.post1-cp311-cp311-manylinux_2_28_x86_64.whl"
 TORCH_PREFIX = "torch-2.4.1-cp311-cp311-manylinux1_x86_64.whl"

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from envbuilder import cli
-from envbuilder.closure import find_uv
 from envbuilder.errors import MissingToolError
+from envbuilder.resolve.closure import find_uv
 
 MATRIX = Path(__file__).resolve().parents[2] / "matrix.toml"
 

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from packaging.pylock import Pylock
 
-from envbuilder.closure import (
+from envbuilder.pylock import LockedArchive, LockedPackage, packages, read_lock, tool_table
+from envbuilder.resolve.closure import (
     GENERATED_BY,
     ClosureError,
     IndexArgument,
@@ -19,7 +20,6 @@ from envbuilder.closure import (
     lock_requirements,
     select_for_target,
 )
-from envbuilder.pylock import LockedArchive, LockedPackage, packages, read_lock, tool_table
 from envbuilder.target import Target
 
 PY311 = Target(python="3.11", platform="manylinux_2_28_x86_64")

@@ -8,11 +8,11 @@ from email.message import Message
 import pytest
 from packaging.version import Version
 
-from envbuilder.decisions import Decision, decide
 from envbuilder.errors import IndexError_
-from envbuilder.evidence import file_version
+from envbuilder.index.simple import DistributionFile
 from envbuilder.model import BuildRecord, Combination, IndexSpec
-from envbuilder.simple import DistributionFile
+from envbuilder.resolve.decisions import Decision, decide
+from envbuilder.resolve.evidence import file_version
 
 DEFAULT = "http://127.0.0.1:1/simple"
 TAG = "cp311-cp311-manylinux_2_28_x86_64"

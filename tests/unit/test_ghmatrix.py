@@ -18,8 +18,8 @@ from envbuilder.ghmatrix import (
     plan_jobs,
     workflow_command,
 )
-from envbuilder.matrix import parse_matrix
 from envbuilder.model import Combination, Resolution, ResolvedCombination, Status
+from envbuilder.resolve.matrix import parse_matrix
 
 GPU_RUNNER = ("self-hosted", "linux", "x64", "gpu")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder.errors import ConfigError, InputError
-from envbuilder.matrix import DEFAULT_RUNNER, Matrix, load_matrix, parse_matrix
+from envbuilder.resolve.matrix import DEFAULT_RUNNER, Matrix, load_matrix, parse_matrix
 
 REPO = Path(__file__).resolve().parents[2]
 PATH = Path("m.toml")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder.errors import ConfigError
-from envbuilder.pipconfig import (
+from envbuilder.index.pipconfig import (
     ca_bundle,
     default_index_url,
     extra_index_urls,

@@ -6,7 +6,7 @@ import pytest
 
 from envbuilder.errors import InputError
 from envbuilder.model import Combination
-from envbuilder.selectors import select
+from envbuilder.resolve.selectors import select
 
 
 def combo(

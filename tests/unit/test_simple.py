@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from envbuilder.errors import IndexError_
-from envbuilder.remotewheel import RangeFile, metadata_member_name
-from envbuilder.simple import (
+from envbuilder.index.remotewheel import RangeFile, metadata_member_name
+from envbuilder.index.simple import (
     DistributionFile,
     is_local,
     list_local_directory,

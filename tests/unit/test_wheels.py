@@ -11,8 +11,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from envbuilder.model import BuildRecord
-from envbuilder.target import Target
-from envbuilder.wheels import (
+from envbuilder.resolve.wheels import (
     CudaComparison,
     TorchCuda,
     applicable_requirements,
@@ -25,6 +24,7 @@ from envbuilder.wheels import (
     requirements_of,
     torch_requirement,
 )
+from envbuilder.target import Target
 
 PY311 = Target(python="3.11", platform="manylinux_2_28_x86_64")
 

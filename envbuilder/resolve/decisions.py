@@ -18,9 +18,8 @@ from typing import Literal
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from envbuilder.closure import IndexArgument, PinnedFile
 from envbuilder.errors import EnvbuilderError
-from envbuilder.evidence import BUILD_RECORD, Evidence, file_version
+from envbuilder.index.simple import DistributionFile
 from envbuilder.model import (
     BuildRecord,
     Combination,
@@ -31,9 +30,9 @@ from envbuilder.model import (
     ResolvedXformers,
     Status,
 )
-from envbuilder.simple import DistributionFile
-from envbuilder.target import CudaTag, Target
-from envbuilder.wheels import (
+from envbuilder.resolve.closure import IndexArgument, PinnedFile
+from envbuilder.resolve.evidence import BUILD_RECORD, Evidence, file_version
+from envbuilder.resolve.wheels import (
     applicable_requirements,
     compare_cuda,
     cuda_from_local_label,
@@ -43,6 +42,7 @@ from envbuilder.wheels import (
     requirements_of,
     torch_requirement,
 )
+from envbuilder.target import CudaTag, Target
 
 __all__ = ["Decision", "decide", "target_of"]
 

@@ -29,7 +29,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import IndexError_
 from envbuilder.files import sha256_file
-from envbuilder.http import HttpClient, HttpNotFound
+from envbuilder.index.http import HttpClient, HttpNotFound
 
 __all__ = [
     "ACCEPT",

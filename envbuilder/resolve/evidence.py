@@ -16,12 +16,12 @@ from typing import Any, Protocol, TypeVar
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from envbuilder import remotewheel, simple
 from envbuilder.errors import EnvbuilderError
-from envbuilder.http import HttpClient
+from envbuilder.index import remotewheel, simple
+from envbuilder.index.http import HttpClient
+from envbuilder.index.simple import DistributionFile, ProjectPage
 from envbuilder.model import BuildRecord
-from envbuilder.simple import DistributionFile, ProjectPage
-from envbuilder.wheels import parse_build_record, sdist_version
+from envbuilder.resolve.wheels import parse_build_record, sdist_version
 
 __all__ = ["BUILD_RECORD", "Evidence", "IndexEvidence", "file_version"]
 

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuilder.decisions import Decision, decide
-from envbuilder.evidence import Evidence
-from envbuilder.locker import LockSettings, lock_group
 from envbuilder.model import Combination, IndexSpec, ResolvedCombination
+from envbuilder.resolve.decisions import Decision, decide
+from envbuilder.resolve.evidence import Evidence
+from envbuilder.resolve.locker import LockSettings, lock_group
 
 __all__ = ["ResolveSettings", "Resolver"]
 

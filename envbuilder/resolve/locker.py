@@ -16,7 +16,10 @@ from typing import Any
 
 from packaging.pylock import Pylock
 
-from envbuilder.closure import (
+from envbuilder.files import write_atomic
+from envbuilder.model import ResolvedCombination, lock_filename
+from envbuilder.pylock import PylockError, packages, read_lock, tool_table
+from envbuilder.resolve.closure import (
     ClosureError,
     PinnedFile,
     assemble_lock,
@@ -25,10 +28,7 @@ from envbuilder.closure import (
     lock_requirements,
     select_for_target,
 )
-from envbuilder.decisions import Decision
-from envbuilder.files import write_atomic
-from envbuilder.model import ResolvedCombination, lock_filename
-from envbuilder.pylock import PylockError, packages, read_lock, tool_table
+from envbuilder.resolve.decisions import Decision
 
 __all__ = ["LockSettings", "lock_group"]
 

@@ -44,7 +44,7 @@ _CUDA_RUNTIME_NAMES = re.compile(r"^(nvidia-cuda-runtime(-cu\d+)?|cuda-toolkit)$
 
 
 class WheelFile(Protocol):
-    """What ranking needs of a file on an index (``envbuilder.simple.DistributionFile``)."""
+    """What ranking needs of a file on an index (``envbuilder.index.simple.DistributionFile``)."""
 
     @property
     def filename(self) -> str: ...

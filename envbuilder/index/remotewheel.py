@@ -23,8 +23,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from envbuilder.errors import IndexError_
-from envbuilder.http import HttpClient, HttpNotFound
-from envbuilder.simple import DistributionFile, is_local, local_path
+from envbuilder.index.http import HttpClient, HttpNotFound
+from envbuilder.index.simple import DistributionFile, is_local, local_path
 
 __all__ = [
     "BLOCK_SIZE",

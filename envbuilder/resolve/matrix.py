@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import ConfigError, InputError
 from envbuilder.model import Combination, IndexSpec
-from envbuilder.selectors import select
+from envbuilder.resolve.selectors import select
 from envbuilder.target import PLATFORM_TAG, PYTHON_VERSION, normalise_cuda
 
 __all__ = [
