@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from envbuilder.errors import InputError, MissingToolError
-from envbuilder.files import write_atomic
 from envbuilder.model import Combination
 from envbuilder.target import cuda_tag_of
 
@@ -27,9 +24,6 @@ __all__ = ["HELP", "configure", "environment_mismatches", "run"]
 HELP = "Run the torch.compile + attention conformance suite for selected combinations."
 
 log = logging.getLogger(__name__)
-
-#: where the suite's source is mounted inside a container (a path in the container only)
-SUITE_MOUNT = "/envbuilder-suite"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -233,84 +227,6 @@ def _run_in_place(
     return 0
 
 
-def _gpu_request(client: Any, allow_cpu: bool) -> list[Any]:
-    from docker.types import DeviceRequest
-
-    runtimes = client.info().get("Runtimes", {}) or {}
-    has_gpu = "nvidia" in runtimes or shutil.which("nvidia-smi") is not None
-    if has_gpu:
-        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    if allow_cpu:
-        return []
-    raise MissingToolError(
-        "no GPU for containers: the Docker daemon has no 'nvidia' runtime and nvidia-smi is not"
-        " on PATH; install the NVIDIA driver and NVIDIA Container Toolkit, run on a GPU runner,"
-        " or pass --allow-cpu to run only the CPU checks"
-    )
-
-
-def _run_container(
-    client: Any,
-    tag: str,
-    command: Sequence[str],
-    *,
-    devices: Sequence[Any],
-    suite_dir: Path,
-    out_dir: Path,
-    results: str,
-) -> tuple[int, str | None]:
-    """Run the suite in a container of *tag*, writing ``/results/<results>``.
-
-    The image runs as its own unprivileged user, whose uid owns nothing on
-    this host, so the container writes into a scratch directory anyone may
-    write to. When the results file was written, it and its JSONL stream are
-    copied, atomically, into *out_dir*; when not, earlier results there are
-    left alone and a non-empty stream (the checks that finished before the
-    suite died) is kept as ``<id>.failed.jsonl``. The container has no
-    network: the suite needs none.
-
-    Returns the container's exit status and what was copied: *results*, the
-    kept stream's name, or None.
-    """
-    stream = f"{results}.jsonl"
-    with tempfile.TemporaryDirectory(prefix="envbuilder-results-") as scratch:
-        Path(scratch).chmod(0o777)
-        container = client.containers.run(
-            tag,
-            command=list(command),
-            detach=True,
-            environment={
-                "PYTHONPATH": SUITE_MOUNT,
-                "PYTHONUNBUFFERED": "1",
-                "PYTHONDONTWRITEBYTECODE": "1",
-            },
-            volumes={
-                str(suite_dir): {"bind": f"{SUITE_MOUNT}/envbuilder", "mode": "ro"},
-                scratch: {"bind": "/results", "mode": "rw"},
-            },
-            device_requests=list(devices),
-            network_mode="none",
-            shm_size="8g",
-        )
-        try:
-            for chunk in container.logs(stream=True, follow=True):
-                sys.stderr.write(chunk.decode("utf-8", errors="replace"))
-            status = int(container.wait().get("StatusCode", 1))
-        finally:
-            container.remove(force=True)
-            made, partial = Path(scratch) / results, Path(scratch) / stream
-            copied: str | None = None
-            if made.is_file():
-                if partial.is_file():
-                    write_atomic(out_dir / stream, partial.read_bytes())
-                write_atomic(out_dir / results, made.read_bytes())
-                copied = results
-            elif partial.is_file() and partial.stat().st_size:
-                copied = results.removesuffix(".json") + ".failed.jsonl"
-                write_atomic(out_dir / copied, partial.read_bytes())
-    return status, copied
-
-
 def _run_in_containers(
     args: argparse.Namespace,
     chosen: Sequence[Combination],
@@ -326,12 +242,13 @@ def _run_in_containers(
         ) from e
     import envbuilder
     from envbuilder.docker.cache import WheelCache
+    from envbuilder.docker.run import gpu_request, run_suite_container
     from envbuilder.reporter import Reporter
 
     settings = args.settings
     cache = WheelCache(settings.wheel_cache, client=settings.http_client())
     client = docker_client()
-    devices = _gpu_request(client, args.allow_cpu)
+    devices = gpu_request(client, args.allow_cpu)
     reporter = Reporter(verbose=getattr(args, "verbose", 0))
     out_dir: Path = args.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -364,7 +281,7 @@ def _run_in_containers(
             ]
             reporter.command(["docker", "run", tag, *command])
             results = f"{combination.id}.json"
-            status, copied = _run_container(
+            status, copied = run_suite_container(
                 client,
                 tag,
                 command,

@@ -1,4 +1,5 @@
-"""Docker images of combinations: the layer plan, the wheel cache and the build."""
+"""Docker images of combinations: the layer plan, the wheel cache, the build, and the
+conformance suite run in a container of an image."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def test_environment_mismatches(
 
 
 class _Daemon:
-    """The one call `_gpu_request` makes on a Docker client: `info()`."""
+    """The one call `gpu_request` makes on a Docker client: `info()`."""
 
     def __init__(self, runtimes: dict[str, object]) -> None:
         self.runtimes = runtimes
@@ -83,15 +83,15 @@ def test_containers_get_the_gpus_or_a_clear_error(
     allow_cpu: bool,
     outcome: str,
 ) -> None:
-    from envbuilder.commands import conformance
+    from envbuilder.docker.run import gpu_request
     from envbuilder.errors import MissingToolError
 
     monkeypatch.setattr("shutil.which", lambda name: smi)
     if outcome == "error":
         with pytest.raises(MissingToolError, match="NVIDIA Container Toolkit"):
-            conformance._gpu_request(_Daemon(runtimes), allow_cpu)
+            gpu_request(_Daemon(runtimes), allow_cpu)
         return
-    requests = conformance._gpu_request(_Daemon(runtimes), allow_cpu)
+    requests = gpu_request(_Daemon(runtimes), allow_cpu)
     if outcome == "cpu":
         assert requests == []
     else:
@@ -156,14 +156,14 @@ class _Client:
 def test_what_a_container_wrote_is_copied_without_losing_earlier_results(
     tmp_path: Path, writes: dict[str, str], status: int, copied: str | None, after: dict[str, str]
 ) -> None:
-    from envbuilder.commands.conformance import _run_container
+    from envbuilder.docker.run import run_suite_container
 
     out_dir = tmp_path / "results"
     out_dir.mkdir()
     for name in ("c.json", "c.json.jsonl"):
         (out_dir / name).write_text("earlier", encoding="utf-8")
     client = _Client(writes, status)
-    got = _run_container(
+    got = run_suite_container(
         client, "tag", ["python"], devices=[], suite_dir=tmp_path, out_dir=out_dir, results="c.json"
     )
     assert got == (status, copied)
