@@ -27,27 +27,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_lock_argument(parser)
 
 
-def exported(lockfile: Path, combination: str, fmt: str) -> bytes:
-    """The bytes `envbuilder export` writes (also used by `install`)."""
-    import difflib
-
-    from envbuilder.errors import InputError
-    from envbuilder.lockfile.export import exported_requirements, locate_pylock
-    from envbuilder.lockfile.read import load_lockfile
-
-    lock = load_lockfile(lockfile)
-    entries = lock.by_id()
-    entry = entries.get(combination)
-    if entry is None:
-        near = difflib.get_close_matches(combination, list(entries), n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else "; see `envbuilder query`"
-        raise InputError(f"no combination {combination!r} in {lockfile}{hint}")
-    pylock = locate_pylock(lockfile, entry)
-    if fmt == "pylock":
-        return pylock.read_bytes()
-    return exported_requirements(entry, pylock).encode("utf-8")
-
-
 def run(args: argparse.Namespace) -> int:
     from packaging.pylock import is_valid_pylock_path
 
@@ -61,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
             "pylock.<name>.toml with no dots in <name> (uv recognises it only by that name), "
             f"e.g. pylock.{args.id.replace('.', '_')}.toml"
         )
+    from envbuilder.lockfile.export import exported
+
     data = exported(args.lock or default_lockfile(args.settings), args.id, args.format)
     if args.out is None:
         sys.stdout.buffer.write(data)

@@ -20,7 +20,7 @@ from envbuilder.files import sha256_file
 from envbuilder.lockfile.model import Entry
 from envbuilder.target import Target
 
-__all__ = ["exported_requirements", "locate_pylock"]
+__all__ = ["exported", "exported_requirements", "locate_pylock"]
 
 
 def locate_pylock(lockfile: Path, entry: Entry) -> Path:
@@ -83,3 +83,22 @@ def exported_requirements(entry: Entry, pylock: Path) -> str:
             "install: pip install --require-hashes --no-deps -r <this file>",
         ),
     )
+
+
+def exported(lockfile: Path, combination: str, fmt: str) -> bytes:
+    """The bytes `envbuilder export` writes (also used by `install`)."""
+    import difflib
+
+    from envbuilder.lockfile.read import load_lockfile
+
+    lock = load_lockfile(lockfile)
+    entries = lock.by_id()
+    entry = entries.get(combination)
+    if entry is None:
+        near = difflib.get_close_matches(combination, list(entries), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else "; see `envbuilder query`"
+        raise InputError(f"no combination {combination!r} in {lockfile}{hint}")
+    pylock = locate_pylock(lockfile, entry)
+    if fmt == "pylock":
+        return pylock.read_bytes()
+    return exported_requirements(entry, pylock).encode("utf-8")

@@ -1,0 +1,154 @@
+"""Installing one combination of the lockfile, exactly as locked (``envbuilder install``).
+
+Only ``verified`` and ``verified-with-workaround`` combinations are installed
+(the workaround is printed: a code-level one such as ``sdpa-under-compile`` is
+the user's to apply); anything else needs ``--allow-unverified``. With
+``--use`` the verdict for that use decides (eager or compiled, inference or
+training), and the workarounds printed are those verified for that use. The lock is
+exported (`envbuilder.lockfile.export.exported`) and handed to uv (a pylock)
+or pip (a ``--require-hashes`` requirements file) for the target interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["INSTALLABLE", "install"]
+
+INSTALLABLE = ("verified", "verified-with-workaround")
+
+
+def _interpreter_version(exe: Path) -> str:
+    from envbuilder.errors import InputError
+
+    try:
+        out = subprocess.run(
+            [str(exe), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise InputError(f"--python-exe {str(exe)!r} is not a working Python ({e})") from e
+    return out.stdout.strip()
+
+
+def _uv() -> str:
+    from uv import find_uv_bin
+
+    return os.fsdecode(find_uv_bin())
+
+
+def install(args: argparse.Namespace) -> int:
+    """Choose the combination, refuse an unverified one, install its lock with uv or pip."""
+    from envbuilder.errors import InputError
+    from envbuilder.lockfile.export import exported
+    from envbuilder.lockfile.model import use_verdict
+    from envbuilder.lockfile.query import Query, select
+    from envbuilder.lockfile.read import default_lockfile, load_lockfile
+    from envbuilder.reporter import Reporter
+
+    report = Reporter(verbose=args.verbose)
+    lockfile = args.lock or default_lockfile(args.settings)
+    lock = load_lockfile(lockfile)
+    python_exe: Path = args.python_exe or Path(sys.executable)
+    if args.venv is not None:
+        python_exe = args.venv / "bin" / "python"
+
+    if args.id:
+        entry = lock.by_id().get(args.id)
+        if entry is None:
+            raise InputError(f"no combination {args.id!r} in {lockfile}; see `envbuilder query`")
+        verdict = entry.verdict if args.use is None else use_verdict(entry.uses, args.use)
+    else:
+        python = args.python
+        if python is None and python_exe.exists():
+            python = _interpreter_version(python_exe)
+        matches = select(
+            lock,
+            Query(
+                python=python,
+                cuda=args.cuda,
+                torch=args.torch,
+                xformers=args.xformers,
+                gpu=args.gpu,
+                use=args.use,
+            ),
+        )
+        if not matches:
+            raise InputError(f"no combination in {lockfile} matches; see `envbuilder query`")
+        entry, verdict = matches[0].entry, matches[0].verdict
+    use = f" for {args.use}" if args.use else ""
+    report.line(f"combination {entry.id}{use}: {verdict.verdict} ({verdict.reason})")
+    if verdict.verdict not in INSTALLABLE and not args.allow_unverified:
+        raise InputError(
+            f"refusing to install {entry.id!r}: it is {verdict.verdict}{use}, not verified; "
+            "pass --allow-unverified to install it anyway"
+        )
+    for choice in verdict.choices:
+        report.line(
+            f"! {choice.check} is verified{use} only with the workaround "
+            f"{choice.workaround!r} (measured on its case by {', '.join(choice.evidence)}): "
+            "apply it in your code"
+        )
+    chosen = {c.workaround for c in verdict.choices}
+    for workaround in verdict.workarounds:
+        if not workaround.startswith("cuda-runtime:") and workaround not in chosen:
+            report.line(
+                f"! verified only with the workaround {workaround!r}: apply it in your code"
+            )
+
+    if args.venv is not None and not python_exe.exists():
+        cmd = [_uv(), "venv", "--python", entry.python, str(args.venv)]
+        if args.installer == "pip":
+            cmd.insert(2, "--seed")  # the venv needs pip itself
+        report.command(cmd)
+        if not args.dry_run:
+            env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+            subprocess.run(cmd, check=True, env=env)
+    if not args.dry_run:
+        have = _interpreter_version(python_exe)
+        if have != entry.python:
+            raise InputError(
+                f"{python_exe} is Python {have}, but {entry.id!r} is for Python {entry.python}"
+            )
+    fmt = "pylock" if args.installer == "uv" else "requirements"
+    data = exported(lockfile, entry.id, fmt)
+    with tempfile.TemporaryDirectory(prefix="envbuilder-install-") as tmp:
+        if fmt == "pylock":
+            file = Path(tmp) / "pylock.toml"
+            cmd = [_uv(), "pip", "install", "--python", str(python_exe), "-r", str(file)]
+        else:
+            file = Path(tmp) / "requirements.txt"
+            cmd = [str(python_exe), "-m", "pip", "install", "--require-hashes", "--no-deps"]
+            cmd += ["-r", str(file)]
+        file.write_bytes(data)
+        report.command(cmd)
+        if args.dry_run:
+            return 0
+        result = subprocess.run(cmd, check=False)
+    if result.returncode != 0:
+        report.line(f"✕ installing {entry.id} failed (exit status {result.returncode})")
+        return 1
+    report.line(f"✓ installed {entry.id} into {python_exe}")
+    if entry.extra_runtime:
+        from envbuilder.docker.plan import library_path
+
+        prefix = subprocess.run(
+            [str(python_exe), "-c", "import sys; print(sys.prefix)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        path = library_path(entry.extra_runtime, python=entry.python, venv=prefix)
+        if path:
+            report.line(
+                f"! {entry.id} adds a CUDA runtime for xformers' extension: before running, "
+                f"export LD_LIBRARY_PATH={path}"
+            )
+    return 0
