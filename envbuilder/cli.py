@@ -14,7 +14,6 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from types import ModuleType
 
 from envbuilder import __version__
 from envbuilder.errors import EnvbuilderError
@@ -37,15 +36,6 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def _load(name: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(COMMANDS[name])
-    except ModuleNotFoundError as e:
-        if e.name == COMMANDS[name]:
-            return None  # not built yet
-        raise
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="envbuilder",
@@ -59,9 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        module = _load(name)
-        if module is None:
-            continue
+        module = importlib.import_module(COMMANDS[name])
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         p.add_argument(
             "-v", "--verbose", action="count", default=0, help="more detail (-vv for debug logs)"

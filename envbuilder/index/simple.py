@@ -12,7 +12,7 @@ import json
 import logging
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -40,7 +40,6 @@ __all__ = [
     "is_local",
     "list_local_directory",
     "local_path",
-    "merge_pages",
     "parse_html_page",
     "parse_json_page",
     "parse_project_page",
@@ -100,9 +99,6 @@ class ProjectPage:
     versions: tuple[str, ...] = ()
     etag: str | None = None
     last_modified: str | None = None
-
-    def wheels(self) -> tuple[DistributionFile, ...]:
-        return tuple(f for f in self.files if f.is_wheel)
 
 
 def _parse_filename(filename: str) -> tuple[str, Version] | None:
@@ -422,17 +418,3 @@ def fetch_find_links(client: HttpClient, location: str, project: str) -> Project
     except HttpNotFound:
         return ProjectPage(name=canonicalize_name(project), url=location)
     return parse_html_page(response.content, page_url=response.url, project=project)
-
-
-def merge_pages(pages: Sequence[ProjectPage]) -> ProjectPage:
-    """One page with the files of several (first occurrence of a filename wins)."""
-    if not pages:
-        raise ValueError("merge_pages needs at least one page")
-    seen: dict[str, DistributionFile] = {}
-    for page in pages:
-        for f in page.files:
-            seen.setdefault(f.filename, f)
-    files = tuple(seen.values())
-    return ProjectPage(
-        name=pages[0].name, url=pages[0].url, files=files, versions=_versions_from(files)
-    )
