@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.model import Resolution, load_resolution
     from envbuilder.resolve.closure import find_uv
     from envbuilder.resolve.evidence import IndexEvidence
+    from envbuilder.resolve.locker import LockSettings
     from envbuilder.resolve.matrix import load_matrix
     from envbuilder.resolve.resolver import Resolver, ResolveSettings
 
@@ -65,14 +66,16 @@ def run(args: argparse.Namespace) -> int:
     selected = matrix.select(args.selectors)
     cache_dir = args.cache_dir or args.settings.cache_dir
     settings = ResolveSettings(
-        out_dir=args.out,
-        cache_dir=cache_dir,
         default_index_url=args.settings.index_url,
-        uv=find_uv(),
-        offline=args.offline,
-        upgrade=args.upgrade,
         jobs=args.jobs,
-        ca_bundle=args.settings.ca_bundle,
+        locking=LockSettings(
+            out_dir=args.out,
+            cache_dir=cache_dir,
+            uv=find_uv(),
+            offline=args.offline,
+            upgrade=args.upgrade,
+            ca_bundle=args.settings.ca_bundle,
+        ),
     )
     progress = _Progress(reporter, total=len(selected))
     with args.settings.http_client(

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 from envbuilder.model import Combination, IndexSpec, ResolvedCombination
 from envbuilder.resolve.decisions import Decision, decide
@@ -27,24 +26,9 @@ __all__ = ["ResolveSettings", "Resolver"]
 
 @dataclass(frozen=True, kw_only=True)
 class ResolveSettings:
-    out_dir: Path
-    cache_dir: Path
     default_index_url: str
-    uv: str
-    offline: bool = False
-    upgrade: bool = False
+    locking: LockSettings
     jobs: int = 8
-    ca_bundle: str | None = None
-
-    def locking(self) -> LockSettings:
-        return LockSettings(
-            out_dir=self.out_dir,
-            cache_dir=self.cache_dir,
-            uv=self.uv,
-            offline=self.offline,
-            upgrade=self.upgrade,
-            ca_bundle=self.ca_bundle,
-        )
 
 
 class Resolver:
@@ -99,7 +83,7 @@ class Resolver:
         for c in combinations:
             pairings.setdefault(_pairing_key(c), []).append(c)
         workers = max(1, min(self.settings.jobs, len(combinations)))
-        locking = self.settings.locking()
+        locking = self.settings.locking
         answers: dict[str, ResolvedCombination] = {}
         with (
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decide") as deciders,
