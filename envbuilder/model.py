@@ -19,6 +19,7 @@ __all__ = [
     "RESOLUTION_SCHEMA",
     "BuildRecord",
     "Combination",
+    "CudaSource",
     "IndexSpec",
     "Rejection",
     "Resolution",
@@ -33,6 +34,8 @@ __all__ = [
 RESOLUTION_SCHEMA = "envbuilder.resolution/1"
 
 Status = Literal["resolved", "unsatisfiable", "error"]
+#: where torch's CUDA was read: its local version label, its CUDA runtime pin, or neither
+CudaSource = Literal["local-label", "requires-dist", "none"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +107,7 @@ class BuildRecord:
 class ResolvedTorch:
     version: str
     cuda: str | None  # "12.1", or None for a CPU build
-    cuda_source: str  # "local-label" | "requires-dist" | "none"
+    cuda_source: CudaSource
     filename: str
     url: str
     sha256: str

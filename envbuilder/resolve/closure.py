@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from packaging.pylock import Pylock
 
@@ -60,7 +60,7 @@ class ClosureError(EnvbuilderError):
 class IndexArgument:
     """An index handed to uv: ``default`` (lowest priority), ``index`` or ``find-links``."""
 
-    role: str  # "default" | "index" | "find-links"
+    role: Literal["default", "index", "find-links"]
     url: str
 
     def argv(self) -> list[str]:

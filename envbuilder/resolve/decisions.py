@@ -210,8 +210,9 @@ class _Steps:
     def _index_argument(self, spec: IndexSpec) -> str:
         url = index_url(spec, self.c.cuda, self.default_index_url)
         if spec.url is not None:
-            role = "find-links" if spec.kind == "find-links" else "index"
-            arg = IndexArgument(role=role, url=url)
+            arg = IndexArgument(
+                role="find-links" if spec.kind == "find-links" else "index", url=url
+            )
             if arg not in self.found.indexes:
                 self.found.indexes.append(arg)
         return url

@@ -20,7 +20,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from envbuilder.model import BuildRecord, Rejection
+from envbuilder.model import BuildRecord, CudaSource, Rejection
 from envbuilder.target import CudaTag, Target
 
 __all__ = [
@@ -177,7 +177,7 @@ def sdist_version(filename: str, name: str) -> Version | None:
     return None
 
 
-TorchCuda = tuple[str | None, Literal["local-label", "requires-dist", "none"], str]
+TorchCuda = tuple[str | None, CudaSource, str]
 """(CUDA "major.minor" or None for a CPU build, where it was read, the evidence)."""
 
 
