@@ -104,6 +104,16 @@ class BuildRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Requested:
+    """The versions a combination asked for, kept beside the answer so that readers of
+    ``resolution.json`` never parse them back out of the id (an unsatisfiable one has no
+    resolved torch to read them from)."""
+
+    torch: str
+    xformers: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResolvedTorch:
     version: str
     cuda: str | None  # "12.1", or None for a CPU build
@@ -152,6 +162,7 @@ class ResolvedCombination:
     lock: str | None = None  # path of pylock.<id>.toml, relative to the output's parent
     lock_sha256: str | None = None
     requirements: str | None = None
+    requested: Requested | None = None  # absent in files written before it was recorded
     #: the matrix cell this answers; known to the run that resolved it, not kept in JSON
     combination: Combination | None = field(default=None, compare=False, repr=False)
 
@@ -186,6 +197,7 @@ class ResolvedCombination:
             lock=data.get("lock"),
             lock_sha256=data.get("lock_sha256"),
             requirements=data.get("requirements"),
+            requested=Requested(**data["requested"]) if data.get("requested") else None,
         )
 
 

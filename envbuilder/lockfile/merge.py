@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -62,15 +61,6 @@ def _without_url(record: Any) -> dict[str, Any] | None:
     return data
 
 
-_ID_VERSIONS = re.compile(r"-torch(?P<torch>[^-]+)(?:-xformers(?P<xformers>[^-]+))?")
-
-
-def _requested(combo_id: str) -> tuple[str | None, str | None]:
-    """The torch and xformers versions a combination id names (docs/contracts.md)."""
-    m = _ID_VERSIONS.search(combo_id)
-    return (m.group("torch"), m.group("xformers")) if m else (None, None)
-
-
 def _entry(
     combo: ResolvedCombination,
     runs: Sequence[Run],
@@ -116,7 +106,9 @@ def _entry(
             status=combo.status, resolver_reason=combo.reason, gpus=gpus, last=last
         )
     )
-    torch, xformers = _requested(combo.id)
+    torch, xformers = (
+        (combo.requested.torch, combo.requested.xformers) if combo.requested else (None, None)
+    )
     return Entry(
         id=combo.id,
         python=combo.python,

@@ -25,6 +25,7 @@ from envbuilder.model import (
     Combination,
     IndexSpec,
     Rejection,
+    Requested,
     ResolvedCombination,
     ResolvedTorch,
     ResolvedXformers,
@@ -79,6 +80,7 @@ class Decision:
             extra_runtime=self.extra_runtime,
             notes=self.notes,
             rejected=self.rejected,
+            requested=Requested(torch=c.torch, xformers=c.xformers),
             combination=c,
         )
 

@@ -68,8 +68,10 @@ def combo(
     reason: str = "",
     extra_runtime: tuple[str, ...] = (),
     arch: str = "8.0 9.0+PTX",
+    requested: tuple[str, str | None] | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     tag = f"cp{python.replace('.', '')}"
+    asked = requested or (torch, xformers)
     if status != "resolved":
         return (
             {
@@ -79,6 +81,7 @@ def combo(
                 "python": python,
                 "cuda": "default",
                 "platform": "manylinux_2_28_x86_64",
+                "requested": {"torch": asked[0], "xformers": asked[1]},
             },
             None,
         )
@@ -134,6 +137,7 @@ def combo(
         "lock": f"locks/pylock.{cid}.toml",
         "lock_sha256": lock_sha,
         "requirements": f"locks/requirements.{cid}.txt",
+        "requested": {"torch": asked[0], "xformers": asked[1]},
     }
     return record, text
 
@@ -403,6 +407,7 @@ def main() -> None:
             None,
             status="unsatisfiable",
             reason="torch 2.4.1 has no wheel for cp313 (newest Python it supports is 3.12)",
+            requested=("2.4.1", "0.0.28.post1"),
         ),
     ]
     records = []

@@ -125,6 +125,8 @@ def test_a_run_for_an_unsatisfiable_combination_is_kept_as_evidence(workdir: Pat
     (entry,) = [e for e in compat.combinations if e.status == "unsatisfiable"]
     assert entry.verdict.verdict == "unsatisfiable"
     assert [r.gpu for r in entry.runs] and entry.lock is None
+    # the versions it asked for come from the resolution's record, not from parsing its id
+    assert (entry.torch, entry.xformers) == ("2.4.1", "0.0.28.post1")
 
 
 def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
