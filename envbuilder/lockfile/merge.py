@@ -10,8 +10,16 @@ from typing import Any
 
 from envbuilder.errors import InputError
 from envbuilder.files import sha256_file
+from envbuilder.lockfile.drivers import (
+    DRIVER_SOURCE,
+    MINIMUM_DRIVER,
+    minimum_driver,
+    required_cuda,
+)
+from envbuilder.lockfile.host import platform_arch
 from envbuilder.lockfile.model import (
     CompatLock,
+    DriverTable,
     Entry,
     LockPointer,
     PackagePin,
@@ -109,19 +117,25 @@ def _entry(
     torch, xformers = (
         (combo.requested.torch, combo.requested.xformers) if combo.requested else (None, None)
     )
+    torch_build = _without_url(combo.torch)
+    xformers_build = _without_url(combo.xformers)
+    release = required_cuda(torch_build, xformers_build)
     return Entry(
         id=combo.id,
         python=combo.python,
         cuda=combo.cuda,
         platform=combo.platform,
+        arch=platform_arch(combo.platform),
+        cuda_release=release,
+        minimum_driver=minimum_driver(release) if release else None,
         torch=combo.torch.version if combo.torch else torch,
         xformers=combo.xformers.version if combo.xformers else xformers,
         status=combo.status,
         resolver_reason=combo.reason,
         lock=pointer,
         packages=pins,
-        torch_build=_without_url(combo.torch),
-        xformers_build=_without_url(combo.xformers),
+        torch_build=torch_build,
+        xformers_build=xformers_build,
         extra_runtime=combo.extra_runtime,
         notes=combo.notes,
         runs=tuple(runs),
@@ -168,6 +182,7 @@ def build_lockfile(
             "matrix_sha256": resolution.matrix_sha256,
         },
         combinations=entries,
+        drivers=DriverTable(source=DRIVER_SOURCE, minimum=MINIMUM_DRIVER),
         rejected_results=tuple(
             sorted((rejection_record(r, out_dir) for r in rejected), key=lambda r: r.file)
         ),

@@ -23,6 +23,7 @@ __all__ = [
     "CheckOutcome",
     "CheckStatus",
     "CompatLock",
+    "DriverTable",
     "Entry",
     "GpuVerdict",
     "LastVerified",
@@ -44,7 +45,9 @@ __all__ = [
 
 #: /2 added the per-use verdicts and the check status ``invalid``: a /1 reader
 #: would count an ``invalid`` check as neither passed nor failed; stale evidence
-#: (each run's ``lock_sha256``, ``stale_runs``, ``last_verified``) came with it.
+#: (each run's ``lock_sha256``, ``stale_runs``, ``last_verified``) and what a
+#: host needs (each combination's ``arch``, ``cuda_release`` and
+#: ``minimum_driver``, the lockfile's ``drivers`` table) came with it.
 COMPAT_SCHEMA = "envbuilder.compat/2"
 #: The lockfile's name at the repository root (and in the published site).
 DEFAULT_LOCKFILE = "compat.lock.json"
@@ -372,7 +375,10 @@ class Entry:
     id: str
     python: str
     cuda: str
-    platform: str
+    platform: str  # the wheel platform tag resolved for, e.g. "manylinux_2_28_x86_64"
+    arch: str  # the CPU architecture that tag names: "x86_64", "aarch64"
+    cuda_release: str | None  # the newest CUDA its binaries were built with ("13.0"); None: CPU
+    minimum_driver: str | None  # the NVIDIA driver that release needs (`CompatLock.drivers`)
     torch: str | None
     xformers: str | None
     status: str  # the resolver's: resolved | unsatisfiable | error
@@ -408,6 +414,9 @@ class Entry:
             python=data["python"],
             cuda=data["cuda"],
             platform=data["platform"],
+            arch=data["arch"],
+            cuda_release=data.get("cuda_release"),
+            minimum_driver=data.get("minimum_driver"),
             torch=data.get("torch"),
             xformers=data.get("xformers"),
             status=data["status"],
@@ -434,12 +443,25 @@ class RejectedResults:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DriverTable:
+    """The minimum NVIDIA driver per CUDA release the lockfile was judged with, and its source."""
+
+    source: str
+    minimum: Mapping[str, str]  # "13.0" -> "580.65.06"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DriverTable:
+        return cls(source=data["source"], minimum=dict(data["minimum"]))
+
+
+@dataclass(frozen=True, kw_only=True)
 class CompatLock:
     """The whole lockfile. ``content_sha256`` is added when written, checked when read."""
 
     generated_by: str
     resolution: Mapping[str, Any]  # {"path", "matrix", "matrix_sha256"}
     combinations: tuple[Entry, ...]
+    drivers: DriverTable
     rejected_results: tuple[RejectedResults, ...] = ()
     schema: str = COMPAT_SCHEMA
 
@@ -452,6 +474,7 @@ class CompatLock:
             "generated_by": self.generated_by,
             "resolution": dict(self.resolution),
             "combinations": [e.to_json() for e in self.combinations],
+            "drivers": {"source": self.drivers.source, "minimum": dict(self.drivers.minimum)},
             "rejected_results": [asdict(r) for r in self.rejected_results],
         }
 
@@ -462,5 +485,6 @@ class CompatLock:
             generated_by=data["generated_by"],
             resolution=dict(data["resolution"]),
             combinations=tuple(Entry.from_json(e) for e in data["combinations"]),
+            drivers=DriverTable.from_json(data["drivers"]),
             rejected_results=tuple(RejectedResults(**r) for r in data.get("rejected_results", ())),
         )

@@ -1,4 +1,10 @@
-"""Choosing combinations from the lockfile (``query``, ``install``)."""
+"""Choosing combinations from the lockfile (``query``, ``install``).
+
+`answer` splits the lockfile into the combinations that fit the query, ranked
+best first, and those that cannot run there, each with its reason: another
+Python, another CPU architecture, a driver older than its CUDA release needs.
+Pure: the host is an argument (`Query`), `host.detect_host` reads the machine.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,9 @@ from dataclasses import dataclass
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import InputError
+from envbuilder.lockfile.drivers import driver_satisfies, driver_version
 from envbuilder.lockfile.gpus import arch_covers, compute_capability
+from envbuilder.lockfile.host import normalise_arch
 from envbuilder.lockfile.model import (
     USES,
     VERDICT_RANK,
@@ -23,7 +31,7 @@ from envbuilder.lockfile.model import (
 from envbuilder.lockfile.verdicts import worst
 from envbuilder.target import normalise_cuda as normalise_target_cuda
 
-__all__ = ["Match", "Query", "normalise_cuda", "select"]
+__all__ = ["Answer", "Match", "Query", "Rejection", "answer", "normalise_cuda", "select"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +42,8 @@ class Query:
     xformers: str | None = None
     gpu: str | None = None
     use: Use | None = None  # rank by this use's verdict instead of the overall one
+    arch: str | None = None  # the host's CPU architecture: x86_64, aarch64 (or amd64, arm64)
+    driver: str | None = None  # the host's NVIDIA driver, e.g. 550.54.15
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +53,24 @@ class Match:
     compute_capability: str | None = None
     use: Use | None = None
     uses: tuple[UseVerdict, ...] = ()  # every use's verdict, for the queried GPU when given
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejection:
+    """A combination that cannot serve the query, and every reason why."""
+
+    entry: Entry
+    reasons: tuple[str, ...]
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    matches: tuple[Match, ...]  # best first
+    rejected: tuple[Rejection, ...]  # in the lockfile's order
 
 
 def normalise_cuda(cuda: str) -> str:
@@ -107,22 +135,47 @@ def _version_key(text: str | None) -> Version:
         return Version("0")
 
 
-def select(lock: CompatLock, query: Query) -> list[Match]:
-    """The combinations matching *query*, best verdict (for its use) first, then newest versions."""
+def _rejections(entry: Entry, query: Query, cuda: str | None, arch: str | None) -> list[str]:
+    reasons = []
+    if query.python and entry.python != query.python:
+        reasons.append(f"Python {entry.python}, not {query.python}")
+    if arch and entry.arch != arch:
+        reasons.append(f"built for {entry.arch} ({entry.platform}), not {arch}")
+    if (
+        query.driver
+        and entry.minimum_driver
+        and not driver_satisfies(query.driver, entry.minimum_driver)
+    ):
+        reasons.append(
+            f"CUDA {entry.cuda_release} needs driver >= {entry.minimum_driver}, "
+            f"not {query.driver.strip()}"
+        )
+    if cuda and not _cuda_matches(cuda, entry):
+        reasons.append(f"CUDA {entry.cuda}, not {cuda}")
+    if query.torch and not _prefix(query.torch, entry.torch):
+        reasons.append(f"torch {entry.torch or 'none'}, not {query.torch}")
+    if query.xformers and not _prefix(query.xformers, entry.xformers):
+        reasons.append(f"xformers {entry.xformers or 'none'}, not {query.xformers}")
+    return reasons
+
+
+def answer(lock: CompatLock, query: Query) -> Answer:
+    """Every combination, either matching *query* (best verdict for its use first, then newest
+    versions) or rejected with the reasons it cannot serve it."""
     cuda = normalise_cuda(query.cuda) if query.cuda else None
+    arch = normalise_arch(query.arch) if query.arch else None
+    if query.driver:
+        driver_version(query.driver)  # refuse a malformed one before judging anything
     cc = None
     if query.gpu:
         recorded = [(g.gpu, g.compute_capability) for e in lock.combinations for g in e.gpus]
         cc = compute_capability(query.gpu, recorded)
     matches: list[Match] = []
+    rejected: list[Rejection] = []
     for entry in lock.combinations:
-        if query.python and entry.python != query.python:
-            continue
-        if cuda and not _cuda_matches(cuda, entry):
-            continue
-        if query.torch and not _prefix(query.torch, entry.torch):
-            continue
-        if query.xformers and not _prefix(query.xformers, entry.xformers):
+        reasons = _rejections(entry, query, cuda, arch)
+        if reasons:
+            rejected.append(Rejection(entry=entry, reasons=tuple(reasons)))
             continue
         verdict = _gpu_verdict(entry, cc, query.use) if cc else _verdict(entry, query.use)
         uses = tuple(
@@ -141,4 +194,9 @@ def select(lock: CompatLock, query: Query) -> list[Match]:
             m.entry.id,
         )
     )
-    return matches
+    return Answer(matches=tuple(matches), rejected=tuple(rejected))
+
+
+def select(lock: CompatLock, query: Query) -> list[Match]:
+    """The combinations matching *query*, best verdict (for its use) first, then newest versions."""
+    return list(answer(lock, query).matches)

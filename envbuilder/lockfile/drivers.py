@@ -1,0 +1,113 @@
+"""The NVIDIA driver each CUDA release needs: one table, its source, and comparisons.
+
+A wheel built against CUDA X.Y carries its own runtime (``libcudart``) but uses the
+host's driver (``libcuda``), which must be at least the one NVIDIA ships with that
+toolkit. The figures are the Linux "Toolkit Driver Version" of each release's GA
+in the table below; `envbuilder lock` copies the table and its source into the
+lockfile, and each combination records the release and minimum it needs.
+
+CUDA minor-version compatibility lets many CUDA 12.x programs start on an older
+12.x driver, but not those that JIT-compile PTX (``+PTX`` kernels on a newer GPU);
+the table is the floor at which everything in the toolkit works.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from envbuilder.errors import InputError
+
+__all__ = [
+    "DRIVER_SOURCE",
+    "MINIMUM_DRIVER",
+    "cuda_release",
+    "driver_satisfies",
+    "driver_version",
+    "minimum_driver",
+    "required_cuda",
+]
+
+DRIVER_SOURCE = (
+    "NVIDIA CUDA Toolkit Release Notes, table 'CUDA Toolkit and Corresponding Driver "
+    "Versions': Toolkit Driver Version, Linux x86_64, of each release's GA"
+)
+
+#: CUDA release (major.minor) -> minimum Linux driver, from `DRIVER_SOURCE`.
+MINIMUM_DRIVER: dict[str, str] = {
+    "11.8": "520.61.05",
+    "12.0": "525.60.13",
+    "12.1": "530.30.02",
+    "12.2": "535.54.03",
+    "12.3": "545.23.06",
+    "12.4": "550.54.14",
+    "12.5": "555.42.02",
+    "12.6": "560.28.03",
+    "12.8": "570.26",
+    "12.9": "575.51.03",
+    "13.0": "580.65.06",
+}
+
+_DRIVER = re.compile(r"\d+(\.\d+){0,2}")
+
+
+def cuda_release(text: str) -> str | None:
+    """``12.4.127`` / ``12.4`` / ``cu124`` -> ``12.4``; ``cpu``, ``default``, "" -> None."""
+    text = text.strip().lower()
+    if text.startswith("cu") and text[2:].isdigit() and len(text) >= 5:
+        return f"{int(text[2:-1])}.{text[-1]}"
+    parts = text.split(".")
+    if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+        return f"{int(parts[0])}.{int(parts[1])}"
+    return None
+
+
+def _release_key(release: str) -> tuple[int, int]:
+    major, minor = release.split(".")
+    return int(major), int(minor)
+
+
+def required_cuda(
+    torch_build: Mapping[str, Any] | None, xformers_build: Mapping[str, Any] | None
+) -> str | None:
+    """The newest CUDA release the combination's binaries were built with (torch's CUDA, and
+    the CUDA xformers' ``cpp_lib.json`` names): the driver must serve both."""
+    found: list[str] = []
+    torch_cuda = (torch_build or {}).get("cuda")
+    xformers_cuda = ((xformers_build or {}).get("built_with") or {}).get("cuda")
+    for text in (torch_cuda, xformers_cuda):
+        if isinstance(text, str) and (release := cuda_release(text)):
+            found.append(release)
+    return max(found, key=_release_key) if found else None
+
+
+def minimum_driver(release: str, table: Mapping[str, str] = MINIMUM_DRIVER) -> str | None:
+    """The driver *release* needs; a release the table lacks takes the next one it has
+    (a newer toolkit's driver serves every older one), None past the table's end."""
+    if release in table:
+        return table[release]
+    later = sorted((r for r in table if _release_key(r) > _release_key(release)), key=_release_key)
+    return table[later[0]] if later else None
+
+
+def driver_version(text: str, what: str = "--driver") -> tuple[int, ...]:
+    """``580.65.06`` -> (580, 65, 6); anything else is bad input naming *what*."""
+    text = text.strip()
+    if not _DRIVER.fullmatch(text):
+        raise InputError(
+            f"bad {what} {text!r}: give the NVIDIA driver version, e.g. 580.65.06 or 550 "
+            "(nvidia-smi --query-gpu=driver_version --format=csv,noheader)"
+        )
+    return tuple(int(p) for p in text.split("."))
+
+
+def driver_satisfies(have: str, need: str) -> bool:
+    """Whether driver *have* is at least *need*; a bare branch (``580``) counts as its first
+    release, so it satisfies ``580`` but not ``580.65.06``."""
+    return _padded(driver_version(have)) >= _padded(driver_version(need, "minimum driver"))
+
+
+def _padded(version: Iterable[int]) -> tuple[int, ...]:
+    parts = list(version)
+    return tuple(parts + [0] * (3 - len(parts)))

@@ -1,0 +1,177 @@
+"""The machine a query is for: Python, CPU architecture, GPUs and the NVIDIA driver.
+
+`Host` is a plain record; `detect_host` is the only function here that looks at
+the machine (``query --here``). It asks NVML through ``pynvml`` when that is
+importable and answers, else ``nvidia-smi --query-gpu=...``; a machine with
+neither has no GPU, and the record says why. Everything else is pure.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from envbuilder.errors import InputError
+
+__all__ = [
+    "NVIDIA_SMI_QUERY",
+    "Gpu",
+    "Host",
+    "detect_host",
+    "normalise_arch",
+    "parse_nvidia_smi",
+    "platform_arch",
+]
+
+log = logging.getLogger(__name__)
+
+#: Architectures as wheel platform tags end in them, and the other names machines use.
+ARCHES = ("x86_64", "aarch64", "ppc64le", "s390x", "armv7l", "i686")
+_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64", "arm64": "aarch64"}
+
+#: The fields `parse_nvidia_smi` reads, in this order.
+NVIDIA_SMI_QUERY = ("name", "compute_cap", "driver_version")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpu:
+    name: str
+    compute_capability: str | None  # "9.0"; None when the tool could not say
+
+
+@dataclass(frozen=True, kw_only=True)
+class Host:
+    python: str  # "3.12"
+    arch: str  # "x86_64", "aarch64"
+    gpus: tuple[Gpu, ...] = ()
+    driver: str | None = None
+    source: str = ""  # where the GPU facts came from: "NVML", "nvidia-smi"
+    note: str = ""  # why there are no GPU facts
+
+    def describe(self) -> str:
+        text = f"Python {self.python}, {self.arch}"
+        if self.gpus:
+            names = ", ".join(
+                f"{g.name} (sm_{(g.compute_capability or '?').replace('.', '')})" for g in self.gpus
+            )
+            text += f", {names}, driver {self.driver or 'unknown'} (from {self.source})"
+        else:
+            text += f", no NVIDIA GPU ({self.note or 'none found'})"
+        return text
+
+
+def normalise_arch(arch: str) -> str:
+    """``amd64``/``x86-64`` -> ``x86_64``, ``arm64`` -> ``aarch64``; unknown names are refused."""
+    text = arch.strip().lower()
+    text = _ALIASES.get(text, text)
+    if text not in ARCHES:
+        raise InputError(f"bad --arch {arch!r}: give one of {', '.join(ARCHES)} (or amd64, arm64)")
+    return text
+
+
+def platform_arch(tag: str) -> str:
+    """The architecture a wheel platform tag names: ``manylinux_2_28_x86_64`` -> ``x86_64``,
+    ``manylinux2014_aarch64`` -> ``aarch64``, ``win_amd64`` -> ``x86_64``."""
+    for arch in (*ARCHES, *_ALIASES):
+        if tag == arch or tag.endswith("_" + arch):
+            return _ALIASES.get(arch, arch)
+    return tag.rsplit("_", 1)[-1]
+
+
+def parse_nvidia_smi(text: str) -> tuple[tuple[Gpu, ...], str | None]:
+    """The GPUs and driver in ``nvidia-smi --query-gpu=name,compute_cap,driver_version
+    --format=csv,noheader`` output (one line per GPU)."""
+    gpus: list[Gpu] = []
+    drivers: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != len(NVIDIA_SMI_QUERY):
+            raise ValueError(f"unexpected nvidia-smi line {line!r}")
+        name, cc, driver = fields
+        known = cc if cc and cc[0].isdigit() else None  # "[N/A]" on old drivers
+        gpus.append(Gpu(name=name, compute_capability=known))
+        if driver and driver[0].isdigit():
+            drivers.append(driver)
+    return tuple(gpus), (drivers[0] if drivers else None)
+
+
+def _nvml() -> tuple[tuple[Gpu, ...], str | None] | None:
+    try:
+        import pynvml  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    nvml: Any = pynvml
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as e:
+        log.debug("NVML did not start: %s", e)
+        return None
+    try:
+        driver = nvml.nvmlSystemGetDriverVersion()
+        gpus = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            name = nvml.nvmlDeviceGetName(handle)
+            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            gpus.append(
+                Gpu(
+                    name=name.decode() if isinstance(name, bytes) else str(name),
+                    compute_capability=f"{major}.{minor}",
+                )
+            )
+        return tuple(gpus), driver.decode() if isinstance(driver, bytes) else str(driver)
+    except nvml.NVMLError as e:
+        log.debug("NVML query failed: %s", e)
+        return None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def detect_host(
+    *,
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+    which: Callable[[str], str | None] = shutil.which,
+    nvml: Callable[[], tuple[tuple[Gpu, ...], str | None] | None] = _nvml,
+) -> Host:
+    """This machine: the running Python, ``platform.machine()``, and the GPUs by NVML or
+    ``nvidia-smi``."""
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    arch = platform_arch(platform.machine().lower() or "unknown")
+    found = nvml()
+    if found is not None and found[0]:
+        return Host(python=python, arch=arch, gpus=found[0], driver=found[1], source="NVML")
+    smi = which("nvidia-smi")
+    if smi is None:
+        return Host(python=python, arch=arch, note="no NVML and no nvidia-smi on PATH")
+    command: Sequence[str] = [
+        smi,
+        f"--query-gpu={','.join(NVIDIA_SMI_QUERY)}",
+        "--format=csv,noheader",
+    ]
+    try:
+        proc = run(command, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Host(python=python, arch=arch, note=f"nvidia-smi did not run ({e})")
+    if proc.returncode != 0:
+        why = (proc.stderr or proc.stdout).strip().splitlines()
+        return Host(
+            python=python,
+            arch=arch,
+            note=f"nvidia-smi exited with status {proc.returncode}"
+            + (f": {why[-1]}" if why else ""),
+        )
+    try:
+        gpus, driver = parse_nvidia_smi(proc.stdout)
+    except ValueError as e:
+        return Host(python=python, arch=arch, note=f"nvidia-smi: {e}")
+    if not gpus:
+        return Host(python=python, arch=arch, note="nvidia-smi lists no GPU")
+    return Host(python=python, arch=arch, gpus=gpus, driver=driver, source="nvidia-smi")
