@@ -1,4 +1,5 @@
-"""``envbuilder doctor``: check the running environment against the lockfile.
+"""``envbuilder doctor``: check an environment against the lockfile (``--python PATH``:
+another one, which needs nothing of envbuilder installed).
 
 Exit status: 0 when every check passed (warnings allowed), 1 when one failed,
 2 for bad input (a missing, damaged or edited lockfile).
@@ -15,7 +16,8 @@ from pathlib import Path
 from envbuilder.lockfile.cli_args import add_lock_argument
 
 HELP = (
-    "check this environment against the lockfile (versions, file hashes, xformers, GPU smoke test)"
+    "check an environment against the lockfile (versions, file hashes, xformers, GPU smoke "
+    "test): this one, or --python PATH's"
 )
 
 _MARK = {"pass": "✓", "warn": "!", "skip": "-", "fail": "✕"}
@@ -23,6 +25,12 @@ _MARK = {"pass": "✓", "warn": "!", "skip": "-", "fail": "✕"}
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_lock_argument(parser)
+    parser.add_argument(
+        "--python",
+        metavar="PATH",
+        help="check the environment of this interpreter (e.g. .venv/bin/python) instead of "
+        "the running one; envbuilder need not be installed there",
+    )
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.add_argument(
         "--no-hashes", action="store_true", help="skip hashing installed files against RECORD"
@@ -40,33 +48,43 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.lockfile.doctor import check_environment, run_probe
+    from envbuilder.lockfile.doctor import (
+        check_environment,
+        inspect_environment,
+        installed,
+        run_probe,
+        summary,
+    )
     from envbuilder.lockfile.read import default_lockfile, load_lockfile
 
     path: Path = args.lock or default_lockfile(args.settings)
     lock = load_lockfile(path)
-    probe = None if args.no_probe else run_probe()
+    env = inspect_environment(args.python) if args.python else installed()
+    probe = None if args.no_probe else run_probe(env.executable if args.python else sys.executable)
     entry, findings = check_environment(
-        lock, probe=probe, hashes=not args.no_hashes, rehash=args.rehash
+        lock, env=env, probe=probe, hashes=not args.no_hashes, rehash=args.rehash
     )
     ok = not any(f.status == "fail" for f in findings)
     if args.json:
         out = {
             "lockfile": str(path),
-            "python": sys.executable,
+            "python": env.executable,
             "combination": entry.id if entry else None,
             "verdict": entry.verdict.verdict if entry else None,
             "uses": {u.use: u.verdict.verdict for u in entry.uses} if entry else None,
             "ok": ok,
             "findings": [asdict(f) for f in findings],
+            "summary": summary(findings),
             "probe": probe,
         }
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(f"envbuilder doctor: {sys.executable} against {path}")
+        print(f"envbuilder doctor: {env.executable} against {path}")
         for f in findings:
             print(f"  {_MARK[f.status]} {f.name}: {f.detail}")
+        for line in summary(findings):
+            print(line)
         verdict = entry.verdict.verdict if entry else "not in the lockfile"
         print(f"{'PASS' if ok else 'FAIL'}: lockfile verdict {verdict}")
     return 0 if ok else 1

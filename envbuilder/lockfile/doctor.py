@@ -1,8 +1,14 @@
-"""Checking the running environment against the lockfile (``envbuilder doctor``).
+"""Checking an environment against the lockfile (``envbuilder doctor``).
 
 Findings are ``pass``, ``warn``, ``skip`` or ``fail``; the doctor passes when
-nothing failed. Needs only the standard library and packaging; torch is never
-imported here (the probe in `_smoke` runs in a child process).
+nothing failed, and `summary` says what passed and what was not checked. Needs
+only the standard library and packaging; torch is never imported here.
+
+The environment may be another one (``--python PATH``): nothing of envbuilder is
+installed there. Two standard-library files run in its interpreter, by path:
+`_envprobe` reports its Python, marker values and distributions with their
+``RECORD`` locations (read back here as `metadata.PathDistribution`), and
+`_smoke` imports torch and xformers and runs the GPU smoke test.
 """
 
 from __future__ import annotations
@@ -10,16 +16,28 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
+from envbuilder.errors import InputError
+from envbuilder.lockfile import _envprobe, _smoke
 from envbuilder.lockfile.model import CompatLock, Entry
 from envbuilder.lockfile.record_check import check_files, expected_files, stamp_path
 
-__all__ = ["Finding", "Installed", "check_environment", "installed", "match_entry"]
+__all__ = [
+    "Finding",
+    "Installed",
+    "check_environment",
+    "inspect_environment",
+    "installed",
+    "installed_from_report",
+    "match_entry",
+    "run_probe",
+    "summary",
+]
 
 Status = Literal["pass", "warn", "skip", "fail"]
 
@@ -37,6 +55,10 @@ class Installed:
 
     python: str
     versions: Mapping[str, str]
+    records: Mapping[str, Path] = field(default_factory=dict)  # name -> its RECORD file
+    markers: Mapping[str, str] | None = None  # PEP 508 values; None: this interpreter's
+    prefix: str = sys.prefix  # where its doctor stamp lives
+    executable: str = sys.executable
 
 
 def _norm(name: str) -> str:
@@ -45,13 +67,74 @@ def _norm(name: str) -> str:
     return str(canonicalize_name(name))
 
 
-def installed() -> Installed:
+def installed_from_report(report: Mapping[str, Any]) -> Installed:
+    """`Installed` from an `_envprobe` report; the first of a name on sys.path wins, as
+    for imports."""
     versions: dict[str, str] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            versions.setdefault(_norm(name), dist.version)
-    return Installed(python=f"{sys.version_info[0]}.{sys.version_info[1]}", versions=versions)
+    records: dict[str, Path] = {}
+    for dist in report["distributions"]:
+        key = _norm(dist["name"])
+        if key in versions:
+            continue
+        versions[key] = dist["version"]
+        if dist.get("record"):
+            records[key] = Path(dist["record"])
+    return Installed(
+        python=report["python"],
+        versions=versions,
+        records=records,
+        markers=dict(report["markers"]),
+        prefix=report["prefix"],
+        executable=report["executable"],
+    )
+
+
+def installed() -> Installed:
+    """The running environment."""
+    return installed_from_report(_envprobe.report())
+
+
+def _run_file(python: str, script: Path, timeout: float) -> subprocess.CompletedProcess[str] | str:
+    """Run *script* by path in *python*, with neither the script's directory nor the working
+    directory on ``sys.path`` (no ``-P`` before 3.11): a file there cannot shadow a module."""
+    boot = (
+        "import runpy, sys; del sys.path[0]; script = sys.argv.pop(1); "
+        "runpy.run_path(script, run_name='__main__')"
+    )
+    try:
+        return subprocess.run(
+            [python, "-c", boot, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"it did not finish in {timeout:.0f}s"
+    except OSError as e:
+        return f"it did not start ({e.strerror or e})"
+
+
+def inspect_environment(python: str, timeout: float = 120) -> Installed:
+    """The environment of the interpreter *python*, by running `_envprobe` in it."""
+    proc = _run_file(python, Path(_envprobe.__file__), timeout)
+    if isinstance(proc, str):
+        raise InputError(f"--python {python}: cannot inspect the environment: {proc}")
+    lines = proc.stdout.strip().splitlines()
+    try:
+        if proc.returncode != 0 or not lines:
+            raise ValueError(f"exited with status {proc.returncode}")
+        report = json.loads(lines[-1])
+        if report.get("schema") != _envprobe.SCHEMA:
+            raise ValueError(f"printed no {_envprobe.SCHEMA} report")
+        return installed_from_report(report)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        tail = proc.stderr.strip().splitlines()[-3:]
+        raise InputError(
+            f"--python {python}: cannot inspect the environment: the interpreter {e}"
+            + (f" ({' / '.join(tail)})" if tail else "")
+            + "; give a Python 3.10 or newer of the environment to check, e.g. .venv/bin/python"
+        ) from e
 
 
 def _same_version(installed_version: str | None, locked: str | None) -> bool:
@@ -65,19 +148,19 @@ def _same_version(installed_version: str | None, locked: str | None) -> bool:
         return installed_version == locked
 
 
-def _applies(marker: str | None) -> bool:
+def _applies(marker: str | None, env: Installed) -> bool:
     if not marker:
         return True
     from packaging.markers import Marker
 
-    return Marker(marker).evaluate()
+    return Marker(marker).evaluate(None if env.markers is None else dict(env.markers))
 
 
 def _score(entry: Entry, env: Installed) -> int:
     return sum(
         _same_version(env.versions.get(_norm(p.name)), p.version)
         for p in entry.packages
-        if _applies(p.marker)
+        if _applies(p.marker, env)
     )
 
 
@@ -117,7 +200,7 @@ def _verdict_finding(entry: Entry) -> Finding:
 
 def _versions(entry: Entry, env: Installed) -> Finding:
     problems = []
-    pins = [p for p in entry.packages if _applies(p.marker)]
+    pins = [p for p in entry.packages if _applies(p.marker, env)]
     for pin in pins:
         have = env.versions.get(_norm(pin.name))
         if have is None:
@@ -129,17 +212,17 @@ def _versions(entry: Entry, env: Installed) -> Finding:
     return Finding(name="versions", status="pass", detail=f"all {len(pins)} locked packages match")
 
 
-def _hashes(entry: Entry, *, stamp: Path | None, rehash: bool) -> Iterable[Finding]:
+def _hashes(entry: Entry, env: Installed, *, stamp: Path | None, rehash: bool) -> Iterable[Finding]:
     """Installed files against each distribution's RECORD (`record_check`: parallel, and
     remembered in *stamp*), and the wheel's own sha256 against the lock where the installer
-    kept it (``direct_url.json``)."""
+    kept it (``direct_url.json``). The distributions are *env*'s, found by their RECORD."""
     dists: list[metadata.Distribution] = []
     wheel_ok, wheel_bad = 0, []
     for pin in entry.packages:
-        try:
-            dist = metadata.distribution(pin.name)
-        except metadata.PackageNotFoundError:
+        record = env.records.get(_norm(pin.name))
+        if record is None:
             continue
+        dist = metadata.PathDistribution(record.parent)
         dists.append(dist)
         direct = dist.read_text("direct_url.json")
         if direct:
@@ -181,17 +264,10 @@ def _hashes(entry: Entry, *, stamp: Path | None, rehash: bool) -> Iterable[Findi
 
 
 def run_probe(python: str = sys.executable, timeout: float = 300) -> dict[str, Any]:
-    """Run `_smoke` in a child interpreter and return its report."""
-    try:
-        proc = subprocess.run(
-            [python, "-m", "envbuilder.lockfile._smoke"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return {"probe_error": f"the probe did not finish in {timeout:.0f}s"}
+    """Run `_smoke`, by path, in the interpreter *python* and return its report."""
+    proc = _run_file(python, Path(_smoke.__file__), timeout)
+    if isinstance(proc, str):
+        return {"probe_error": f"the probe: {proc}"}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         return {
@@ -228,7 +304,9 @@ def _probe_findings(entry: Entry | None, report: Mapping[str, Any]) -> Iterable[
                 detail=f"xformers {xf.get('version')} C++/CUDA extension loaded",
             )
     if not report.get("cuda_available"):
-        yield Finding(name="gpu-smoke", status="skip", detail="no CUDA GPU: smoke test skipped")
+        yield Finding(
+            name="gpu-smoke", status="skip", detail="not run (torch sees no CUDA GPU here)"
+        )
         return
     where = f"{report.get('gpu')} (sm_{str(report.get('compute_capability', '')).replace('.', '')})"
     sdpa_compiles = report.get("compile_sdpa", {}).get("status") == "pass"
@@ -260,8 +338,8 @@ def check_environment(
     rehash: bool = False,
     stamp: Path | None = None,
 ) -> tuple[Entry | None, list[Finding]]:
-    """Every finding for this environment. *probe* is `run_probe`'s report (None: skip it).
-    File hashes are remembered in *stamp* (default: in the running environment, see
+    """Every finding for *env* (default: the running environment). *probe* is `run_probe`'s
+    report (None: not run). File hashes are remembered in *stamp* (default: in *env*, see
     `record_check`); *rehash* ignores what it remembers."""
     env = env if env is not None else installed()
     findings: list[Finding] = []
@@ -279,6 +357,9 @@ def check_environment(
                 detail=f"no combination in the lockfile matches this environment ({described})",
             )
         )
+        nothing = "not run (no combination to compare with)"
+        findings.append(Finding(name="versions", status="skip", detail=nothing))
+        findings.append(Finding(name="installed-files", status="skip", detail=nothing))
     else:
         findings.append(
             Finding(name="combination", status="pass", detail=f"{entry.id} ({described})")
@@ -286,8 +367,44 @@ def check_environment(
         findings.append(_verdict_finding(entry))
         findings.append(_versions(entry, env))
         if hashes:
-            where = stamp if stamp is not None else stamp_path(sys.prefix)
-            findings += _hashes(entry, stamp=where, rehash=rehash)
+            where = stamp if stamp is not None else stamp_path(env.prefix)
+            findings += _hashes(entry, env, stamp=where, rehash=rehash)
+        else:
+            findings.append(Finding(name="installed-files", status="skip", detail=NOT_HASHED))
     if probe is not None:
         findings += _probe_findings(entry, probe)
+    else:
+        findings.append(Finding(name="probe", status="skip", detail=NOT_PROBED))
     return entry, findings
+
+
+NOT_HASHED = "not run (--no-hashes)"
+NOT_PROBED = "not run (--no-probe): torch, xformers' extension and the GPU smoke test"
+
+#: How the summary names a finding.
+LABELS = {
+    "gpu-smoke": "GPU smoke",
+    "installed-files": "file hashes",
+    "versions": "versions",
+    "wheel-hashes": "wheel hashes",
+    "xformers-extension": "xformers extension",
+    "probe": "probe",
+}
+
+
+def summary(findings: Sequence[Finding]) -> list[str]:
+    """What passed, what only warned, what failed and what was not checked, one line each
+    (lines with nothing to list are left out)."""
+    lines = []
+    for status, title in (
+        ("pass", "passed"),
+        ("warn", "warnings"),
+        ("fail", "failed"),
+    ):
+        names = [LABELS.get(f.name, f.name) for f in findings if f.status == status]
+        if names:
+            lines.append(f"{title}: {', '.join(names)}")
+    skipped = [f"{LABELS.get(f.name, f.name)}: {f.detail}" for f in findings if f.status == "skip"]
+    if skipped:
+        lines.append(f"not checked: {'; '.join(skipped)}")
+    return lines

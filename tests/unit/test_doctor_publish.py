@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from envbuilder.lockfile.doctor import Installed, check_environment
+from envbuilder.lockfile.doctor import (
+    Finding,
+    Installed,
+    check_environment,
+    installed_from_report,
+    summary,
+)
 from envbuilder.lockfile.merge import build_lockfile
 from envbuilder.lockfile.model import USES, CompatLock, RejectedResults
 from envbuilder.lockfile.results import find_results
@@ -71,6 +77,7 @@ def statuses(
                 "combination": "pass",
                 "verdict": "pass",
                 "versions": "pass",
+                "installed-files": "skip",
                 "torch": "pass",
                 "xformers-extension": "pass",
                 "attention-sdpa": "pass",
@@ -84,14 +91,25 @@ def statuses(
             {**GOOD, "torch": "2.5.1+cu124", "filelock": "3.0"},
             None,
             "py3.11-default-torch2.5.1-xformers0.0.28.post3",
-            {"combination": "pass", "verdict": "pass", "versions": "fail"},
+            {
+                "combination": "pass",
+                "verdict": "pass",
+                "versions": "fail",
+                "installed-files": "skip",
+                "probe": "skip",
+            },
         ),
         (  # no such combination
             "3.12",
             GOOD,
             None,
             None,
-            {"combination": "fail"},
+            {
+                "combination": "fail",
+                "versions": "skip",
+                "installed-files": "skip",
+                "probe": "skip",
+            },
         ),
         (  # the extension did not load; no GPU here
             "3.11",
@@ -110,6 +128,7 @@ def statuses(
                 "combination": "pass",
                 "verdict": "pass",
                 "versions": "pass",
+                "installed-files": "skip",
                 "torch": "pass",
                 "xformers-extension": "fail",
                 "gpu-smoke": "skip",
@@ -124,6 +143,7 @@ def statuses(
                 "combination": "pass",
                 "verdict": "warn",
                 "versions": "pass",
+                "installed-files": "skip",
                 "torch": "pass",
                 "xformers-extension": "pass",
                 "attention-sdpa": "pass",
@@ -137,14 +157,26 @@ def statuses(
             {"torch": "2.4.1", "xformers": "0.0.28.post1", "filelock": "3.16.1"},
             {"torch": None},
             "py3.10-default-torch2.4.1-xformers0.0.28.post1",
-            {"combination": "pass", "verdict": "fail", "versions": "pass", "torch": "fail"},
+            {
+                "combination": "pass",
+                "verdict": "fail",
+                "versions": "pass",
+                "installed-files": "skip",
+                "torch": "fail",
+            },
         ),
         (  # the probe crashed
             "3.11",
             GOOD,
             {"probe_error": "the probe exited with status -11"},
             "py3.11-default-torch2.5.1-xformers0.0.28.post3",
-            {"combination": "pass", "verdict": "pass", "versions": "pass", "probe": "fail"},
+            {
+                "combination": "pass",
+                "verdict": "pass",
+                "versions": "pass",
+                "installed-files": "skip",
+                "probe": "fail",
+            },
         ),
     ],
 )
@@ -248,3 +280,76 @@ def test_doctor_names_the_verdict_of_every_use(compat: CompatLock) -> None:
         "; per use: inference verified, inference-compiled verified-with-workaround, "
         "training verified, training-compiled broken"
     )
+
+
+@pytest.mark.parametrize(
+    ("findings", "lines"),
+    [
+        (
+            [
+                Finding(name="combination", status="pass", detail="x"),
+                Finding(name="verdict", status="warn", detail="x"),
+                Finding(name="installed-files", status="pass", detail="x"),
+                Finding(name="xformers-extension", status="pass", detail="x"),
+                Finding(name="gpu-smoke", status="skip", detail="not run (no GPU)"),
+            ],
+            [
+                "passed: combination, file hashes, xformers extension",
+                "warnings: verdict",
+                "not checked: GPU smoke: not run (no GPU)",
+            ],
+        ),
+        (
+            [
+                Finding(name="combination", status="fail", detail="x"),
+                Finding(name="probe", status="skip", detail="not run (--no-probe)"),
+            ],
+            ["failed: combination", "not checked: probe: not run (--no-probe)"],
+        ),
+        ([], []),
+    ],
+)
+def test_the_summary_says_what_passed_and_what_was_not_checked(
+    findings: list[Finding], lines: list[str]
+) -> None:
+    assert summary(findings) == lines
+
+
+def test_an_environment_is_read_from_its_probe_report(tmp_path: Path) -> None:
+    report = {
+        "schema": "envbuilder.env-probe/1",
+        "python": "3.12",
+        "executable": "/envs/a/bin/python",
+        "prefix": "/envs/a",
+        "markers": {"sys_platform": "linux", "python_version": "3.12"},
+        "distributions": [
+            {"name": "Torch", "version": "2.11.0", "record": "/envs/a/torch.dist-info/RECORD"},
+            {"name": "torch", "version": "2.0.0", "record": "/elsewhere/RECORD"},  # shadowed
+            {"name": "zope.interface", "version": "7", "record": None},
+        ],
+    }
+    env = installed_from_report(report)
+    assert env.versions == {"torch": "2.11.0", "zope-interface": "7"}
+    assert env.records == {"torch": Path("/envs/a/torch.dist-info/RECORD")}
+    assert (env.python, env.prefix, env.executable) == ("3.12", "/envs/a", "/envs/a/bin/python")
+    assert env.markers == {"sys_platform": "linux", "python_version": "3.12"}
+
+
+@pytest.mark.parametrize(
+    ("markers", "versions", "expected"),
+    [
+        # the locked package applies only on Windows: another environment's markers decide
+        ({"sys_platform": "linux"}, {"torch": "2.5.1"}, "pass"),
+        ({"sys_platform": "win32"}, {"torch": "2.5.1"}, "fail"),
+    ],
+)
+def test_markers_are_the_checked_environments(
+    compat: CompatLock, markers: dict[str, str], versions: dict[str, str], expected: str
+) -> None:
+    entry = compat.by_id()["py3.11-default-torch2.9.0"]
+    windows_only = replace(entry.packages[0], marker="sys_platform == 'win32'")
+    pinned = replace(entry, packages=(windows_only, *entry.packages[1:]))
+    lock = replace(compat, combinations=(pinned,))
+    env = Installed(python="3.11", versions={**versions, "torch": "2.9.0"}, markers=markers)
+    _, findings = check_environment(lock, env=env, probe=None, hashes=False)
+    assert {f.name: f.status for f in findings}["versions"] == expected
