@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from envbuilder.errors import InputError
 
-__all__ = ["GPU_COMPUTE_CAPABILITY", "arch_covers", "compute_capability"]
+__all__ = ["GPU_ARCH", "GPU_COMPUTE_CAPABILITY", "arch_covers", "compute_capability", "gpu_arch"]
 
 #: Data-centre and common desktop GPUs -> compute capability.
 GPU_COMPUTE_CAPABILITY: dict[str, str] = {
@@ -38,6 +38,9 @@ GPU_COMPUTE_CAPABILITY: dict[str, str] = {
     "GB200": "10.0",
     "RTX5090": "12.0",
 }
+
+#: GPUs that come only on one CPU architecture: the Grace superchips are ARM (aarch64).
+GPU_ARCH: dict[str, str] = {"GH200": "aarch64", "GB200": "aarch64"}
 
 _SM = re.compile(r"sm_?(\d+)(\d)", re.IGNORECASE)
 _DOTTED = re.compile(r"\d+\.\d")
@@ -64,6 +67,11 @@ def compute_capability(gpu: str, recorded: Iterable[tuple[str, str | None]] = ()
     raise InputError(
         f"unknown GPU {gpu!r}: give a compute capability (sm90 or 9.0) or one of {known}"
     )
+
+
+def gpu_arch(gpu: str) -> str | None:
+    """The CPU architecture a GPU name implies (``GH200`` -> ``aarch64``); None for most."""
+    return GPU_ARCH.get(_squash(gpu))
 
 
 def arch_covers(arch_list: str, cc: str) -> bool:

@@ -14,7 +14,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import InputError
 from envbuilder.lockfile.drivers import driver_satisfies, driver_version
-from envbuilder.lockfile.gpus import arch_covers, compute_capability
+from envbuilder.lockfile.gpus import arch_covers, compute_capability, gpu_arch
 from envbuilder.lockfile.host import normalise_arch
 from envbuilder.lockfile.model import (
     USES,
@@ -140,7 +140,8 @@ def _rejections(entry: Entry, query: Query, cuda: str | None, arch: str | None) 
     if query.python and entry.python != query.python:
         reasons.append(f"Python {entry.python}, not {query.python}")
     if arch and entry.arch != arch:
-        reasons.append(f"built for {entry.arch} ({entry.platform}), not {arch}")
+        implied = "" if query.arch else f" (a {query.gpu} host)"
+        reasons.append(f"built for {entry.arch} ({entry.platform}), not {arch}{implied}")
     if (
         query.driver
         and entry.minimum_driver
@@ -163,7 +164,8 @@ def answer(lock: CompatLock, query: Query) -> Answer:
     """Every combination, either matching *query* (best verdict for its use first, then newest
     versions) or rejected with the reasons it cannot serve it."""
     cuda = normalise_cuda(query.cuda) if query.cuda else None
-    arch = normalise_arch(query.arch) if query.arch else None
+    # a Grace superchip (GH200, GB200) is an ARM host even when --arch is not given
+    arch = normalise_arch(query.arch) if query.arch else gpu_arch(query.gpu or "")
     if query.driver:
         driver_version(query.driver)  # refuse a malformed one before judging anything
     cc = None

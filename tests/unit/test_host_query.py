@@ -257,6 +257,16 @@ OLD_DRIVER = "CUDA 12.4 needs driver >= 550.54.14, not 545.23.06"
             [],
             {"py3.12-default-torch2.11.0-xformers0.0.35": (X86,)},
         ),
+        # a GH200 is a Grace (ARM) host even without --arch
+        (
+            Query(gpu="GH200", python="3.11"),
+            [],
+            {
+                "py3.11-default-torch2.9.0": (
+                    "built for x86_64 (manylinux_2_28_x86_64), not aarch64 (a GH200 host)",
+                )
+            },
+        ),
         # a driver too old for CUDA 12.4 rules out every CUDA build, not the unsatisfiable one
         (
             Query(python="3.13", driver="545.23.06"),
