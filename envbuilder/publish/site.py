@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from html import escape
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -14,11 +15,20 @@ from string import Template
 
 from envbuilder.errors import InputError, OutputError
 from envbuilder.files import write_atomic
-from envbuilder.lockfile.model import USES, VERDICTS, CompatLock, Entry
+from envbuilder.lockfile.gpus import GPU_ARCH, GPU_COMPUTE_CAPABILITY
+from envbuilder.lockfile.model import USES, VERDICTS, CompatLock, Entry, Use
+from envbuilder.lockfile.query import Match, Query, answer
 from envbuilder.lockfile.read import load_lockfile
-from envbuilder.publish.plots import MEMORY_KEYS, TIME_KEYS, benchmarks, svg_chart
+from envbuilder.publish.plots import (
+    COMPILE_KEYS,
+    MEMORY_KEYS,
+    TIME_KEYS,
+    benchmarks,
+    natural_key,
+    svg_chart,
+)
 
-__all__ = ["build_site", "html_page", "markdown_table"]
+__all__ = ["build_site", "html_page", "markdown_table", "picker_data"]
 
 SYMBOL = {
     "verified": "✅",
@@ -106,6 +116,11 @@ def _select(key: str, label: str, options: list[tuple[str, str]]) -> str:
     )
 
 
+def _versions(values: Sequence[str]) -> list[str]:
+    """*values* sorted as versions (3.9 before 3.10, cu121 before cu130), each once."""
+    return sorted(set(values), key=natural_key)
+
+
 def _cuda_values(entry: Entry) -> list[str]:
     values = [entry.cuda]
     built = (entry.torch_build or {}).get("cuda")
@@ -130,12 +145,12 @@ def _row(entry: Entry, gpu_columns: list[tuple[str, str | None]]) -> str:
     ccs = sorted({_cc(g.compute_capability) for g in entry.gpus})
     cells = [
         f'<td class="id">{escape(entry.id)}</td>',
-        f"<td>{escape(entry.python)}</td>",
-        f"<td>{escape(' / '.join(_cuda_values(entry)))}</td>",
-        f"<td>{escape(entry.torch or '–')}</td>",
-        f"<td>{escape(entry.xformers or '–')}</td>",
         f'<td class="verdict v-{v.verdict}">{escape(v.verdict)}{_stale(entry)}'
         f'<span class="reason">{escape(v.reason)}</span></td>',
+        f'<td class="python">{escape(entry.python)}</td>',
+        f'<td class="cuda">{escape(" / ".join(_cuda_values(entry)))}</td>',
+        f'<td class="torch">{escape(entry.torch or "–")}</td>',
+        f'<td class="xformers">{escape(entry.xformers or "–")}</td>',
     ]
     for u in entry.uses:
         cells.append(
@@ -163,7 +178,7 @@ def _row(entry: Entry, gpu_columns: list[tuple[str, str | None]]) -> str:
             f'(<a href="{escape(entry.lock.path)}">download</a>)</td>'
         )
     else:
-        cells.append("<td>–</td>")
+        cells.append('<td class="install">–</td>')
     attrs = (
         f'class="combo" data-filtered data-id="{escape(entry.id)}" '
         f'data-python="{escape(entry.python)}" data-cuda="{escape(" ".join(_cuda_values(entry)))}" '
@@ -175,19 +190,144 @@ def _row(entry: Entry, gpu_columns: list[tuple[str, str | None]]) -> str:
 
 def _figure(entry: Entry) -> str:
     speed = svg_chart("speed", "ms", benchmarks(entry, TIME_KEYS))
-    memory = svg_chart("peak memory", "MiB", benchmarks(entry, MEMORY_KEYS))
+    memory = svg_chart("peak memory", "MiB", benchmarks(entry, MEMORY_KEYS), kind="memory")
     if not speed and not memory:
         return ""
+    return _figure_of(entry, speed + memory)
+
+
+def _compile_figure(entry: Entry) -> str:
+    chart = svg_chart(
+        "first call under torch.compile, compiling included",
+        "s",
+        benchmarks(entry, COMPILE_KEYS, compile_time=True),
+    )
+    return _figure_of(entry, chart) if chart else ""
+
+
+def _figure_of(entry: Entry, charts: str) -> str:
     ccs = " ".join(sorted({_cc(g.compute_capability) for g in entry.gpus}))
     return (
         f'<figure data-filtered data-python="{escape(entry.python)}" '
         f'data-cuda="{escape(" ".join(_cuda_values(entry)))}" data-gpu="{escape(ccs)}" '
         f'data-uses="{" ".join(_verified_uses(entry))}">'
-        f"<figcaption>{escape(entry.id)}</figcaption>{speed}{memory}</figure>"
+        f"<figcaption>{escape(entry.id)}</figcaption>{charts}</figure>"
+    )
+
+
+#: How the picker names "any" in its keys.
+ANY = ""
+
+
+def _known_gpus(lock: CompatLock) -> list[tuple[str, str, str | None]]:
+    """Every GPU the picker offers: (name, compute capability, the CPU architecture it
+    implies), the table's models first by capability then the runners' other names."""
+    gpus = [(name, cc, GPU_ARCH.get(name)) for name, cc in GPU_COMPUTE_CAPABILITY.items()]
+    squashed = {re.sub(r"[\s_-]", "", n).upper() for n in GPU_COMPUTE_CAPABILITY}
+    for e in lock.combinations:
+        for g in e.gpus:
+            name = g.gpu.replace("NVIDIA ", "")
+            key = re.sub(r"[\s_-]", "", name).upper()
+            if g.compute_capability and not any(k in key for k in squashed):
+                gpus.append((name, g.compute_capability, None))
+                squashed.add(key)
+    return sorted(set(gpus), key=lambda g: (natural_key(g[1]), g[0]))
+
+
+def _install_command(entry: Entry, use: Use | None) -> str:
+    return f"envbuilder install {entry.id}" + (f" --use {use}" if use else "")
+
+
+def picker_data(lock: CompatLock) -> dict[str, object]:
+    """What the picker needs to answer in the browser without judging anything itself: per
+    (compute capability, use) the combinations ranked by `query.answer`, with verdicts and
+    reasons; per combination what the host must match (Python, CUDA, architecture, driver).
+    The browser only drops the ones the chosen Python, CUDA, driver or GPU rule out."""
+    reasons: list[str] = []
+    index: dict[str, int] = {}
+
+    def reason(text: str) -> int:
+        if text not in index:
+            index[text] = len(reasons)
+            reasons.append(text)
+        return index[text]
+
+    ranked: dict[str, list[tuple[str, str, int]]] = {}
+    ccs = sorted({cc for _, cc, _ in _known_gpus(lock)}, key=natural_key)
+    for cc in [ANY, *ccs]:
+        for use in [None, *USES]:
+            matches: Sequence[Match] = answer(lock, Query(gpu=cc or None, use=use)).matches
+            ranked[f"{cc}|{use or ANY}"] = [
+                (m.entry.id, m.verdict.verdict, reason(m.verdict.reason)) for m in matches
+            ]
+    entries = {
+        e.id: {
+            "python": e.python,
+            "cuda": e.cuda_release or "",
+            "arch": e.arch,
+            "driver": e.minimum_driver or "",
+            "installable": e.lock is not None,
+        }
+        for e in lock.combinations
+    }
+    return {"ranked": ranked, "entries": entries, "reasons": reasons}
+
+
+def _picker(lock: CompatLock) -> str:
+    entries = lock.combinations
+    pythons = _versions([e.python for e in entries])
+    cudas = _versions([e.cuda_release for e in entries if e.cuda_release])
+    gpus = "".join(
+        f'<option value="{escape(cc)}" data-arch="{escape(arch or "")}">'
+        f"{escape(name)} ({_cc(cc)})</option>"
+        for name, cc, arch in _known_gpus(lock)
+    )
+
+    def options(values: Sequence[str], label: str) -> str:
+        return "".join(
+            f'<option value="{escape(v)}">{escape(label.format(v))}</option>' for v in values
+        )
+
+    best = answer(lock, Query()).matches
+    return (
+        '<section id="picker" aria-label="what to install">'
+        '<form id="pick" onsubmit="return false">'
+        '<label>Python <select id="pick-python"><option value="">any</option>'
+        f"{options(pythons, '{}')}</select></label>"
+        '<label>CUDA <select id="pick-cuda"><option value="">any</option>'
+        f"{options(cudas, 'CUDA {}')}</select></label>"
+        '<label>or driver <input id="pick-driver" size="10" inputmode="decimal" '
+        'placeholder="e.g. 550.54" autocomplete="off"></label>'
+        f'<label>GPU <select id="pick-gpu"><option value="">any</option>{gpus}</select></label>'
+        '<label>Use <select id="pick-use"><option value="">all four</option>'
+        f"{options(list(USES), '{}')}</select></label>"
+        "</form>"
+        f'<div id="answer" aria-live="polite">{_answer_html(best[0] if best else None)}</div>'
+        "</section>"
+    )
+
+
+def _answer_html(match: Match | None) -> str:
+    """The picker's answer before any choice (the page without JavaScript shows this)."""
+    if match is None:
+        return '<p class="answer-none">No combination in this lockfile.</p>'
+    v = match.verdict
+    command = (
+        f'<code class="cmd" id="answer-cmd">{escape(_install_command(match.entry, None))}</code>'
+        if v.verdict in INSTALLABLE and match.entry.lock is not None
+        else '<p class="answer-none">Nothing verified: no install command to recommend.</p>'
+    )
+    return (
+        f'<p class="answer-head"><span id="answer-verdict" class="verdict-badge v-{v.verdict}">'
+        f'{escape(v.verdict)}</span> <span id="answer-id">{escape(match.entry.id)}</span></p>'
+        f"{command}"
+        f'<p id="answer-why" class="reason">{escape(v.reason)}</p>'
+        '<p id="answer-more" class="meta"></p>'
     )
 
 
 def html_page(lock: CompatLock, content_sha256: str) -> str:
+    ordered = [m.entry for m in answer(lock, Query()).matches]  # verified first, newest first
     entries = lock.combinations
     gpu_columns = sorted({(g.gpu, g.compute_capability) for e in entries for g in e.gpus})
     gpu_names: dict[str, set[str]] = {}
@@ -195,46 +335,54 @@ def html_page(lock: CompatLock, content_sha256: str) -> str:
         gpu_names.setdefault(_cc(cc), set()).add(name.replace("NVIDIA ", ""))
     filters = "".join(
         [
-            _select("python", "Python", [(p, p) for p in sorted({e.python for e in entries})]),
+            _select("python", "Python", [(p, p) for p in _versions([e.python for e in entries])]),
             _select(
                 "cuda",
                 "CUDA",
-                [(c, c) for c in sorted({c for e in entries for c in _cuda_values(e)})],
+                [(c, c) for c in _versions([c for e in entries for c in _cuda_values(e)])],
             ),
             _select(
                 "gpu",
                 "GPU",
-                [(cc, f"{cc} ({', '.join(sorted(n))})") for cc, n in sorted(gpu_names.items())],
+                [
+                    (cc, f"{cc} ({', '.join(sorted(n))})")
+                    for cc, n in sorted(gpu_names.items(), key=lambda i: natural_key(i[0]))
+                ],
             ),
             _select("uses", "Verified for", [(u, u) for u in USES]),
         ]
     )
     counts = Counter(e.verdict.verdict for e in entries)
-    use_headers = "".join(f"<th>{escape(u)}</th>" for u in USES)
+    use_headers = "".join(f'<th class="use">{escape(u)}</th>' for u in USES)
     headers = "".join(
-        f"<th>{escape(name.replace('NVIDIA ', ''))}<br><small>{_cc(cc)}</small></th>"
+        f'<th class="gpu">{escape(name.replace("NVIDIA ", ""))}<br><small>{_cc(cc)}</small></th>'
         for name, cc in gpu_columns
     )
     legend = "".join(f'<span class="v-{v}">{v}</span>' for v in VERDICTS)
-    plots = "".join(_figure(e) for e in entries) or "<p>No performance numbers yet.</p>"
+    plots = "".join(_figure(e) for e in ordered) or "<p>No performance numbers yet.</p>"
+    compile_plots = (
+        "".join(_compile_figure(e) for e in ordered) or "<p>No compile-time numbers yet.</p>"
+    )
+    data = json.dumps(picker_data(lock), sort_keys=True, separators=(",", ":"))
     return Template(_asset("page.html")).substitute(
         style=_asset("page.css"),
         script=_asset("page.js"),
         content_sha256=content_sha256,
         counts=escape(", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v])),
+        picker=_picker(lock),
+        picker_data=data.replace("<", "\\u003c"),
         filters=filters,
         use_headers=use_headers,
         gpu_headers=headers,
-        rows="\n".join(_row(e, gpu_columns) for e in entries),
+        rows="\n".join(_row(e, gpu_columns) for e in ordered),
         legend=legend,
         plots=plots,
+        compile_plots=compile_plots,
     )
 
 
 def build_site(lockfile: Path, out: Path) -> list[Path]:
     """Write the site into *out* (replaced as a whole, atomically); return the files written."""
-    import json
-
     lock = load_lockfile(lockfile)
     raw = lockfile.read_bytes()
     content_sha256 = json.loads(raw)["content_sha256"]

@@ -158,72 +158,184 @@ def choose(browser: DevTools, key: str, value: str) -> list[str]:
     return ids
 
 
-def test_page_loads_filters_and_screenshots(
-    browser: DevTools, site_url: str, tmp_path: Path
-) -> None:
+V = {
+    "2.5.1": "py3.11-default-torch2.5.1-xformers0.0.28.post3",  # verified
+    "2.11.0": "py3.12-default-torch2.11.0-xformers0.0.35",  # verified-with-workaround
+    "2.7.0": "py3.12-default-torch2.7.0-xformers0.0.30-cudart",  # verified-with-workaround
+    "2.6.0": "py3.11-default-torch2.6.0-xformers0.0.29.post3",  # verified-with-workaround
+    "2.9.0": "py3.11-default-torch2.9.0",  # unverified
+    "2.10.0": "py3.12-default-torch2.10.0-xformers0.0.34",  # broken (compiled training)
+    "2.8.0": "py3.12-default-torch2.8.0-xformers0.0.32.post2",  # broken (conflict)
+    "2.4.1": "py3.10-default-torch2.4.1-xformers0.0.28.post1",  # broken
+    "2.4.1-py3.13": "py3.13-default-torch2.4.1-xformers0.0.28.post1",  # unsatisfiable
+}
+#: verified first, then by verdict, newest versions first (query's order)
+ORDER = list(V.values())
+
+
+def load(browser: DevTools, url: str, width: int, height: int, *, mobile: bool) -> None:
     browser.send("Page.enable")
     browser.send(
         "Emulation.setDeviceMetricsOverride",
-        width=1400,
-        height=1100,
+        width=width,
+        height=height,
         deviceScaleFactor=1,
-        mobile=False,
+        mobile=mobile,
     )
-    browser.send("Page.navigate", url=site_url)
+    browser.send("Page.navigate", url=url)
     browser.wait_for("Page.loadEventFired")
 
+
+def screenshot(browser: DevTools, tmp_path: Path, name: str) -> Path:
+    """The first screen as a user sees it (no capture beyond the viewport)."""
+    shot = browser.send("Page.captureScreenshot", format="png")
+    png = base64.b64decode(shot["data"])
+    assert png.startswith(b"\x89PNG")
+    folder = Path(os.environ.get("ENVBUILDER_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    path.write_bytes(png)
+    print(f"screenshot: {path}")
+    return path
+
+
+def rect(browser: DevTools, selector: str) -> dict[str, float]:
+    box: dict[str, float] = browser.evaluate(
+        f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
+        ".getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left, "
+        "right: r.right, width: r.width, height: r.height}; })()"
+    )
+    return box
+
+
+def pick(browser: DevTools, **choices: str) -> dict[str, str]:
+    """Set the picker's controls (python, cuda, driver, gpu, use) and read its answer."""
+    script = "".join(
+        f"(() => {{ const el = document.getElementById('pick-{key}'); "
+        f"el.value = {json.dumps(value)}; "
+        f"el.dispatchEvent(new Event(el.tagName === 'INPUT' ? 'input' : 'change')); }})();"
+        for key, value in choices.items()
+    )
+    answer: dict[str, str] = browser.evaluate(
+        script + "({verdict: document.getElementById('answer-verdict').textContent, "
+        "id: document.getElementById('answer-id').textContent, "
+        "cmd: (document.getElementById('answer-cmd') || {}).textContent || '', "
+        "more: document.getElementById('answer-more').textContent})"
+    )
+    return answer
+
+
+def pick_gpu(browser: DevTools, name: str) -> dict[str, str]:
+    """Choose a GPU by its name (several share a compute capability, the option's value)."""
+    browser.evaluate(
+        "(() => { const s = document.getElementById('pick-gpu'); "
+        f"s.selectedIndex = [...s.options].findIndex(o => o.text.startsWith({json.dumps(name)} + ' ')); "
+        "s.dispatchEvent(new Event('change')); })()"
+    )
+    return pick(browser)
+
+
+def test_page_loads_filters_and_orders_verified_first(browser: DevTools, site_url: str) -> None:
+    load(browser, site_url, 1400, 1100, mobile=False)
     assert browser.evaluate("document.title").startswith("envbuilder compatibility")
     everything = browser.evaluate(VISIBLE)
-    assert len(everything) == 9
+    assert everything == ORDER
     assert (
         browser.evaluate("document.getElementById('visible-count').textContent")
         == "9 of 9 combinations shown"
     )
     assert browser.evaluate("document.querySelectorAll('svg.plot').length") >= 2
 
-    assert choose(browser, "python", "3.11") == [
-        "py3.11-default-torch2.5.1-xformers0.0.28.post3",
-        "py3.11-default-torch2.6.0-xformers0.0.29.post3",
-        "py3.11-default-torch2.9.0",
-    ]
-    assert choose(browser, "gpu", "sm_80") == ["py3.11-default-torch2.5.1-xformers0.0.28.post3"]
+    assert choose(browser, "python", "3.11") == [V["2.5.1"], V["2.6.0"], V["2.9.0"]]
+    assert choose(browser, "gpu", "sm_80") == [V["2.5.1"]]
     assert (
         browser.evaluate("document.getElementById('visible-count').textContent")
         == "1 of 9 combinations shown"
     )
     choose(browser, "python", "")
+    # runs on sm_90: not the A100-only one nor the one without runs; the unsatisfiable
+    # one's H100 run is evidence too
     assert choose(browser, "gpu", "sm_90") == [
-        "py3.11-default-torch2.5.1-xformers0.0.28.post3",
-        "py3.11-default-torch2.6.0-xformers0.0.29.post3",
-        "py3.12-default-torch2.10.0-xformers0.0.34",
-        "py3.12-default-torch2.11.0-xformers0.0.35",
-        "py3.12-default-torch2.7.0-xformers0.0.30-cudart",
-        "py3.12-default-torch2.8.0-xformers0.0.32.post2",
-        "py3.13-default-torch2.4.1-xformers0.0.28.post1",  # unsatisfiable; its H100 run is evidence
+        i for i in ORDER if i not in (V["2.4.1"], V["2.9.0"])
     ]
     assert choose(browser, "gpu", "") == everything
     # verified (with or without a workaround) for one use: broken for compiled training is out
-    verified_for_training = [
-        "py3.11-default-torch2.5.1-xformers0.0.28.post3",
-        "py3.11-default-torch2.6.0-xformers0.0.29.post3",
-        "py3.12-default-torch2.10.0-xformers0.0.34",
-        "py3.12-default-torch2.11.0-xformers0.0.35",
-        "py3.12-default-torch2.7.0-xformers0.0.30-cudart",
-    ]
-    assert choose(browser, "uses", "training") == verified_for_training
-    assert choose(browser, "uses", "training-compiled") == [
-        i for i in verified_for_training if i != "py3.12-default-torch2.10.0-xformers0.0.34"
-    ]
+    training = [V["2.5.1"], V["2.11.0"], V["2.7.0"], V["2.6.0"], V["2.10.0"]]
+    assert choose(browser, "uses", "training") == training
+    assert choose(browser, "uses", "training-compiled") == [i for i in training if i != V["2.10.0"]]
     assert choose(browser, "uses", "") == everything
 
     colour = browser.evaluate(
         "getComputedStyle(document.querySelector('tr[data-verdict=broken] td.verdict')).backgroundColor"
     )
     assert colour == "rgb(249, 196, 196)"
+    words = browser.evaluate("document.getElementById('plots').textContent")
+    assert "slower than SDPA" in words or "faster than SDPA" in words
 
-    shot = browser.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-    png = base64.b64decode(shot["data"])
-    assert png.startswith(b"\x89PNG")
-    path = tmp_path / "site.png"
-    path.write_bytes(png)
-    print(f"screenshot: {path}")
+
+def test_the_picker_answers_on_the_first_screen(
+    browser: DevTools, site_url: str, tmp_path: Path
+) -> None:
+    load(browser, site_url, 1280, 900, mobile=False)
+    answer = pick(browser)
+    assert answer == {
+        "verdict": "verified",
+        "id": V["2.5.1"],
+        "cmd": f"envbuilder install {V['2.5.1']}",
+        "more": "7 more fit, 1 without a lock",
+    }
+    for selector in ("#pick", "#answer-verdict", "#answer-id", "#answer-cmd"):
+        box = rect(browser, selector)
+        assert box["height"] > 0 and box["top"] >= 0 and box["bottom"] <= 900, selector
+        assert box["right"] <= 1280, selector
+    screenshot(browser, tmp_path, "site-1280x900")
+
+    # Python 3.12 for compiled training: the workaround one, and the use in the command
+    assert pick(browser, python="3.12", use="training-compiled") == {
+        "verdict": "verified-with-workaround",
+        "id": V["2.11.0"],
+        "cmd": f"envbuilder install {V['2.11.0']} --use training-compiled",
+        "more": "3 more fit, 5 ruled out by your choices",  # 3.12 has no lockless one
+    }
+    # on an A100 only the A100-run combination is verified; a 3.12 stack is not, so no command
+    assert pick(browser, python="3.11", use="", gpu="8.0") == {
+        "verdict": "verified",
+        "id": V["2.5.1"],
+        "cmd": f"envbuilder install {V['2.5.1']}",
+        "more": "2 more fit, 6 ruled out by your choices",  # nor 3.11
+    }
+    unverified = pick(browser, python="3.12", gpu="8.0")
+    assert (unverified["verdict"], unverified["cmd"]) == ("unverified", "")
+    # a driver older than CUDA 12.4 needs leaves nothing; a GH200 is an ARM host
+    assert pick(browser, python="", gpu="", driver="545.23")["verdict"] == "nothing fits"
+    assert browser.evaluate("document.getElementById('answer-why').textContent") == (
+        "No installable combination in this lockfile fits these choices "
+        "(8 ruled out, 1 without a lock): needs driver ≥ 550.54.14 (8)."
+    )
+    assert pick(browser, driver="550.54.14")["id"] == V["2.5.1"]
+    pick(browser, driver="")
+    assert pick_gpu(browser, "H100")["id"] == V["2.5.1"]
+    assert pick_gpu(browser, "GH200")["verdict"] == "nothing fits"
+    assert browser.evaluate("document.getElementById('answer-why').textContent") == (
+        "No installable combination in this lockfile fits these choices "
+        "(9 ruled out): built for x86_64 (9)."
+    )
+
+
+def test_the_phone_layout_keeps_the_verdict(
+    browser: DevTools, site_url: str, tmp_path: Path
+) -> None:
+    load(browser, site_url, 390, 844, mobile=True)
+    assert browser.evaluate("document.documentElement.scrollWidth") <= 390
+    for selector in ("#answer-verdict", "#answer-id", "#answer-cmd"):
+        box = rect(browser, selector)
+        assert box["height"] > 0 and box["bottom"] <= 844 and box["right"] <= 390, selector
+    # the grid keeps the combination and its verdict; the detail columns give way
+    verdict = rect(browser, "tr.combo td.verdict")
+    assert verdict["width"] > 0 and verdict["left"] >= 0 and verdict["right"] <= 390
+    hidden = browser.evaluate(
+        "['td.python', 'td.torch', 'td.use', 'td.install'].map("
+        "s => getComputedStyle(document.querySelector('tr.combo ' + s)).display)"
+    )
+    assert hidden == ["none"] * 4
+    screenshot(browser, tmp_path, "site-390x844")
