@@ -103,9 +103,9 @@ def svg_chart(
     xformers compares with SDPA."""
     if not benches:
         return ""
-    bar, gap, left, width, words = 12, 10, 200, 200, 230
+    bar, gap, left, width, values, words = 12, 10, 200, 200, 56, 260
     height = 28 + len(benches) * (2 * bar + gap) + 18
-    full = left + width + words
+    full = left + width + values + words
     top = max(max(b.values.values()) for b in benches) or 1.0
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" role="img" width="{full}" '
@@ -131,7 +131,7 @@ def svg_chart(
             y += bar
         said = ratio_words(b.values["xformers"], b.values["sdpa"], kind)
         parts.append(
-            f'<text x="{full - 4}" y="{y - bar + 4}" text-anchor="end" class="ratio">'
+            f'<text x="{left + width + values}" y="{y - bar + 4}" class="ratio">'
             f"{escape(said)}</text>"
         )
         y += gap
