@@ -125,6 +125,18 @@ def run(args: argparse.Namespace) -> int:
         return 0 if matches else 1
     if host is not None:
         print(f"this machine: {host.describe()}")
+        given = [
+            f"--{k} {v}"
+            for k, v in (
+                ("python", args.python),
+                ("arch", args.arch),
+                ("gpu", args.gpu),
+                ("driver", args.driver),
+            )
+            if v
+        ]
+        if given:
+            print(f"overridden: {' '.join(given)}")
         if len({g.compute_capability for g in host.gpus}) > 1:
             print(f"judged for the first GPU, {host.gpus[0].name}")
     if matches:
