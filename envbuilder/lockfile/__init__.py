@@ -19,12 +19,18 @@ Decisions (also in README.md, "The compatibility lockfile"):
 - Results on an older lock of a combination are stale evidence (`results`):
   kept under ``stale_runs``, never counted; the current lock stays
   ``unverified`` until it has runs, its reason saying when it was last verified.
+- What a host needs: each combination's ``arch`` (from its platform tag),
+  ``cuda_release`` and ``minimum_driver``; the lockfile's ``drivers`` table
+  with its source (`drivers`). `query.answer` rejects combinations for another
+  Python, architecture or an older driver, each with its reasons; `host`
+  detects this machine for ``query --here``.
 - Results files that cannot be merged (`results`) abort ``envbuilder lock``
   with exit 2 and nothing written, unless ``--skip-rejected`` is given: then
   the lockfile is written and lists them under ``rejected_results``.
 
 Submodules: `model` (records), `canonical`, `verdicts`, `results`, `merge`,
-`read`, `gpus`, `query`, `export`. Importing this package imports only the
+`read`, `gpus`, `drivers`, `host`, `query`, `export`, `doctor` (with
+`_envprobe` and `_smoke`, which run by path inside the checked environment). Importing this package imports only the
 standard library.
 """
 
