@@ -95,6 +95,7 @@ def _match_json(m: Match) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from envbuilder.lockfile.gpus import gpu_arch
     from envbuilder.lockfile.host import detect_host
     from envbuilder.lockfile.query import answer
     from envbuilder.lockfile.read import default_lockfile, load_lockfile
@@ -105,11 +106,12 @@ def run(args: argparse.Namespace) -> int:
     query = _query(args, host)
     result = answer(lock, query)
     matches = result.matches
-    # rejections are news when the host decides them; a plain filter's misses are not
-    show_rejected = bool(args.here or args.arch or args.driver)
+    # rejections are news when the host decides them (a Grace GPU implies aarch64) or when
+    # nothing matched; a plain filter's misses are not
+    host_query = bool(args.here or args.arch or args.driver or gpu_arch(args.gpu or ""))
     if args.json:
         listed = [_match_json(m) for m in matches]
-        if show_rejected:
+        if host_query:
             out: object = {
                 "host": None if host is None else asdict(host),
                 "query": asdict(query),
@@ -147,8 +149,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{m.verdict.verdict:<25} {m.entry.id:<{width}}  {m.verdict.reason}")
     else:
         print(f"no combination in {path} matches", file=sys.stderr)
-    if show_rejected and result.rejected:
-        print(f"not for this host ({len(result.rejected)}):")
+    if (host_query or not matches) and result.rejected:
+        print(f"{'not for this host' if host_query else 'not matching'} ({len(result.rejected)}):")
         for r in result.rejected:
             print(f"  {r.entry.id}: {r.reason}")
     return 0 if matches else 1

@@ -332,3 +332,45 @@ def test_host_describe() -> None:
     assert host.describe() == (
         "Python 3.12, aarch64, NVIDIA GH200 480GB (sm_90), driver 580.65.06 (from nvidia-smi)"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "lines"),
+    [
+        # a Grace GPU: every x86_64 lock is shown rejected, with why
+        (
+            ["--gpu", "GH200", "--python", "3.12"],
+            1,
+            [
+                "not for this host (9):",
+                "  py3.12-default-torch2.11.0-xformers0.0.35: built for x86_64 "
+                "(manylinux_2_28_x86_64), not aarch64 (a GH200 host)",
+            ],
+        ),
+        # nothing matched a plain filter: the misses say why
+        (["--python", "3.9"], 1, ["not matching (9):"]),
+        # a plain filter that matched lists no misses
+        (["--python", "3.13"], 0, ["unsatisfiable"]),
+    ],
+)
+def test_query_command_shows_rejections_when_they_explain(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    status: int,
+    lines: list[str],
+) -> None:
+    from envbuilder.cli import main
+
+    shutil.copytree(DATA / "locks", tmp_path / "locks")
+    monkeypatch.chdir(tmp_path)
+    lock = ["lock", "--resolution", "locks/resolution.json", "--results", str(DATA / "results")]
+    assert main(lock) == 0
+    capsys.readouterr()
+    assert main(["query", *argv]) == status
+    out = capsys.readouterr().out.splitlines()
+    for line in lines:
+        assert any(o == line or o.startswith(line) for o in out), line
+    if status == 0:
+        assert not any(o.startswith(("not for this host", "not matching")) for o in out)
