@@ -119,8 +119,12 @@ def install_requirements(wheels: Sequence[LockedWheel]) -> str:
     return requirements_text(((f"{w.name}=={w.version}", w.sha256) for w in wheels), wrap=False)
 
 
-#: Where a CUDA runtime wheel puts its shared libraries, under site-packages.
-_RUNTIME_LIBRARY_DIRS = {re.compile(r"^nvidia-cuda-runtime-cu(\d+)$"): "nvidia/cuda_runtime/lib"}
+#: Where a CUDA runtime wheel puts its shared libraries, under site-packages; ``{major}`` is
+#: the CUDA major of the pinned release (``nvidia-cuda-runtime==13.0.96``: ``nvidia/cu13/lib``).
+_RUNTIME_LIBRARY_DIRS = {
+    re.compile(r"^nvidia-cuda-runtime-cu(\d+)$"): "nvidia/cuda_runtime/lib",
+    re.compile(r"^nvidia-cuda-runtime$"): "nvidia/cu{major}/lib",
+}
 
 
 def library_path(extra_runtime: Sequence[str], *, python: str, venv: str = "/opt/venv") -> str:
@@ -134,8 +138,10 @@ def library_path(extra_runtime: Sequence[str], *, python: str, venv: str = "/opt
     for requirement in extra_runtime:
         name = canonicalize_name(re.split(r"[=<>!~; \[]", requirement, maxsplit=1)[0])
         for pattern, subdir in _RUNTIME_LIBRARY_DIRS.items():
-            if pattern.match(name):
-                dirs.append(f"{venv}/lib/python{python}/site-packages/{subdir}")
+            pin = re.search(r"==\s*(\d+)\.", requirement)
+            if pattern.match(name) and (pin or "{major}" not in subdir):
+                found = subdir.format(major=pin.group(1) if pin else "")
+                dirs.append(f"{venv}/lib/python{python}/site-packages/{found}")
     return ":".join(dict.fromkeys(dirs))
 
 

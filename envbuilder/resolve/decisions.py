@@ -45,7 +45,7 @@ from envbuilder.resolve.wheels import (
 )
 from envbuilder.target import CudaTag, Target
 
-__all__ = ["Decision", "decide", "target_of"]
+__all__ = ["Decision", "cuda_runtime_projects", "decide", "target_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -351,30 +351,47 @@ class _Steps:
                     f"but torch {torch.version} is built with CUDA {torch.cuda}: "
                     f"xformers' C++/CUDA extension needs libcudart.so.{major}, which this torch does not bring"
                 )
-                if not self.c.add_cuda_runtime:
-                    raise _Unsatisfiable(
-                        problem + "; set add-cuda-runtime = true to add that CUDA runtime"
-                    )
                 runtime = self._cuda_runtime(record.cuda)
+                if runtime is None:
+                    mm = ".".join(record.cuda.split(".")[:2])
+                    raise _Unsatisfiable(
+                        f"{problem}; no CUDA {mm} runtime wheel for {self.target.describe()} "
+                        f"on the default index (looked for "
+                        f"{', '.join(cuda_runtime_projects(major))}), so add-cuda-runtime "
+                        "cannot add one"
+                    )
+                if not self.c.add_cuda_runtime:
+                    raise _Unsatisfiable(f"{problem}; set add-cuda-runtime = true to add {runtime}")
                 self.found.extra_runtime.append(runtime)
                 self.found.notes.append(f"{problem}; added {runtime} (add-cuda-runtime = true)")
 
-    def _cuda_runtime(self, cuda: str) -> str:
-        """The newest CUDA runtime wheel of the build's major.minor on the default index."""
+    def _cuda_runtime(self, cuda: str) -> str | None:
+        """The newest CUDA runtime wheel of the build's major.minor for the target on the
+        default index, from the first of `cuda_runtime_projects` that has one."""
         major, minor = cuda.split(".")[:2]
-        project = f"nvidia-cuda-runtime-cu{major}"
         url = self.found.indexes[0].url
-        best: Version | None = None
-        for file in self.evidence.page(url, project, "simple"):
-            filename = file.filename
-            if not filename.endswith(".whl") or file.yanked:
-                continue
-            version = parse_wheel_filename(filename)[1]
-            if version.release[:2] == (int(major), int(minor)) and (best is None or version > best):
-                best = version
-        if best is None:
-            raise _Unsatisfiable(f"no {project} {major}.{minor}.* on the default index to add")
-        return f"{project}=={best}"
+        for project in cuda_runtime_projects(major):
+            best: Version | None = None
+            for file in self.evidence.page(url, project, "simple"):
+                if file.yanked or (version := file_version(file.filename, project)) is None:
+                    continue
+                tags = parse_wheel_filename(file.filename)[3]
+                fits = any(t in self.target.tag_priority for t in tags)
+                if fits and version.release[:2] == (int(major), int(minor)):
+                    best = version if best is None or version > best else best
+            if best is not None:
+                return f"{project}=={best}"
+        return None
+
+
+def cuda_runtime_projects(major: str) -> tuple[str, ...]:
+    """Where a CUDA major's runtime (``libcudart.so.<major>``) is published, in the order tried.
+
+    CUDA 12's is ``nvidia-cuda-runtime-cu12``; CUDA 13's is ``nvidia-cuda-runtime``
+    (13.0.x, ...), while ``nvidia-cuda-runtime-cu13`` holds only a placeholder release.
+    Only a release of the wanted major.minor counts, so a placeholder is never chosen.
+    """
+    return (f"nvidia-cuda-runtime-cu{major}", "nvidia-cuda-runtime")
 
 
 def _pinned(name: str, chosen: ResolvedTorch | ResolvedXformers) -> PinnedFile:

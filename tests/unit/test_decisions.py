@@ -13,6 +13,7 @@ from envbuilder.index.simple import DistributionFile
 from envbuilder.model import BuildRecord, Combination, IndexSpec
 from envbuilder.resolve.decisions import Decision, decide
 from envbuilder.resolve.evidence import file_version
+from envbuilder.resolve.wheels import sdist_version
 
 DEFAULT = "http://127.0.0.1:1/simple"
 TAG = "cp311-cp311-manylinux_2_28_x86_64"
@@ -46,7 +47,9 @@ class FakeEvidence:
         return [
             f
             for f in self.page(url, project, kind)
-            if (v := file_version(f.filename, project)) is not None and v.public == wanted
+            if (v := file_version(f.filename, project) or sdist_version(f.filename, project))
+            is not None
+            and v.public == wanted
         ]
 
     def metadata(self, file: DistributionFile) -> Message:
@@ -64,30 +67,57 @@ XFORMERS = wheel("xformers", "0.0.28.post1", "cp311-cp311-manylinux_2_28_x86_64"
 MATCHING = BuildRecord(torch="2.4.1+cu121", cuda="12.1", arch_list="8.0")
 
 
+RUNTIME_TAG = "py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64"
+PLACEHOLDER = "py3-none-any"  # what the index holds under a runtime name it does not use
+
+
+def runtime_wheels(project: str, *versions: str, tag: str = RUNTIME_TAG) -> list[DistributionFile]:
+    return [wheel(project.replace("-", "_"), v, tag) for v in versions]
+
+
 def evidence(
     *,
     torch_cuda: str = "12.1.105",
     xformers_requires: str = "torch==2.4.1",
     record: BuildRecord | None = MATCHING,
-    runtimes: tuple[str, ...] = (),
+    runtimes: dict[str, list[DistributionFile]] | None = None,
     broken: bool = False,
 ) -> FakeEvidence:
+    """The index as the public one lays it out: CUDA 13's runtime is ``nvidia-cuda-runtime``,
+    ``nvidia-cuda-runtime-cu13`` only a placeholder release."""
+    if runtimes is None:
+        runtimes = {
+            "nvidia-cuda-runtime-cu13": runtime_wheels(
+                "nvidia-cuda-runtime-cu13", "0.0.0a0", tag=PLACEHOLDER
+            )
+        }
+    torch_pin = (
+        f"nvidia-cuda-runtime-cu12=={torch_cuda}"
+        if torch_cuda.startswith("12.")
+        else f"cuda-toolkit[cudart]=={torch_cuda}"
+    )
     return FakeEvidence(
-        files={
-            "torch": [TORCH],
-            "xformers": [XFORMERS],
-            "nvidia-cuda-runtime-cu13": [
-                wheel("nvidia_cuda_runtime_cu13", v, "py3-none-manylinux_2_28_x86_64")
-                for v in runtimes
-            ],
-        },
+        files={"torch": [TORCH], "xformers": [XFORMERS], **runtimes},
         requires={
-            TORCH.filename: [f"nvidia-cuda-runtime-cu12=={torch_cuda}", "filelock"],
+            TORCH.filename: [torch_pin, "filelock"],
             XFORMERS.filename: [xformers_requires, "numpy"],
         },
         records={XFORMERS.filename: record} if record else {},
         broken=broken,
     )
+
+
+CUDA13_BUILD = BuildRecord(torch="2.4.1", cuda="13.0", arch_list=None)
+CUDA13_RUNTIMES = {
+    "nvidia-cuda-runtime-cu13": runtime_wheels(
+        "nvidia-cuda-runtime-cu13", "0.0.0a0", tag=PLACEHOLDER
+    ),
+    "nvidia-cuda-runtime": [
+        *runtime_wheels("nvidia-cuda-runtime", "0.0.0a0", tag=PLACEHOLDER),
+        *runtime_wheels("nvidia-cuda-runtime", "13.0.48", "13.0.96", "13.1.80"),
+        *runtime_wheels("nvidia-cuda-runtime", "13.0.99", tag="py3-none-manylinux_2_28_aarch64"),
+    ],
+}
 
 
 def combination(cuda: str = "cu121", *, add_cuda_runtime: bool = False) -> Combination:
@@ -114,8 +144,8 @@ def run(c: Combination, source: FakeEvidence) -> Decision:
         (combination("cu124"), evidence(), "unsatisfiable", "no torch 2.4.1 build for cu124: torch-2.4.1-cp311-cp311-manylinux_2_28_x86_64.whl is CUDA 12.1"),
         (combination("cpu"), evidence(), "unsatisfiable", "a CUDA 12.1 build"),
         (combination(), evidence(xformers_requires="torch==2.3.0"), "unsatisfiable", "requires torch==2.3.0 (its Requires-Dist), which torch 2.4.1 does not satisfy"),
-        (combination(), evidence(record=BuildRecord(torch="2.4.1", cuda="13.0", arch_list=None)), "unsatisfiable", "needs libcudart.so.13, which this torch does not bring; set add-cuda-runtime = true"),
-        (combination(add_cuda_runtime=True), evidence(record=BuildRecord(torch="2.4.1", cuda="13.0", arch_list=None)), "unsatisfiable", "no nvidia-cuda-runtime-cu13 13.0.* on the default index"),
+        (combination(), evidence(record=CUDA13_BUILD, runtimes=CUDA13_RUNTIMES), "unsatisfiable", "needs libcudart.so.13, which this torch does not bring; set add-cuda-runtime = true to add nvidia-cuda-runtime==13.0.96"),
+        (combination(add_cuda_runtime=True), evidence(record=CUDA13_BUILD), "unsatisfiable", "no CUDA 13.0 runtime wheel for cp311 on manylinux_2_28_x86_64 on the default index"),
         (combination(), evidence(broken=True), "error", "HTTP 503"),
     ],
 )  # fmt: skip
@@ -139,15 +169,41 @@ def test_a_decided_combination_carries_what_the_closure_needs() -> None:
     assert "xformers 0.0.28.post1 built with torch 2.4.1+cu121, CUDA 12.1" in result.reason
 
 
-def test_the_newest_runtime_of_the_build_s_cuda_is_added_when_asked() -> None:
-    record = BuildRecord(torch="2.4.1", cuda="13.0", arch_list=None)
+@pytest.mark.parametrize(
+    ("torch_cuda", "record", "runtimes", "added"),
+    [
+        # CUDA 13: the runtime is `nvidia-cuda-runtime` 13.0.x; `-cu13` is only a placeholder
+        ("12.1.105", CUDA13_BUILD, CUDA13_RUNTIMES, "nvidia-cuda-runtime==13.0.96"),
+        # CUDA 12 under a CUDA 13 torch: `nvidia-cuda-runtime-cu12` 12.8.x
+        ("13.0.2", BuildRecord(torch="2.4.1", cuda="12.8", arch_list=None),
+         {"nvidia-cuda-runtime-cu12": runtime_wheels("nvidia-cuda-runtime-cu12", "12.8.57", "12.8.90", "12.9.79")},
+         "nvidia-cuda-runtime-cu12==12.8.90"),
+    ],
+)  # fmt: skip
+def test_the_newest_runtime_of_the_build_s_cuda_is_added_when_asked(
+    torch_cuda: str,
+    record: BuildRecord,
+    runtimes: dict[str, list[DistributionFile]],
+    added: str,
+) -> None:
     d = run(
-        combination(add_cuda_runtime=True),
-        evidence(record=record, runtimes=("13.0.48", "13.0.96", "13.1.80")),
+        combination("default", add_cuda_runtime=True),
+        evidence(torch_cuda=torch_cuda, record=record, runtimes=runtimes),
     )
-    assert d.status == "decided"
-    assert d.extra_runtime == ("nvidia-cuda-runtime-cu13==13.0.96",)
-    assert any("added nvidia-cuda-runtime-cu13==13.0.96" in n for n in d.notes)
+    assert d.status == "decided", d.reason
+    assert d.extra_runtime == (added,)
+    assert any(f"added {added}" in n for n in d.notes)
+
+
+@pytest.mark.parametrize("add_cuda_runtime", [False, True])
+def test_add_cuda_runtime_is_never_advised_when_no_runtime_could_be_added(
+    add_cuda_runtime: bool,
+) -> None:
+    d = run(combination(add_cuda_runtime=add_cuda_runtime), evidence(record=CUDA13_BUILD))
+    assert d.status == "unsatisfiable"
+    assert "set add-cuda-runtime = true" not in d.reason
+    assert "no CUDA 13.0 runtime wheel" in d.reason
+    assert "nvidia-cuda-runtime-cu13, nvidia-cuda-runtime" in d.reason
 
 
 @pytest.mark.parametrize(

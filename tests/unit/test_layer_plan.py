@@ -337,6 +337,11 @@ def test_an_unresolved_combination_has_no_image(tmp_path: Path, status: str) -> 
             "3.11",
             "/opt/venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib",
         ),
+        (
+            ("nvidia-cuda-runtime==13.0.96",),
+            "3.12",
+            "/opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib",
+        ),
         (("some-other-package==1.0",), "3.12", ""),
     ],
 )
