@@ -330,14 +330,31 @@ class _Steps:
                     )
             except InvalidVersion:
                 pass
+        unneeded = "add-cuda-runtime = true: no runtime added: "
         match compare_cuda(record.cuda, torch.cuda):
-            case "same" | "no-record":
-                return
+            case "same":
+                if self.c.add_cuda_runtime:
+                    self.found.notes.append(
+                        f"{unneeded}xformers {xformers.version} was built with CUDA {record.cuda}, "
+                        f"the CUDA of torch {torch.version}, whose runtime torch brings"
+                    )
+            case "no-record":
+                if self.c.add_cuda_runtime:
+                    self.found.notes.append(
+                        f"{unneeded}xformers {xformers.version} records no build CUDA, "
+                        "so no other runtime is known to be needed"
+                    )
             case "minor":
                 self.found.notes.append(
                     f"CUDA minor versions differ: xformers built with CUDA {record.cuda}, "
                     f"torch built with CUDA {torch.cuda} (same major; minor-version compatible)"
                 )
+                if self.c.add_cuda_runtime:
+                    self.found.notes.append(
+                        f"{unneeded}xformers {xformers.version} was built with CUDA {record.cuda}, "
+                        f"the CUDA major of torch {torch.version} ({torch.cuda}), "
+                        "whose runtime torch brings"
+                    )
             case "cpu-torch":
                 raise _Unsatisfiable(
                     f"xformers {xformers.version} is a CUDA {record.cuda} build ({built}), "

@@ -207,6 +207,26 @@ def test_add_cuda_runtime_is_never_advised_when_no_runtime_could_be_added(
 
 
 @pytest.mark.parametrize(
+    ("record", "says"),
+    [
+        (MATCHING, "xformers 0.0.28.post1 was built with CUDA 12.1, the CUDA of torch 2.4.1"),
+        (BuildRecord(torch="2.4.1", cuda="12.4", arch_list=None),
+         "xformers 0.0.28.post1 was built with CUDA 12.4, the CUDA major of torch 2.4.1 (12.1)"),
+        (None, "xformers 0.0.28.post1 records no build CUDA"),
+    ],
+)  # fmt: skip
+def test_a_cudart_row_that_needs_no_runtime_adds_none_and_says_so(
+    record: BuildRecord | None, says: str
+) -> None:
+    d = run(combination(add_cuda_runtime=True), evidence(record=record))
+    assert d.status == "decided"
+    assert d.extra_runtime == ()
+    assert any(says in n and "add-cuda-runtime = true: no runtime added" in n for n in d.notes), (
+        d.notes
+    )
+
+
+@pytest.mark.parametrize(
     ("record", "note"),
     [
         (None, "has no xformers/cpp_lib.json: its build CUDA is unknown"),
