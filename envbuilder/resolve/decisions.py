@@ -38,6 +38,7 @@ from envbuilder.resolve.wheels import (
     compare_cuda,
     cuda_from_local_label,
     cuda_from_requirements,
+    describe_release,
     portable_requirements,
     rank_wheels,
     requirements_of,
@@ -232,9 +233,18 @@ class _Steps:
         self.found.rejected += ranked.rejected
         self.found.notes += ranked.notes
         if not ranked.candidates:
-            page = self.evidence.page(url, project, spec.kind)
-            reason = _nothing_fits(project, version, self.target, spec, url, page, ranked.rejected)
-            raise _Unsatisfiable(reason)
+            where = f"index {spec.name!r} ({url})"
+            if not ranked.rejected:
+                page = self.evidence.page(url, project, spec.kind)
+                raise _Unsatisfiable(_not_on_index(project, version, where, page))
+            offered = describe_release(
+                files, project=project, version=version, local_label=local_label
+            )
+            raise _Unsatisfiable(
+                f"no {project} {version} wheel fits {self.target.describe()} on {where}: "
+                + offered
+                + _refused(ranked.rejected, self.target)
+            )
         return tuple(ranked.candidates)
 
     def torch(self) -> ResolvedTorch:
@@ -429,24 +439,22 @@ def _sha256(file: DistributionFile) -> str:
     return sha
 
 
-def _nothing_fits(
-    project: str,
-    version: str,
-    target: Target,
-    spec: IndexSpec,
-    url: str,
-    files: Sequence[DistributionFile],
-    rejected: Sequence[Rejection],
-) -> str:
-    where = f"index {spec.name!r} ({url})"
-    if not rejected:
-        versions = sorted(
-            {v for f in files if (v := file_version(f.filename, project)) is not None}
-        )
-        near = [str(v) for v in versions if v.release[:2] == Version(version).release[:2]][-5:]
-        hint = f"; releases there near it: {', '.join(near)}" if near else ""
-        return f"{project} {version} is not on {where}{hint}"
-    reasons = sorted({r.reason for r in rejected})
-    return f"no {project} {version} wheel fits {target.describe()} on {where}: " + "; ".join(
-        reasons[:4]
-    )
+def _not_on_index(project: str, version: str, where: str, files: Sequence[DistributionFile]) -> str:
+    versions = sorted({v for f in files if (v := file_version(f.filename, project)) is not None})
+    near = [str(v) for v in versions if v.release[:2] == Version(version).release[:2]][-5:]
+    hint = f"; releases there near it: {', '.join(near)}" if near else ""
+    return f"{project} {version} is not on {where}{hint}"
+
+
+def _refused(rejected: Sequence[Rejection], target: Target, *, shown: int = 4) -> str:
+    """The wheels whose tags fit the target but which were refused all the same, and why."""
+    fitting = []
+    for r in rejected:
+        if r.filename.endswith(".whl"):
+            tags = parse_wheel_filename(r.filename)[3]
+            if any(t in target.tag_priority for t in tags):
+                fitting.append(f"{r.filename}: {r.reason}")
+    if not fitting:
+        return ""
+    more = f"; and {len(fitting) - shown} more" if len(fitting) > shown else ""
+    return "; refused: " + "; ".join(fitting[:shown]) + more

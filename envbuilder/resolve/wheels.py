@@ -17,6 +17,7 @@ from typing import Generic, Literal, Protocol, TypeVar
 from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -32,6 +33,7 @@ __all__ = [
     "compare_cuda",
     "cuda_from_local_label",
     "cuda_from_requirements",
+    "describe_release",
     "parse_build_record",
     "portable_requirements",
     "rank_wheels",
@@ -153,6 +155,68 @@ def rank_wheels(
         )
         return RankedWheels(candidates=tuple(chosen), rejected=tuple(rejected), notes=tuple(notes))
     return RankedWheels(candidates=(), rejected=tuple(rejected))
+
+
+def describe_release(
+    files: Iterable[WheelFile], *, project: str, version: str, local_label: str | None = None
+) -> str:
+    """Which Pythons and platforms the wheels of ``project==version`` are for, grouped by
+    the platforms that share the same Pythons, e.g. "the release has wheels for Python
+    3.11, 3.12 on manylinux_2_28_aarch64, win_amd64; for Python 3.13 on
+    manylinux_2_28_x86_64". ``local_label`` keeps the files `rank_wheels` would consider."""
+    wanted = Version(version)
+    name = canonicalize_name(project)
+    pythons: dict[str, dict[str, tuple[int, ...]]] = {}  # platform -> python label -> sort key
+    sdist = False
+    for file in files:
+        if not file.filename.endswith(".whl"):
+            found = sdist_version(file.filename, name)
+            sdist = sdist or (found is not None and found.public == wanted.public)
+            continue
+        try:
+            wname, wversion, _, wtags = parse_wheel_filename(file.filename)
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        if wname != name or not _version_matches(wversion, wanted):
+            continue
+        if local_label is not None and wversion.local not in (None, local_label):
+            continue
+        for tag in wtags:
+            key, label = _python_of(tag)
+            pythons.setdefault(tag.platform, {})[label] = key
+    source = "a source distribution, which envbuilder does not install"
+    if not pythons:
+        return f"the release has no wheels, only {source}" if sdist else "the release has no files"
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for platform, labels in pythons.items():
+        ordered = tuple(sorted(labels, key=lambda label: (labels[label], label)))
+        groups.setdefault(ordered, []).append(platform)
+    parts = [
+        f"for Python {', '.join(labels)} on {', '.join(sorted(platforms))}"
+        for labels, platforms in sorted(groups.items(), key=lambda g: sorted(g[1]))
+    ]
+    text = "the release has wheels " + "; ".join(parts)
+    return text + (f"; and {source}" if sdist else "")
+
+
+_PYTHON_TAG = re.compile(r"(cp|py)(\d)(\d*)")
+
+
+def _python_of(tag: Tag) -> tuple[tuple[int, ...], str]:
+    """A wheel tag's Python, said plainly ("3.11", "3.13t", "3.9+ (abi3)", "3"), and its order."""
+    match = _PYTHON_TAG.fullmatch(tag.interpreter)
+    if match is None:
+        return (99,), f"{tag.interpreter}-{tag.abi}"
+    kind, major, minor = match.groups()
+    key = (int(major), int(minor) if minor else -1)
+    shown = f"{major}.{minor}" if minor else major
+    if tag.abi == "abi3":
+        return key, f"{shown}+ (abi3)"
+    if kind == "py":
+        return key, f"{shown}+" if minor else shown
+    if tag.abi.endswith("t"):
+        return (*key, 1), f"{shown}t"
+    return key, shown
 
 
 def _neg_build(build: tuple[int, str] | tuple[()]) -> tuple[int, str]:

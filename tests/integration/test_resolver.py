@@ -466,7 +466,7 @@ xformers = "0.0.99"
     [
         ("py3.11-default-torch2.5.1-xformers0.0.28.post3", "resolved", ["CUDA minor versions differ", "12.1", "12.4"]),
         ("py3.11-cu121-torch2.4.2", "unsatisfiable", ["torch 2.4.2 is not on index 'default'", "2.4.1"]),
-        ("py3.12-cu121-torch2.4.1", "unsatisfiable", ["no torch 2.4.1 wheel fits cp312", "cp311-cp311-manylinux_2_28_x86_64"]),
+        ("py3.12-cu121-torch2.4.1", "unsatisfiable", ["no torch 2.4.1 wheel fits cp312", "the release has wheels for Python 3.11 on manylinux_2_28_x86_64"]),
         ("py3.11-cpu-torch2.4.1", "unsatisfiable", ["CUDA 12.1", "CPU build"]),
         ("py3.11-cu121-torch2.4.1-xformers0.0.99", "unsatisfiable", ["xformers 0.0.99 is not on index 'default'"]),
     ],

@@ -256,3 +256,56 @@ def test_a_release_missing_from_the_index_names_the_index() -> None:
     assert d.reason == (
         f"torch 2.4.1 is not on index 'default' ({DEFAULT}); releases there near it: 2.4.0"
     )
+
+
+@pytest.mark.parametrize(
+    ("files", "says"),
+    [
+        (
+            [
+                wheel("torch", "2.4.1", "cp311-cp311-manylinux_2_28_aarch64"),
+                wheel("torch", "2.4.1", "cp311-cp311-win_amd64"),
+                wheel("torch", "2.4.1", "cp312-cp312-manylinux_2_28_aarch64"),
+                wheel("torch", "2.4.1", "cp312-cp312-manylinux_2_28_x86_64"),
+                wheel("torch", "2.4.1", "cp312-cp312-win_amd64"),
+                wheel("torch", "2.4.1", "cp313-cp313-manylinux_2_28_x86_64"),
+                wheel("torch", "2.4.1", "cp313-cp313t-manylinux_2_28_x86_64"),
+                DistributionFile(
+                    filename="torch-2.4.1.tar.gz", url=f"{DEFAULT}/torch-2.4.1.tar.gz"
+                ),
+            ],
+            "the release has wheels for Python 3.11, 3.12 on manylinux_2_28_aarch64, win_amd64; "
+            "for Python 3.12, 3.13, 3.13t on manylinux_2_28_x86_64; and a source distribution, "
+            "which envbuilder does not install",
+        ),
+        (
+            [
+                wheel("torch", "2.4.1", "cp39-abi3-macosx_11_0_arm64"),
+                DistributionFile(
+                    filename="torch-2.4.1-py3-none-any.whl",
+                    url=f"{DEFAULT}/torch-2.4.1-py3-none-any.whl",
+                    requires_python=">=3.12",
+                ),
+            ],
+            "the release has wheels for Python 3 on any; for Python 3.9+ (abi3) on "
+            "macosx_11_0_arm64; refused: torch-2.4.1-py3-none-any.whl: "
+            "Requires-Python >=3.12 excludes Python 3.11",
+        ),
+        (
+            [DistributionFile(filename="torch-2.4.1.tar.gz", url=f"{DEFAULT}/torch-2.4.1.tar.gz")],
+            "the release has no wheels, only a source distribution, which envbuilder does not "
+            "install",
+        ),
+    ],
+)
+def test_no_wheel_fits_says_what_the_release_has_wheels_for(
+    files: list[DistributionFile], says: str
+) -> None:
+    source = evidence()
+    source.files["torch"] = files
+    d = run(combination(), source)
+    assert d.status == "unsatisfiable"
+    assert d.reason == (
+        f"no torch 2.4.1 wheel fits cp311 on manylinux_2_28_x86_64 on index 'default' ({DEFAULT}): "
+        + says
+    )

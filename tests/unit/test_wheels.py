@@ -18,6 +18,7 @@ from envbuilder.resolve.wheels import (
     compare_cuda,
     cuda_from_local_label,
     cuda_from_requirements,
+    describe_release,
     parse_build_record,
     portable_requirements,
     rank_wheels,
@@ -37,6 +38,33 @@ class File:
     yanked: bool = False
     yanked_reason: str | None = None
     requires_python: str | None = None
+
+
+# -- what a release offers, said when nothing fits ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("files", "local_label", "says"),
+    [
+        (["x-1.0-cp311-cp311-win_amd64.whl", "x-1.0-cp310-cp310-win_amd64.whl"], None,
+         "the release has wheels for Python 3.10, 3.11 on win_amd64"),
+        (["x-1.0-py39-none-manylinux_2_28_aarch64.whl", "x-1.0-cp313-cp313t-manylinux_2_28_aarch64.whl"], None,
+         "the release has wheels for Python 3.9+, 3.13t on manylinux_2_28_aarch64"),
+        (["x-1.0+cu121-cp312-cp312-linux_x86_64.whl", "x-1.0+cu124-cp311-cp311-linux_x86_64.whl"], "cu121",
+         "the release has wheels for Python 3.12 on linux_x86_64"),
+        (["x-1.0-pp310-pypy310_pp73-manylinux_2_28_x86_64.whl", "x-1.1-cp311-cp311-win_amd64.whl", "x-1.0.zip"], None,
+         "the release has wheels for Python pp310-pypy310_pp73 on manylinux_2_28_x86_64; "
+         "and a source distribution, which envbuilder does not install"),
+        (["x-1.1-cp311-cp311-win_amd64.whl"], None, "the release has no files"),
+    ],
+)  # fmt: skip
+def test_a_release_is_described_by_its_pythons_and_platforms(
+    files: list[str], local_label: str | None, says: str
+) -> None:
+    found = describe_release(
+        [File(filename=f) for f in files], project="x", version="1.0", local_label=local_label
+    )
+    assert found == says
 
 
 # -- ranking the files of one release -------------------------------------------------------
