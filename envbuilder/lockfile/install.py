@@ -7,6 +7,10 @@ the user's to apply); anything else needs ``--allow-unverified``. With
 training), and the workarounds printed are those verified for that use. The lock is
 exported (`envbuilder.lockfile.export.exported`) and handed to uv (a pylock)
 or pip (a ``--require-hashes`` requirements file) for the target interpreter.
+
+Everything is verified before anything touches the disk: the lockfile, the
+entry and its verdict, the export of its lock (present, its sha256 as
+recorded), and, for ``--venv``, a directory that is absent or already a venv.
 """
 
 from __future__ import annotations
@@ -42,6 +46,17 @@ def _uv() -> str:
     from uv import find_uv_bin
 
     return os.fsdecode(find_uv_bin())
+
+
+def _check_venv_directory(venv: Path) -> None:
+    """A venv to create goes into an absent or empty directory, never over other files."""
+    from envbuilder.errors import InputError
+
+    if venv.exists() and (not venv.is_dir() or any(venv.iterdir())):
+        raise InputError(
+            f"--venv {venv} exists and is not a virtual environment (it has no bin/python); "
+            "choose a new directory, or remove it first"
+        )
 
 
 def install(args: argparse.Namespace) -> int:
@@ -103,7 +118,10 @@ def install(args: argparse.Namespace) -> int:
                 f"! verified only with the workaround {workaround!r}: apply it in your code"
             )
 
+    fmt = "pylock" if args.installer == "uv" else "requirements"
+    data = exported(lockfile, entry.id, fmt)  # the lock is verified before the disk is touched
     if args.venv is not None and not python_exe.exists():
+        _check_venv_directory(args.venv)
         cmd = [_uv(), "venv", "--python", entry.python, str(args.venv)]
         if args.installer == "pip":
             cmd.insert(2, "--seed")  # the venv needs pip itself
@@ -117,8 +135,6 @@ def install(args: argparse.Namespace) -> int:
             raise InputError(
                 f"{python_exe} is Python {have}, but {entry.id!r} is for Python {entry.python}"
             )
-    fmt = "pylock" if args.installer == "uv" else "requirements"
-    data = exported(lockfile, entry.id, fmt)
     with tempfile.TemporaryDirectory(prefix="envbuilder-install-") as tmp:
         if fmt == "pylock":
             file = Path(tmp) / "pylock.toml"

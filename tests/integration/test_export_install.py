@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -99,8 +99,15 @@ def results_file(combination: str, lock_sha256: str) -> dict[str, object]:
     }
 
 
-def make_repo(root: Path, locks: dict[str, list[str]], verified: set[str], *extra: str) -> Path:
-    """A repository with locks/ (made by uv), results/ and compat.lock.json (made by envbuilder)."""
+def make_repo(
+    root: Path,
+    locks: dict[str, list[str]],
+    verified: set[str],
+    *extra: str,
+    python: str = PY,
+) -> Path:
+    """A repository with locks/ (made by uv), results/ and compat.lock.json (made by envbuilder),
+    its combinations for Python ``python``."""
     (root / "locks").mkdir(parents=True)
     (root / "results").mkdir()
     records = []
@@ -117,7 +124,7 @@ def make_repo(root: Path, locks: dict[str, list[str]], verified: set[str], *extr
                 "pylock.toml",
                 "--generate-hashes",
                 "--python-version",
-                PY,
+                python,
                 *uv_args,
                 "-o",
                 str(made),
@@ -132,7 +139,7 @@ def make_repo(root: Path, locks: dict[str, list[str]], verified: set[str], *extr
                 "id": cid,
                 "status": "resolved",
                 "reason": "",
-                "python": PY,
+                "python": python,
                 "cuda": "cpu",
                 "platform": "manylinux_2_28_x86_64",
                 "lock": f"locks/pylock.{cid}.toml",
@@ -285,21 +292,66 @@ def test_install_refuses_unverified_unless_allowed(
     assert installed(venv / "bin" / "python", "envb-demo-b") == ["2.0"]
 
 
+def copy_repo(lock: Path, root: Path) -> Path:
+    """A copy of the lockfile and its locks/, to damage; returns the copied lockfile."""
+    (root / "locks").mkdir(parents=True)
+    for p in (lock.parent / "locks").iterdir():
+        (root / "locks" / p.name).write_bytes(p.read_bytes())
+    (root / "compat.lock.json").write_bytes(lock.read_bytes())
+    return root / "compat.lock.json"
+
+
 def test_export_refuses_a_pylock_changed_after_locking(
     demo_lock: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = tmp_path / "copy"
-    root.mkdir()
-    (root / "locks").mkdir()
-    for p in (demo_lock.parent / "locks").iterdir():
-        (root / "locks" / p.name).write_bytes(p.read_bytes())
-    (root / "compat.lock.json").write_bytes(demo_lock.read_bytes())
-    pylock = root / "locks" / f"pylock.{VERIFIED}.toml"
+    lock = copy_repo(demo_lock, tmp_path / "copy")
+    pylock = lock.parent / "locks" / f"pylock.{VERIFIED}.toml"
     pylock.write_text(pylock.read_text().replace("envb-demo-b", "envb-demo-c"))
     out = tmp_path / "pylock.toml"
-    assert main(["export", VERIFIED, "-o", str(out), "--lock", str(root / "compat.lock.json")]) == 2
+    assert main(["export", VERIFIED, "-o", str(out), "--lock", str(lock)]) == 2
     assert "was changed after the lockfile was made" in capsys.readouterr().err
     assert not out.exists()
+
+
+def _pylock_changed(lock: Path, venv: Path) -> None:
+    pylock = lock.parent / "locks" / f"pylock.{VERIFIED}.toml"
+    pylock.write_text(pylock.read_text().replace("envb-demo-b", "envb-demo-c"))
+
+
+def _pylock_missing(lock: Path, venv: Path) -> None:
+    (lock.parent / "locks" / f"pylock.{VERIFIED}.toml").unlink()
+
+
+def _venv_is_something_else(lock: Path, venv: Path) -> None:
+    venv.mkdir()
+    (venv / "notes.txt").write_text("mine")
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (_pylock_changed, "was changed after the lockfile was made"),
+        (_pylock_missing, "the lock of 'py3.11-cpu-demo' is missing"),
+        (_venv_is_something_else, "exists and is not a virtual environment"),
+    ],
+)
+def test_install_verifies_everything_before_creating_the_venv(
+    demo_lock: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    installer: str,
+    damage: Callable[[Path, Path], None],
+    message: str,
+) -> None:
+    lock = copy_repo(demo_lock, tmp_path / "copy")
+    venv = tmp_path / "venv"
+    damage(lock, venv)
+    before = sorted(p.name for p in venv.iterdir()) if venv.exists() else None
+    argv = ["install", VERIFIED, "--venv", str(venv), "--installer", installer]
+    assert main([*argv, "--lock", str(lock)]) == 2
+    assert message in capsys.readouterr().err
+    assert (sorted(p.name for p in venv.iterdir()) if venv.exists() else None) == before
 
 
 def pip_find_links() -> list[str]:
