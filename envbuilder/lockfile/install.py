@@ -10,7 +10,10 @@ or pip (a ``--require-hashes`` requirements file) for the target interpreter.
 
 Everything is verified before anything touches the disk: the lockfile, the
 entry and its verdict, the export of its lock (present, its sha256 as
-recorded), and, for ``--venv``, a directory that is absent or already a venv.
+recorded), and the interpreter — for ``--venv``, a Python of the entry's
+version that uv can find and a directory that is absent or already a venv;
+for ``--python-exe``, its version (and pip, with ``--installer pip``). A
+missing Python or pip is named with how to provide it.
 """
 
 from __future__ import annotations
@@ -43,9 +46,65 @@ def _interpreter_version(exe: Path) -> str:
 
 
 def _uv() -> str:
-    from uv import find_uv_bin
+    from envbuilder.errors import MissingToolError
 
-    return os.fsdecode(find_uv_bin())
+    try:
+        from uv import find_uv_bin
+
+        return os.fsdecode(find_uv_bin())
+    except (ImportError, FileNotFoundError) as e:
+        raise MissingToolError(
+            f"uv is not installed ({e}); install it with `pip install uv`"
+        ) from e
+
+
+def _how_to_get(python: str) -> str:
+    return (
+        f"install Python {python} (`uv python install {python}`, or your system's packages) "
+        f"and run this again, or pass --python-exe PATH of an existing Python {python}"
+    )
+
+
+def _find_python(python: str, combination: str) -> str:
+    """The interpreter of version ``python`` uv makes a venv from; none is a clear error."""
+    from envbuilder.errors import MissingToolError
+
+    found = subprocess.run(
+        [_uv(), "python", "find", python],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+    )
+    if found.returncode != 0 or not found.stdout.strip():
+        said = next((line for line in found.stderr.splitlines() if line.strip()), "no output")
+        raise MissingToolError(
+            f"{combination!r} needs Python {python}, and uv finds none ({said.strip()}); "
+            + _how_to_get(python)
+        )
+    return found.stdout.strip().splitlines()[0]
+
+
+def _check_interpreter(
+    python_exe: Path, entry_python: str, combination: str, installer: str
+) -> None:
+    """``python_exe`` is the entry's Python and, for pip, has pip."""
+    from envbuilder.errors import InputError, MissingToolError
+
+    have = _interpreter_version(python_exe)
+    if have != entry_python:
+        raise InputError(
+            f"{python_exe} is Python {have}, but {combination!r} needs Python {entry_python}; "
+            + _how_to_get(entry_python)
+        )
+    if installer == "pip":
+        pip = subprocess.run(
+            [str(python_exe), "-m", "pip", "--version"], capture_output=True, text=True
+        )
+        if pip.returncode != 0:
+            raise MissingToolError(
+                f"pip is not installed in {python_exe} (Python {have}); run "
+                f"`{python_exe} -m ensurepip`, or pass --installer uv"
+            )
 
 
 def _check_venv_directory(venv: Path) -> None:
@@ -61,7 +120,7 @@ def _check_venv_directory(venv: Path) -> None:
 
 def install(args: argparse.Namespace) -> int:
     """Choose the combination, refuse an unverified one, install its lock with uv or pip."""
-    from envbuilder.errors import InputError
+    from envbuilder.errors import EnvbuilderError, InputError
     from envbuilder.lockfile.export import exported
     from envbuilder.lockfile.model import use_verdict
     from envbuilder.lockfile.query import Query, select
@@ -120,21 +179,29 @@ def install(args: argparse.Namespace) -> int:
 
     fmt = "pylock" if args.installer == "uv" else "requirements"
     data = exported(lockfile, entry.id, fmt)  # the lock is verified before the disk is touched
-    if args.venv is not None and not python_exe.exists():
+    create_venv = args.venv is not None and not python_exe.exists()
+    base = entry.python
+    if create_venv:
         _check_venv_directory(args.venv)
-        cmd = [_uv(), "venv", "--python", entry.python, str(args.venv)]
+        if not args.dry_run:
+            base = _find_python(entry.python, entry.id)
+    elif not args.dry_run:
+        _check_interpreter(python_exe, entry.python, entry.id, args.installer)
+
+    if create_venv:
+        cmd = [_uv(), "venv", "--python", base, str(args.venv)]
         if args.installer == "pip":
             cmd.insert(2, "--seed")  # the venv needs pip itself
         report.command(cmd)
         if not args.dry_run:
             env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
-            subprocess.run(cmd, check=True, env=env)
-    if not args.dry_run:
-        have = _interpreter_version(python_exe)
-        if have != entry.python:
-            raise InputError(
-                f"{python_exe} is Python {have}, but {entry.id!r} is for Python {entry.python}"
-            )
+            made = subprocess.run(cmd, check=False, env=env)
+            if made.returncode != 0:
+                raise EnvbuilderError(
+                    f"uv could not create the venv {args.venv} from {base} "
+                    f"(exit status {made.returncode}; its message is above)"
+                )
+            _check_interpreter(python_exe, entry.python, entry.id, args.installer)
     with tempfile.TemporaryDirectory(prefix="envbuilder-install-") as tmp:
         if fmt == "pylock":
             file = Path(tmp) / "pylock.toml"

@@ -354,6 +354,64 @@ def test_install_verifies_everything_before_creating_the_venv(
     assert (sorted(p.name for p in venv.iterdir()) if venv.exists() else None) == before
 
 
+#: A Python that uv finds nowhere on this machine (checked; the tests skip where it does).
+ABSENT_PYTHON = "3.15"
+ABSENT = "py3.15-cpu-demo"
+
+
+@pytest.fixture(scope="module")
+def absent_python_lock(tmp_path_factory: pytest.TempPathFactory, wheel_server: str) -> Path:
+    found = subprocess.run(
+        [UV, "python", "find", ABSENT_PYTHON],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+    )
+    if found.returncode == 0:
+        pytest.skip(f"uv finds a Python {ABSENT_PYTHON} here ({found.stdout.strip()})")
+    root = tmp_path_factory.mktemp("absent")
+    req = root / "demo.in"
+    req.write_text("envb-demo-a\n")
+    args = ["--no-index", "--find-links", wheel_server, str(req)]
+    return make_repo(root, {ABSENT: args}, {ABSENT}, python=ABSENT_PYTHON)
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_install_says_which_python_it_needs_when_uv_finds_none(
+    absent_python_lock: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], installer: str
+) -> None:
+    venv = tmp_path / "venv"
+    argv = ["install", ABSENT, "--venv", str(venv), "--installer", installer]
+    assert main([*argv, "--lock", str(absent_python_lock)]) == 3
+    err = capsys.readouterr().err
+    assert f"{ABSENT!r} needs Python {ABSENT_PYTHON}, and uv finds none" in err
+    assert f"uv python install {ABSENT_PYTHON}" in err and "--python-exe" in err
+    assert "Traceback" not in err and "CalledProcessError" not in err
+    assert not venv.exists()
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_install_says_which_python_it_needs_when_given_another(
+    absent_python_lock: Path, capsys: pytest.CaptureFixture[str], installer: str
+) -> None:
+    argv = ["install", ABSENT, "--python-exe", sys.executable, "--installer", installer]
+    assert main([*argv, "--lock", str(absent_python_lock)]) == 2
+    err = capsys.readouterr().err
+    assert f"{sys.executable} is Python {PY}, but {ABSENT!r} needs Python {ABSENT_PYTHON}" in err
+    assert f"uv python install {ABSENT_PYTHON}" in err
+
+
+def test_install_with_pip_says_how_to_get_pip_when_the_python_has_none(
+    demo_lock: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    python = fresh_venv(tmp_path / "venv", pip=False)  # uv's venvs come without pip
+    argv = ["install", VERIFIED, "--python-exe", str(python), "--installer", "pip"]
+    assert main([*argv, "--lock", str(demo_lock)]) == 3
+    err = capsys.readouterr().err
+    assert f"pip is not installed in {python}" in err
+    assert "-m ensurepip" in err and "--installer uv" in err
+
+
 def pip_find_links() -> list[str]:
     value = (
         os.environ.get("PIP_FIND_LINKS")
