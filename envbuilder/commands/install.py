@@ -12,8 +12,6 @@ from envbuilder.lockfile.cli_args import add_lock_argument, add_selection_argume
 
 HELP = "install a verified combination from the lockfile into this or another environment"
 
-INSTALLABLE = ("verified", "verified-with-workaround")
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", nargs="?", help="combination id; or choose with the options below")

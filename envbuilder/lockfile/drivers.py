@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from envbuilder.errors import InputError
+from envbuilder.target import CudaTag
 
 __all__ = [
     "DRIVER_SOURCE",
@@ -54,18 +55,15 @@ _DRIVER = re.compile(r"\d+(\.\d+){0,2}")
 
 def cuda_release(text: str) -> str | None:
     """``12.4.127`` / ``12.4`` / ``cu124`` -> ``12.4``; ``cpu``, ``default``, "" -> None."""
-    text = text.strip().lower()
-    if text.startswith("cu") and text[2:].isdigit() and len(text) >= 5:
-        return f"{int(text[2:-1])}.{text[-1]}"
-    parts = text.split(".")
-    if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-        return f"{int(parts[0])}.{int(parts[1])}"
-    return None
+    try:
+        return CudaTag.parse(text.strip().lower()).version
+    except ValueError:
+        return None
 
 
 def _release_key(release: str) -> tuple[int, int]:
-    major, minor = release.split(".")
-    return int(major), int(minor)
+    tag = CudaTag.from_version(release)
+    return tag.major, tag.minor
 
 
 def required_cuda(

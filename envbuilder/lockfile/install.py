@@ -25,9 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["INSTALLABLE", "install"]
+from envbuilder.lockfile.model import INSTALLABLE
 
-INSTALLABLE = ("verified", "verified-with-workaround")
+__all__ = ["install"]
 
 
 def _interpreter_version(exe: Path) -> str:

@@ -17,6 +17,7 @@ __all__ = [
     "CHECK_STATUSES",
     "COMPAT_SCHEMA",
     "DEFAULT_LOCKFILE",
+    "INSTALLABLE",
     "USES",
     "VERDICTS",
     "VERDICT_RANK",
@@ -63,6 +64,8 @@ VERDICTS: tuple[VerdictName, ...] = (
     "broken",
     "unsatisfiable",
 )
+#: the verdicts `install` installs and the site offers an install command for
+INSTALLABLE: frozenset[VerdictName] = frozenset({"verified", "verified-with-workaround"})
 VERDICT_RANK: dict[str, int] = {v: i for i, v in enumerate(VERDICTS)}
 
 Use = Literal["inference", "inference-compiled", "training", "training-compiled"]

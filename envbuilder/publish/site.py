@@ -15,8 +15,9 @@ from string import Template
 
 from envbuilder.errors import InputError, OutputError
 from envbuilder.files import write_atomic
+from envbuilder.lockfile.drivers import cuda_release
 from envbuilder.lockfile.gpus import GPU_ARCH, GPU_COMPUTE_CAPABILITY
-from envbuilder.lockfile.model import USES, VERDICTS, CompatLock, Entry, Use
+from envbuilder.lockfile.model import INSTALLABLE, USES, VERDICTS, CompatLock, Entry, Use
 from envbuilder.lockfile.query import Match, Query, answer
 from envbuilder.lockfile.read import load_lockfile
 from envbuilder.publish.plots import (
@@ -27,6 +28,7 @@ from envbuilder.publish.plots import (
     natural_key,
     svg_chart,
 )
+from envbuilder.target import CudaTag
 
 __all__ = ["build_site", "html_page", "markdown_table", "picker_data"]
 
@@ -37,7 +39,6 @@ SYMBOL = {
     "broken": "❌",
     "unsatisfiable": "⛔",
 }
-INSTALLABLE = ("verified", "verified-with-workaround")
 
 
 def _asset(name: str) -> str:
@@ -124,8 +125,8 @@ def _versions(values: Sequence[str]) -> list[str]:
 def _cuda_values(entry: Entry) -> list[str]:
     values = [entry.cuda]
     built = (entry.torch_build or {}).get("cuda")
-    if isinstance(built, str):
-        values.append("cu" + built.replace(".", ""))
+    if isinstance(built, str) and (release := cuda_release(built)):
+        values.append(CudaTag.from_version(release).tag)
     return sorted(set(values))
 
 

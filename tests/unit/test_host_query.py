@@ -56,7 +56,8 @@ def test_cuda_release(text: str, release: str | None) -> None:
         ({"cuda": "12.8"}, {"built_with": {"cuda": "12.6"}}, "12.8"),
         # a -cudart combination: torch on CUDA 13, xformers built for 12.8: the driver serves both
         ({"cuda": "13.0"}, {"built_with": {"cuda": "12.8"}}, "13.0"),
-        ({"cuda": "12.4"}, {"built_with": {"cuda": "12.10"}}, "12.10"),
+        # compared as versions, not strings ("9.2" > "11.8" as text)
+        ({"cuda": "9.2"}, {"built_with": {"cuda": "11.8"}}, "11.8"),
         ({"cuda": None}, None, None),
         (None, None, None),
     ],
