@@ -46,7 +46,7 @@ def make_lockfile(root: Path, torch: str, *, pin: str | None = None) -> Path:
         name = pin.split("==")[0].lower()
         installed = [r for r in installed if r.split("==")[0].lower() != name] + [pin]
     (root / "constraints.txt").write_text(
-        "\n".join(r for r in installed if not r.lower().startswith("envbuilder")) + "\n"
+        "\n".join(r for r in installed if not r.lower().startswith("gpu-envbuilder")) + "\n"
     )
     (root / "torch.in").write_text(f"torch=={torch.split('+')[0]}\n")
     links = [a for d in find_links() for a in ("--find-links", d)]
@@ -89,6 +89,7 @@ def make_lockfile(root: Path, torch: str, *, pin: str | None = None) -> Path:
                         "platform": "manylinux_2_28_x86_64",
                         "lock": f"locks/pylock.{cid}.toml",
                         "lock_sha256": sha,
+                        "requested": {"torch": torch.split("+")[0], "xformers": None},
                     }
                 ],
             }
