@@ -9,15 +9,15 @@ where present, xformers and diffusers: never on the rest of envbuilder.
 
 Each check group runs in its own subprocess with a time limit; every check's
 result is appended to ``<out>.jsonl`` as it finishes, and ``<out>`` is written
-atomically at the end in the ``envbuilder.results/1`` shape (docs/contracts.md).
+atomically at the end in the ``envbuilder.results/2`` shape (docs/contracts.md).
 """
 
 from __future__ import annotations
 
 __all__ = ["FULL_ONLY_GROUPS", "GROUPS", "RESULTS_SCHEMA", "SUITE_VERSION"]
 
-SUITE_VERSION = "1.1.0"
-RESULTS_SCHEMA = "envbuilder.results/1"
+SUITE_VERSION = "2.0.0"
+RESULTS_SCHEMA = "envbuilder.results/2"
 
 #: check groups, in the order they run; each runs in its own process.
 GROUPS: tuple[str, ...] = (
@@ -30,5 +30,6 @@ GROUPS: tuple[str, ...] = (
 )
 
 #: groups with no ``--quick`` checks: a quick run does not start their process at all
-#: (starting one and importing torch costs seconds for nothing).
-FULL_ONLY_GROUPS: frozenset[str] = frozenset({"model"})
+#: (starting one and importing torch costs seconds for nothing). None today: --quick
+#: keeps the model's training step.
+FULL_ONLY_GROUPS: frozenset[str] = frozenset()

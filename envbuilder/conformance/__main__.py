@@ -74,10 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for pattern in unmatched_patterns(args.checks, results):
         print(f"warning: --checks {pattern!r} matched no check", file=sys.stderr)
     print(f"wrote {args.out} and {opts.jsonl}", flush=True)
-    bad = [
-        c for c in results["checks"] if c["gate"] and c["status"] in ("fail", "error", "timeout")
-    ]
-    return 1 if bad else 0
+    return 1 if results.failed_direct_gates else 0
 
 
 if __name__ == "__main__":

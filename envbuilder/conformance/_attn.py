@@ -1,7 +1,13 @@
-"""Attention under test, its float64 reference and the plain low-precision math path.
+"""Attention under test, its float64 reference, the plain low-precision math path,
+and the nearest plausible wrong answer a check must be able to tell apart.
 
 Tensors use xformers' layout, ``[batch, seq, heads, head_dim]`` (BMHK); SDPA
 calls transpose to ``[batch, heads, seq, head_dim]`` and back.
+
+Every implementation is a function ``fn(q, k, v, mask_input)`` that builds its
+mask *inside* (so that under ``torch.compile`` the mask is built in the
+compiled code, as a model's forward builds it): ``mask_input`` is what a
+training loop hands the model for that mask kind (``mask_input``).
 """
 
 from __future__ import annotations
@@ -9,26 +15,45 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import torch
 
-from envbuilder.conformance._record import describe_error
-
 __all__ = [
     "DTYPES",
+    "MASKS",
+    "AttnFn",
     "Case",
     "Inputs",
     "MaskKind",
     "Problem",
+    "attention_fn",
+    "is_refusal",
     "make_inputs",
-    "math_attention",
+    "mask_input",
+    "math_fn",
+    "max_abs_error",
+    "nonfinite",
     "run_attention",
-    "sdpa_attention",
-    "xformers_attention",
 ]
 
-MaskKind = Literal["none", "causal", "blockdiag", "bias", "bias_expanded", "bias_b1mn"]
+#: ``bias``: a dense ``[B,H,M,N]`` tensor bias; ``padding``: an additive key-padding bias
+#: built from a boolean ``[B,N]`` mask the way diffusers and transformers build it;
+#: ``bias_b1mn``: a ``[B,1,M,N]`` bias passed as it is; ``bias_expanded``: the same,
+#: ``expand``-ed to ``[B,H,M,N]``; ``blockdiag``: packed sequences (batch 1).
+MaskKind = Literal["none", "causal", "blockdiag", "bias", "padding", "bias_b1mn", "bias_expanded"]
+MASKS: tuple[MaskKind, ...] = (
+    "none",
+    "causal",
+    "blockdiag",
+    "bias",
+    "padding",
+    "bias_b1mn",
+    "bias_expanded",
+)
+#: the implementation a function stands for; ``math`` is the textbook computation.
+Kernel = Literal["xformers", "sdpa", "math"]
+AttnFn: TypeAlias = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any], torch.Tensor]
 
 DTYPES: dict[str, torch.dtype] = {
     "fp16": torch.float16,
@@ -56,12 +81,17 @@ class Case:
 
     def with_mask(self, mask: MaskKind) -> Case:
         if mask == "blockdiag":
-            lengths = (17, 40, 7) if self.M < 200 else (self.M // 3, self.M // 2, self.M // 7)
+            # three packed sequences whose lengths follow the length: a new packing per shape
+            lengths = (self.M // 3, self.M // 2, self.M - self.M // 3 - self.M // 2)
             total = sum(lengths)
             return replace(self, B=1, M=total, N=total, mask=mask, seqlens=lengths)
         if mask == "causal":
             return replace(self, N=self.M, mask=mask)
         return replace(self, mask=mask)
+
+    def padded(self, batch: int) -> int:
+        """Keys of batch item ``batch`` that a ``padding`` mask hides (a third to a half)."""
+        return self.N // 3 + (batch % 2) * (self.N // 6)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,34 +99,74 @@ class Inputs:
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
-    bias: torch.Tensor | None  # additive, already in the inputs' dtype
+    bias: torch.Tensor | None  # additive, in the inputs' dtype, rows 8-aligned in storage
+    keep: torch.Tensor | None  # padding: bool [B, N], True for keys attention may see
     case: Case
 
     def to(self, dtype: torch.dtype) -> Inputs:
-        return Inputs(
+        return replace(
+            self,
             q=self.q.to(dtype),
             k=self.k.to(dtype),
             v=self.v.to(dtype),
-            bias=None if self.bias is None else self.bias.to(dtype),
-            case=self.case,
+            bias=None if self.bias is None else _aligned(self.bias.to(dtype)),
         )
+
+    def wrong(self) -> tuple[Inputs, str]:
+        """The nearest plausible wrong answer's inputs, and what it is.
+
+        A mask or bias dropped (a zero bias, a padding mask keeping every key,
+        no block structure); non-causal for causal; causal for no mask.
+        """
+        mask = self.case.mask
+        if mask == "none":
+            return replace(self, case=replace(self.case, mask="causal")), "causal"
+        if mask in ("causal", "blockdiag"):
+            return replace(self, case=replace(self.case, mask="none")), f"{mask} mask dropped"
+        if mask == "padding":
+            assert self.keep is not None
+            return replace(self, keep=torch.ones_like(self.keep)), "padding mask dropped"
+        assert self.bias is not None
+        return replace(self, bias=_aligned(torch.zeros_like(self.bias))), "bias dropped"
 
 
 class Problem(Exception):
     """An implementation refused the inputs (no kernel for them); the message says why."""
 
 
+def is_refusal(error: BaseException) -> bool:
+    """Whether an error (raised eagerly or through the compiler) is an implementation
+    turning its inputs down: xformers' "No operator found", SDPA's "No available kernel"."""
+    seen: BaseException | None = error
+    while seen is not None:
+        text = str(seen)
+        if (
+            isinstance(seen, Problem)
+            or "No operator found" in text
+            or "No available kernel" in text
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _aligned(t: torch.Tensor) -> torch.Tensor:
     """``t`` in storage whose last dimension is padded to a multiple of 8, as xformers requires."""
     n = t.shape[-1]
     padded = (n + 7) // 8 * 8
-    buf = torch.empty(*t.shape[:-1], padded, dtype=t.dtype, device=t.device)
+    buf = torch.zeros(*t.shape[:-1], padded, dtype=t.dtype, device=t.device)
     buf[..., :n].copy_(t)
     return buf[..., :n]
 
 
 def make_inputs(
-    case: Case, dtype: torch.dtype, device: str, *, seed: int = 0, scale: float = 1.0
+    case: Case,
+    dtype: torch.dtype,
+    device: str,
+    *,
+    seed: int = 0,
+    scale: float = 1.0,
+    v_offset: float = 0.0,
 ) -> Inputs:
     """Random inputs, rounded to ``dtype`` (so every path starts from the same values)."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -108,127 +178,155 @@ def make_inputs(
 
     q = rand(case.B, case.M, case.H, case.K) * scale
     k = rand(case.B, case.N, case.H, case.K) * scale
-    v = rand(case.B, case.N, case.H, case.K)
+    v = rand(case.B, case.N, case.H, case.K) + v_offset
     bias: torch.Tensor | None = None
+    keep: torch.Tensor | None = None
     if case.mask == "bias":
         bias = _aligned(rand(case.B, case.H, case.M, case.N))
     elif case.mask in ("bias_b1mn", "bias_expanded"):
         bias = _aligned(rand(case.B, 1, case.M, case.N))
-    return Inputs(q=q.to(dtype), k=k.to(dtype), v=v.to(dtype), bias=bias, case=case)
+    elif case.mask == "padding":
+        keep = torch.ones(case.B, case.N, dtype=torch.bool, device=device)
+        for b in range(case.B):
+            keep[b, case.N - case.padded(b) :] = False
+    return Inputs(q=q.to(dtype), k=k.to(dtype), v=v.to(dtype), bias=bias, keep=keep, case=case)
 
 
-def _dense_additive(inp: Inputs, dtype: torch.dtype) -> torch.Tensor | None:
-    """The mask as an additive ``[B|1, H|1, M, N]`` tensor in ``dtype``; None when unmasked."""
+def mask_input(kernel: Kernel, inp: Inputs) -> Any:
+    """What the training loop hands ``kernel``'s attention for ``inp``'s mask kind."""
     case = inp.case
-    device = inp.q.device
-    if case.mask == "none":
-        return None
-    if case.mask == "causal":
-        allowed = torch.ones(case.M, case.N, dtype=torch.bool, device=device).tril()
-    elif case.mask == "blockdiag":
-        ids = torch.repeat_interleave(
-            torch.arange(len(case.seqlens), device=device),
-            torch.tensor(case.seqlens, device=device),
-        )
-        allowed = ids[:, None] == ids[None, :]
-    else:
-        assert inp.bias is not None
-        return inp.bias.to(dtype)
-    zero = torch.zeros((), dtype=dtype, device=device)
-    ninf = torch.full((), -math.inf, dtype=dtype, device=device)
-    return torch.where(allowed, zero, ninf)[None, None]
-
-
-def math_attention(
-    inp: Inputs,
-) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The textbook computation, done entirely in the inputs' dtype (float64 for the reference)."""
-    dtype = inp.q.dtype
-    additive = _dense_additive(inp, dtype)
-
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
-        scores = (qh @ kh.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-        if additive is not None:
-            scores = scores + additive
-        return (scores.softmax(dim=-1) @ vh).transpose(1, 2)
-
-    return fn
-
-
-def sdpa_attention(
-    inp: Inputs,
-) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    case = inp.case
-    mask: torch.Tensor | None = None
-    causal = case.mask == "causal"
     if case.mask == "blockdiag":
-        dense = _dense_additive(inp, inp.q.dtype)
-        assert dense is not None
-        mask = dense == 0
-    elif case.mask in ("bias", "bias_b1mn"):
-        mask = inp.bias
-    elif case.mask == "bias_expanded":
-        assert inp.bias is not None
-        mask = inp.bias.expand(case.B, case.H, case.M, case.N)
+        if kernel == "xformers":
+            return case.seqlens  # BlockDiagonalMask.from_seqlens takes the lengths
+        return torch.repeat_interleave(  # segment ids, as packed-batch collators give them
+            torch.arange(len(case.seqlens), device=inp.q.device),
+            torch.tensor(case.seqlens, device=inp.q.device),
+        )
+    if case.mask == "padding":
+        return inp.keep
+    if case.mask in ("bias", "bias_b1mn", "bias_expanded"):
+        return inp.bias
+    return None
 
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+
+def _padding_bias(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[B,1,1,N]``: 0 where a key is kept, the dtype's lowest value where it is padding
+    (transformers' ``_prepare_4d_attention_mask`` and diffusers build it so)."""
+    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(
+        ~keep, torch.finfo(dtype).min
+    )[:, None, None, :]
+
+
+def _sdpa(mask: MaskKind) -> AttnFn:
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: Any) -> torch.Tensor:
+        b, n, h = k.shape[0], k.shape[1], q.shape[2]
+        attn_mask: torch.Tensor | None = None
+        if mask == "blockdiag":
+            attn_mask = m[:, None] == m[None, :]
+        elif mask in ("bias", "bias_b1mn"):
+            attn_mask = m
+        elif mask == "bias_expanded":
+            attn_mask = m.expand(b, h, q.shape[1], n)
+        elif mask == "padding":
+            attn_mask = _padding_bias(m, q.dtype)
         out = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2),
             k.transpose(1, 2),
             v.transpose(1, 2),
-            attn_mask=mask,
-            is_causal=causal,
+            attn_mask=attn_mask,
+            is_causal=mask == "causal",
         )
         return out.transpose(1, 2)
 
     return fn
 
 
-def xformers_attention(
-    inp: Inputs,
-) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    import xformers.ops as xops
-    from xformers.ops import fmha
+def _xformers(mask: MaskKind) -> AttnFn:
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: Any) -> torch.Tensor:
+        import xformers.ops as xops
+        from xformers.ops import fmha
 
-    case = inp.case
-    bias: Any = None
-    if case.mask == "causal":
-        bias = fmha.attn_bias.LowerTriangularMask()
-    elif case.mask == "blockdiag":
-        bias = fmha.attn_bias.BlockDiagonalMask.from_seqlens(list(case.seqlens))
-    elif case.mask in ("bias", "bias_b1mn"):
-        bias = inp.bias
-    elif case.mask == "bias_expanded":
-        assert inp.bias is not None
-        bias = inp.bias.expand(case.B, case.H, case.M, case.N)
-
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        try:
-            out: torch.Tensor = xops.memory_efficient_attention(q, k, v, attn_bias=bias)
-        except NotImplementedError as e:
-            raise Problem(describe_error(e)) from e
+        b, n, h = k.shape[0], k.shape[1], q.shape[2]
+        bias: Any = None
+        if mask == "causal":
+            bias = fmha.attn_bias.LowerTriangularMask()
+        elif mask == "blockdiag":
+            bias = fmha.attn_bias.BlockDiagonalMask.from_seqlens(list(m))
+        elif mask in ("bias", "bias_b1mn"):
+            bias = m
+        elif mask == "bias_expanded":
+            bias = m.expand(b, h, q.shape[1], n)
+        elif mask == "padding":
+            # rows start on 8-element boundaries in storage, as xformers' kernels need
+            width = (n + 7) // 8 * 8
+            buf = torch.zeros(b, 1, 1, width, dtype=q.dtype, device=q.device)
+            buf[..., :n] = _padding_bias(m, q.dtype)
+            bias = buf[..., :n].expand(b, h, q.shape[1], n)
+        out: torch.Tensor = xops.memory_efficient_attention(q, k, v, attn_bias=bias)
         return out
 
     return fn
 
 
+def math_fn(mask: MaskKind) -> AttnFn:
+    """The textbook computation, done entirely in the inputs' dtype (float64 for the reference)."""
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: Any) -> torch.Tensor:
+        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+        scores = (qh @ kh.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+        allowed: torch.Tensor | None = None
+        if mask == "causal":
+            allowed = torch.ones(q.shape[1], k.shape[1], dtype=torch.bool, device=q.device).tril()
+        elif mask == "blockdiag":
+            allowed = m[:, None] == m[None, :]
+        elif mask == "padding":
+            allowed = m[:, None, None, :]
+        elif mask != "none":
+            scores = scores + m
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, -math.inf)
+        return (scores.softmax(dim=-1) @ vh).transpose(1, 2)
+
+    return fn
+
+
+def attention_fn(kernel: Kernel, mask: MaskKind) -> AttnFn:
+    if kernel == "xformers":
+        return _xformers(mask)
+    if kernel == "sdpa":
+        return _sdpa(mask)
+    return math_fn(mask)
+
+
+def wants_bias_grad(case: Case) -> bool:
+    """A dense ``[B,H,M,N]`` bias is learnt in training (relative position biases): its
+    gradient is checked too."""
+    return case.mask == "bias"
+
+
 def run_attention(
-    make_fn: Callable[[Inputs], Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]],
+    fn: AttnFn,
+    kernel: Kernel,
     inp: Inputs,
     grad_out: torch.Tensor | None,
+    *,
+    bias_grad: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """Forward (and backward when ``grad_out`` is given); returns out, dq, dk, dv detached."""
-    fn = make_fn(inp)
-    backward = grad_out is not None
-    q, k, v = (t.detach().clone().requires_grad_(backward) for t in (inp.q, inp.k, inp.v))
-    out = fn(q, k, v)
+    """Forward under ``no_grad`` (``grad_out`` None) or forward and backward; returns
+    ``out`` (and ``dq``, ``dk``, ``dv``, with ``bias_grad`` ``dbias``) detached."""
+    m = mask_input(kernel, inp)
+    if grad_out is None:
+        with torch.no_grad():
+            return {"out": fn(inp.q, inp.k, inp.v, m).detach()}
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (inp.q, inp.k, inp.v))
+    if bias_grad:
+        m = _aligned(m.detach()).requires_grad_(True)
+    out = fn(q, k, v, m)
+    out.backward(grad_out.to(out.dtype))
     result = {"out": out.detach()}
-    if grad_out is not None:
-        out.backward(grad_out.to(out.dtype))
-        for name, t in (("dq", q), ("dk", k), ("dv", v)):
-            assert t.grad is not None
-            result[name] = t.grad.detach()
+    for name, t in (("dq", q), ("dk", k), ("dv", v)) + ((("dbias", m),) if bias_grad else ()):
+        assert t.grad is not None, f"no gradient reached {name}"
+        result[name] = t.grad.detach()
     return result
 
 

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 __all__ = [
+    "FAILED",
+    "STATUSES",
+    "USES",
     "CheckResult",
     "CheckSpec",
     "Impl",
@@ -23,19 +26,40 @@ __all__ = [
     "Outcome",
     "Skip",
     "Status",
+    "Use",
     "Workaround",
     "append_jsonl",
     "describe_error",
     "matches",
+    "ordered_uses",
     "read_jsonl",
 ]
 
-Status: TypeAlias = Literal["pass", "fail", "skip", "error", "timeout"]
+Status: TypeAlias = Literal["pass", "fail", "skip", "error", "timeout", "invalid"]
 Impl: TypeAlias = Literal["xformers", "sdpa"]
-Workaround: TypeAlias = Literal["sdpa-under-compile", "dynamo-disable"]
+#: ``dynamo-disable``: xformers wrapped in ``torch._dynamo.disable`` inside the compiled code;
+#: ``sdpa-under-compile``: SDPA in xformers' place under ``torch.compile``;
+#: ``sdpa-instead``: SDPA in xformers' place in eager code.
+Workaround: TypeAlias = Literal["sdpa-under-compile", "dynamo-disable", "sdpa-instead"]
+#: what a user runs: eager forward under no_grad, the same compiled, an eager training
+#: step (forward, backward, optimizer step), the same compiled.
+Use: TypeAlias = Literal["inference", "inference-compiled", "training", "training-compiled"]
 Number: TypeAlias = "int | float | str | bool | None"
 
-STATUSES: tuple[Status, ...] = ("pass", "fail", "skip", "error", "timeout")
+STATUSES: tuple[Status, ...] = ("pass", "fail", "skip", "error", "timeout", "invalid")
+#: every use, in the order results list them.
+USES: tuple[Use, ...] = ("inference", "inference-compiled", "training", "training-compiled")
+#: statuses of a gate that did not pass and was not skipped: each fails the gate.
+FAILED: frozenset[Status] = frozenset({"fail", "error", "timeout", "invalid"})
+
+
+def ordered_uses(uses: Iterable[Use]) -> tuple[Use, ...]:
+    """``uses`` without duplicates, in the order of ``USES``."""
+    wanted = set(uses)
+    unknown = wanted - set(USES)
+    if unknown:
+        raise ValueError(f"unknown uses {sorted(unknown)!r}; known: {list(USES)}")
+    return tuple(u for u in USES if u in wanted)
 
 
 class Skip(Exception):
@@ -44,9 +68,13 @@ class Skip(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
-    """What a check function returns: pass or fail, why, and what it measured."""
+    """What a check function returns: pass, fail or invalid, why, and what it measured.
 
-    status: Literal["pass", "fail"]
+    ``invalid``: a numeric check that could not have told a right answer from the
+    nearest plausible wrong one (`envbuilder.conformance.tolerance.assess`).
+    """
+
+    status: Literal["pass", "fail", "invalid"]
     reason: str = ""
     numbers: Mapping[str, Number] = field(default_factory=dict)
 
@@ -57,6 +85,10 @@ class Outcome:
     @classmethod
     def failed(cls, reason: str, numbers: Mapping[str, Number] | None = None) -> Outcome:
         return cls(status="fail", reason=reason, numbers=dict(numbers or {}))
+
+    @classmethod
+    def invalid(cls, reason: str, numbers: Mapping[str, Number] | None = None) -> Outcome:
+        return cls(status="invalid", reason=reason, numbers=dict(numbers or {}))
 
     @classmethod
     def judge(cls, problems: Iterable[str], numbers: Mapping[str, Number]) -> Outcome:
@@ -73,15 +105,31 @@ class CheckSpec:
     ``cuda`` (the device is a CUDA device), ``xformers`` (importable),
     ``diffusers`` (importable), ``gpus2`` (two or more CUDA devices). A check
     whose ``impl`` is xformers needs xformers without saying so (``requires``).
+
+    ``uses`` are the uses the check speaks for (a gate check names at least
+    one). ``workarounds`` are checks that re-run this check's exact case with a
+    workaround applied; the worker runs them only when this check fails, and
+    each records ``covers`` = this check's name.
     """
 
     name: str
     gate: bool
     run: Callable[[], Outcome]
+    uses: tuple[Use, ...] = ()
     impl: Impl | None = None
     workaround: Workaround | None = None
+    covers: str | None = None
     needs: frozenset[str] = frozenset()
     quick: bool = True  # part of a --quick run
+    workarounds: tuple[CheckSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.uses != ordered_uses(self.uses):
+            raise ValueError(f"{self.name}: uses {self.uses!r} must be distinct, in {USES} order")
+        if self.gate and not self.uses:
+            raise ValueError(f"{self.name}: a gate check names the uses it speaks for")
+        if (self.workaround is None) != (self.covers is None):
+            raise ValueError(f"{self.name}: a workaround check, and only one, covers a check")
 
     @property
     def group(self) -> str:
@@ -98,7 +146,25 @@ class CheckSpec:
             "gate": self.gate,
             "impl": self.impl,
             "workaround": self.workaround,
+            "uses": list(self.uses),
+            "covers": self.covers,
         }
+
+    def covered_by(
+        self, workaround: Workaround, run: Callable[[], Outcome], impl: Impl
+    ) -> CheckSpec:
+        """The check that re-runs this one's case with ``workaround`` applied."""
+        return CheckSpec(
+            name=f"{self.name}.{workaround.replace('-', '_')}",
+            gate=True,
+            run=run,
+            uses=self.uses,
+            impl=impl,
+            workaround=workaround,
+            covers=self.name,
+            needs=self.needs,
+            quick=self.quick,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +180,13 @@ class CheckResult:
     workaround: Workaround | None
     numbers: Mapping[str, Number]
     duration_s: float
+    uses: tuple[Use, ...] = ()
+    covers: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """A status that fails a gate: fail, error, timeout or invalid."""
+        return self.status in FAILED
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +197,8 @@ class CheckResult:
             "gate": self.gate,
             "impl": self.impl,
             "workaround": self.workaround,
+            "uses": list(self.uses),
+            "covers": self.covers,
             "numbers": {
                 k: relative_paths(v) if isinstance(v, str) else v for k, v in self.numbers.items()
             },
@@ -132,16 +207,21 @@ class CheckResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CheckResult:
+        status = data["status"]
+        if status not in STATUSES:
+            raise ValueError(f"check {data.get('name')!r}: unknown status {status!r}")
         return cls(
             group=data["group"],
             name=data["name"],
-            status=data["status"],
+            status=status,
             reason=data.get("reason", ""),
             gate=bool(data["gate"]),
             impl=data.get("impl"),
             workaround=data.get("workaround"),
             numbers=dict(data.get("numbers", {})),
             duration_s=float(data.get("duration_s", 0.0)),
+            uses=ordered_uses(data.get("uses", ())),
+            covers=data.get("covers"),
         )
 
     @classmethod
@@ -160,6 +240,8 @@ class CheckResult:
             workaround=meta.get("workaround"),
             numbers={},
             duration_s=duration_s,
+            uses=ordered_uses(meta.get("uses", ())),
+            covers=meta.get("covers"),
         )
 
 

@@ -1,157 +1,98 @@
-"""torch.compile around attention: graph breaks, recompiles, and numbers against eager.
+"""torch.compile around attention, over every mask kind: graph breaks, recompiles,
+and output and gradients against float64.
 
-A small self-attention module and a pre-norm transformer block, each built on
-xformers' memory-efficient attention or on SDPA, are compiled with inductor
-(``dynamic=False``/``True``, ``fullgraph`` on/off), run over changing batch
-sizes and sequence lengths, then over the same shapes again. A check fails on
-a graph break, on more compilations than the shapes explain (or any on the
-second pass: recompiling without end), on NaN/inf, or when its output or
-gradients are further from a float64 eager run than the tolerance rule allows
-(`envbuilder.conformance.tolerance`, with the eager run in the same dtype as
-the "math path"). The two field workarounds are separate checks: xformers
-wrapped in ``torch._dynamo.disable`` (a graph break by design) and SDPA in
-xformers' place.
+For xformers and for SDPA, the attention function of each mask kind (none,
+causal, block-diagonal from sequence lengths, a dense ``[B,H,M,N]`` bias, a
+key-padding bias built from a boolean mask, ``[B,1,M,N]`` as it is and
+expanded) is compiled with inductor (``dynamic=False``/``True``, ``fullgraph``
+on/off) with the mask built inside the compiled code, as a model builds it.
+Each compilation is shared by the checks of its (implementation, mask kind,
+dynamic, fullgraph): fp16 and bf16 (fp32 on CPU) × forward under ``no_grad``
+(inference-compiled) and forward + backward (training-compiled), gradients of
+q, k, v and of a dense bias, each against float64 under the tolerance rule
+(the math path: the textbook attention in the same dtype, eagerly) and the
+sensitivity rule (the mask dropped must lie at least 4 bounds away).
+
+A check fails on an error above its bound, on NaN/inf, on a graph break
+(``fullgraph`` checks: the compiler refuses; ``nobreaks`` checks, compiled
+with ``fullgraph=False`` so that torch would split the graph silently: any
+split dynamo reports), on more compilations than the shapes explain (static:
+one per shape; dynamic: one for every shape) or on any compilation when the
+same shapes run again (recompiling without end). A failing xformers check is
+re-run on its exact case with each workaround: xformers wrapped in
+``torch._dynamo.disable`` (a graph break by design, so compiled without
+``fullgraph``), and SDPA in xformers' place; each records its graph breaks and
+the median time of one step, the cost a verdict picks the cheapest by.
 """
 
 from __future__ import annotations
 
-import copy
-import math
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import torch
-from torch import nn
 
-from envbuilder.conformance import tolerance
+from envbuilder.conformance import _dropout, tolerance
+from envbuilder.conformance._attn import (
+    DTYPES,
+    MASKS,
+    AttnFn,
+    Case,
+    MaskKind,
+    attention_fn,
+    is_refusal,
+    make_inputs,
+    run_attention,
+    wants_bias_grad,
+)
 from envbuilder.conformance._context import Context
 from envbuilder.conformance._record import (
     CheckSpec,
     Impl,
     Number,
     Outcome,
-    Workaround,
+    Skip,
+    Use,
     describe_error,
 )
+from envbuilder.conformance.checks_attention import compare_attention, grad_out
 
-__all__ = ["specs"]
+__all__ = ["compile_check", "specs"]
 
-AttnFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
+#: the attention code that is compiled: an implementation, or xformers behind
+#: ``torch._dynamo.disable`` (the ``dynamo-disable`` workaround).
+Variant = Literal["xformers", "sdpa", "dynamo-disable"]
 
-
-def attn_xformers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    import xformers.ops as xops
-    from xformers.ops import fmha
-
-    bias = fmha.attn_bias.LowerTriangularMask() if causal else None
-    out: torch.Tensor = xops.memory_efficient_attention(q, k, v, attn_bias=bias)
-    return out
-
-
-def attn_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal
-    )
-    return out.transpose(1, 2)
+#: dynamo keeps at most a few compiled versions of one function by default and
+#: then runs it eagerly without a word; these checks compile one function for
+#: many mask kinds, dtypes and grad modes, so the limits are raised.
+_COMPILE_LIMITS = {
+    "cache_size_limit": 4096,
+    "recompile_limit": 4096,
+    "accumulated_cache_size_limit": 65536,
+    "accumulated_recompile_limit": 65536,
+}
 
 
-def attn_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
-    scores = (qh @ kh.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    if causal:
-        m, n = scores.shape[-2:]
-        allowed = torch.ones(m, n, dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    return (scores.softmax(-1) @ vh).transpose(1, 2)
+def _raise_compile_limits() -> None:
+    for name, value in _COMPILE_LIMITS.items():
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, value)
 
 
-_disabled: dict[str, AttnFn] = {}
+@dataclass
+class _Compiled:
+    """One ``torch.compile`` of one attention function, shared by the checks of its key;
+    what compiling it for a (dtype, grad mode) found is kept for every later check."""
 
-
-def attn_xformers_dynamo_disabled(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
-) -> torch.Tensor:
-    if "fn" not in _disabled:
-        _disabled["fn"] = torch._dynamo.disable(attn_xformers)
-    return _disabled["fn"](q, k, v, causal)
-
-
-class SelfAttention(nn.Module):
-    def __init__(self, dim: int, heads: int, attn: AttnFn, *, causal: bool) -> None:
-        super().__init__()
-        self.heads = heads
-        self.attn = attn
-        self.causal = causal
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, m, d = x.shape
-        q, k, v = self.qkv(x).view(b, m, 3, self.heads, d // self.heads).unbind(2)
-        out = self.attn(q, k, v, self.causal)
-        result: torch.Tensor = self.proj(out.reshape(b, m, d))
-        return result
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, attn: AttnFn) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = SelfAttention(dim, heads, attn, causal=True)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        result: torch.Tensor = x + self.mlp(self.norm2(x))
-        return result
-
-
-def _build(kind: str, dim: int, heads: int, attn: AttnFn) -> nn.Module:
-    if kind == "attn":
-        return SelfAttention(dim, heads, attn, causal=False)
-    return Block(dim, heads, attn)
-
-
-def _with_attn(model: nn.Module, attn: AttnFn) -> nn.Module:
-    clone = copy.deepcopy(model)
-    for module in clone.modules():
-        if isinstance(module, SelfAttention):
-            module.attn = attn
-    return clone
-
-
-def _setting(ctx: Context) -> tuple[int, int, torch.dtype, list[tuple[int, int]]]:
-    """Model width, heads, dtype and the (batch, sequence) shapes to run, per device and size."""
-    if not ctx.is_cuda:
-        return 64, 2, torch.float32, [(2, 24), (3, 40)]
-    if ctx.quick:
-        return 256, 4, torch.bfloat16, [(2, 64), (3, 96)]
-    return 256, 4, torch.bfloat16, [(2, 64), (3, 96), (4, 50), (2, 128)]
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-
-
-def _step(
-    model: Callable[[torch.Tensor], torch.Tensor],
-    params: nn.Module,
-    x: torch.Tensor,
-    g: torch.Tensor,
-) -> dict[str, torch.Tensor]:
-    """Forward and backward; returns output, input grad and the attention's qkv weight grad."""
-    params.zero_grad(set_to_none=True)
-    xi = x.detach().clone().requires_grad_(True)
-    out = model(xi)
-    (out.double() * g).sum().backward()
-    qkv = next(m for m in params.modules() if isinstance(m, SelfAttention)).qkv.weight
-    assert xi.grad is not None and qkv.grad is not None
-    return {"out": out.detach(), "dx": xi.grad.detach(), "dqkv_w": qkv.grad.detach()}
+    fn: Callable[..., torch.Tensor]
+    compilations: list[int]
+    found: dict[tuple[str, bool], tuple[int, int, str]] = field(default_factory=dict)
 
 
 def _counting_backend(counter: list[int]) -> Callable[..., Any]:
@@ -164,144 +105,153 @@ def _counting_backend(counter: list[int]) -> Callable[..., Any]:
     return backend
 
 
-def _short(error: BaseException) -> str:
-    return describe_error(error, limit=1200)
+def _attention(variant: Variant, mask: MaskKind) -> AttnFn:
+    if variant == "dynamo-disable":
+        disabled: AttnFn = torch._dynamo.disable(attention_fn("xformers", mask))
+        return disabled
+    return attention_fn(variant, mask)
+
+
+def _compiled(
+    ctx: Context, variant: Variant, mask: MaskKind, dynamic: bool, fullgraph: bool
+) -> _Compiled:
+    key = f"compiled/{variant}/{mask}/{dynamic}/{fullgraph}"
+    if key not in ctx.cache:
+        _raise_compile_limits()
+        counter = [0]
+        fn = torch.compile(
+            _attention(variant, mask),
+            backend=_counting_backend(counter),
+            dynamic=dynamic,
+            fullgraph=fullgraph,
+        )
+        ctx.cache[key] = _Compiled(fn=fn, compilations=counter)
+    compiled: _Compiled = ctx.cache[key]
+    return compiled
+
+
+def shapes(ctx: Context, mask: MaskKind, dynamic: bool) -> list[Case]:
+    """The problems a compiled function runs: one shape when static, two when dynamic."""
+    # no two sizes of the first shape are equal: dynamo would tie them with a guard
+    if ctx.is_cuda:
+        cases = [Case(B=2, M=77, N=77, H=4, K=64), Case(B=3, M=128, N=128, H=4, K=64)]
+    else:
+        cases = [Case(B=2, M=24, N=24, H=3, K=32), Case(B=4, M=40, N=40, H=3, K=32)]
+    return [c.with_mask(mask) for c in cases[: 2 if dynamic else 1]]
+
+
+def _graph_breaks() -> Counter[str]:
+    from torch._dynamo.utils import counters
+
+    return Counter({str(k): int(v) for k, v in counters["graph_break"].items()})
+
+
+def _guard_failures() -> list[str]:
+    """Why dynamo recompiled so far (its own record; empty where this torch keeps none)."""
+    from torch._dynamo import utils
+
+    record = getattr(utils, "guard_failures", {})
+    return [str(reason).splitlines()[0] for reasons in record.values() for reason in reasons]
+
+
+def _sync(ctx: Context) -> None:
+    if ctx.is_cuda:
+        torch.cuda.synchronize(ctx.device)
 
 
 def compile_check(
     ctx: Context,
-    attn: str,
-    kind: str,
+    variant: Variant,
+    mask: MaskKind,
     dynamic: bool,
     fullgraph: bool,
-    workaround: Workaround | None,
+    dtype_name: str,
+    backward: bool,
 ) -> Outcome:
-    key = f"{attn}/{kind}/{dynamic}/{fullgraph}"
-    if key in ctx.cache:
-        cached: Outcome = ctx.cache[key]
-        return cached
-    outcome = _compile_check(ctx, attn, kind, dynamic, fullgraph, workaround)
-    ctx.cache[key] = outcome
-    return outcome
-
-
-def _compile_check(
-    ctx: Context,
-    attn: str,
-    kind: str,
-    dynamic: bool,
-    fullgraph: bool,
-    workaround: Workaround | None,
-) -> Outcome:
-    fns: dict[str, AttnFn] = {
-        "xformers": attn_xformers,
-        "sdpa": attn_sdpa,
-        "dynamo-disable": attn_xformers_dynamo_disabled,
-    }
-    dim, heads, dtype, shapes = _setting(ctx)
-    dtype_name = str(dtype).removeprefix("torch.")
-    torch.manual_seed(0)
-    model = _build(kind, dim, heads, fns[attn]).to(ctx.device, dtype)
-    reference = _with_attn(model, attn_math).double()
-    gen = torch.Generator(device="cpu").manual_seed(1)
-    inputs = [
-        (
-            torch.randn(b, m, dim, generator=gen).to(ctx.device, dtype),
-            torch.randn(b, m, dim, generator=gen, dtype=torch.float64).to(ctx.device),
-        )
-        for b, m in shapes
-    ]
+    if variant == "dynamo-disable":
+        fullgraph = False  # a disabled function is a graph break: fullgraph refuses it
+    dtype = DTYPES[dtype_name]
+    kernel: Impl = "sdpa" if variant == "sdpa" else "xformers"
+    compiled = _compiled(ctx, variant, mask, dynamic, fullgraph)
+    cases = shapes(ctx, mask, dynamic)
     numbers: dict[str, Number] = {
-        "module": kind,
+        "attention": variant,
+        "mask": mask,
         "dtype": dtype_name,
+        "backward": backward,
         "dynamic": dynamic,
         "fullgraph": fullgraph,
-        "shapes": " ".join(f"{b}x{m}" for b, m in shapes),
-        "rule": tolerance.RULE,
+        "shapes": " ".join(c.label for c in cases),
     }
     problems: list[str] = []
-
-    torch._dynamo.reset()
-    try:
-        explained = torch._dynamo.explain(model)(inputs[0][0])
-    except Exception as e:  # the module does not even run under dynamo's tracing
-        return Outcome.failed(f"tracing with torch._dynamo.explain failed: {_short(e)}", numbers)
-    breaks = int(explained.graph_break_count)
-    reasons = [str(getattr(r, "reason", r)).splitlines()[0] for r in explained.break_reasons]
-    numbers["graph_breaks"] = breaks
-    numbers["graph_break_reasons"] = " || ".join(reasons)[:1500]
-    if breaks and workaround != "dynamo-disable":
-        problems.append(f"{breaks} graph break(s): {'; '.join(reasons)[:400]}")
-
-    torch._dynamo.reset()
-    counter = [0]
-    compiled = torch.compile(
-        model, backend=_counting_backend(counter), dynamic=dynamic, fullgraph=fullgraph
-    )
+    comparisons: list[tolerance.Comparison] = []
+    wrong = ""
+    breaks_before = _graph_breaks()
+    failures_before = len(_guard_failures())
+    compiles_before = compiled.compilations[0]
     times: list[float] = []
-    worst: tuple[float, str] = (0.0, "")
-    nonfinite = 0
     try:
         for pass_no in (1, 2):
-            for (x, g), (b, m) in zip(inputs, shapes, strict=True):
-                _sync(ctx.device)
+            if pass_no == 2:
+                first_pass = compiled.compilations[0] - compiles_before
+            for i, case in enumerate(cases):
+                inp = make_inputs(case, dtype, ctx.device, seed=300 + i)
+                grad = grad_out(case, ctx.device, seed=400 + i) if backward else None
+                bias_grad = backward and wants_bias_grad(case)
+                _sync(ctx)
                 t0 = time.perf_counter()
-                got = _step(compiled, model, x, g)
-                _sync(ctx.device)
+                got = run_attention(compiled.fn, kernel, inp, grad, bias_grad=bias_grad)
+                _sync(ctx)
                 times.append(time.perf_counter() - t0)
-                if pass_no == 2:
-                    continue
-                eager = _step(model, model, x, g)
-                ref = _step(reference, reference, x.double(), g)
-                for name, value in got.items():
-                    bad = int((~torch.isfinite(value)).sum().item())
-                    nonfinite += bad
-                    if bad:
-                        problems.append(f"{name} has {bad} NaN/inf values at {b}x{m}")
-                        continue
-                    verdict = tolerance.judge(
-                        float((value.double() - ref[name]).abs().max().item()),
-                        float((eager[name].double() - ref[name]).abs().max().item()),
-                        dtype_name,
+                if pass_no == 1:
+                    found, wrong = compare_attention(
+                        got,
+                        inp,
+                        grad,
+                        bias_grad=bias_grad,
+                        dtype_name=str(dtype).removeprefix("torch."),
+                        problems=problems,
                     )
-                    if not verdict.ok:
-                        problems.append(
-                            f"{name} error {verdict.error:.3g} > bound {verdict.bound:.3g}"
-                            f" (eager {verdict.math_error:.3g}) at {b}x{m}"
-                        )
-                    if verdict.ratio > worst[0]:
-                        worst = (
-                            verdict.ratio,
-                            f"{name} at {b}x{m}: error {verdict.error:.3g}, bound {verdict.bound:.3g}",
-                        )
-            if pass_no == 1:
-                first_pass_compiles = counter[0]
+                    comparisons += found
     except Exception as e:  # a compile failure is this check's finding, not a suite error
-        numbers["compilations"] = counter[0]
-        return Outcome.failed(f"compiled module failed: {_short(e)}", numbers)
-    second_pass_compiles = counter[0] - first_pass_compiles
-    graphs = breaks + 1
-    allowed = graphs * (2 if dynamic else len(set(shapes)))
+        if mask == "bias_b1mn" and is_refusal(e):
+            raise Skip(
+                f"{kernel} rejects a [B,1,M,N] bias as it is (attention.{kernel}."
+                "bias_b1mn.safe records it); there is nothing to compile"
+            ) from e
+        numbers["compilations"] = compiled.compilations[0] - compiles_before
+        return Outcome.failed(f"compiled attention failed: {describe_error(e, 1200)}", numbers)
+    again = compiled.compilations[0] - compiles_before - first_pass
+    new_breaks = _graph_breaks() - breaks_before
+    mode = (dtype_name, backward)
+    if mode not in compiled.found:  # this check compiled it: what it found is the record
+        reasons = " || ".join(f"{n} x {r.splitlines()[0]}" for r, n in new_breaks.items())
+        compiled.found[mode] = (sum(new_breaks.values()), first_pass, reasons[:1500])
+    breaks, compilations, reasons = compiled.found[mode]
+    allowed = (breaks + 1) * (1 if dynamic else len(cases))
     numbers |= {
-        "compilations": first_pass_compiles,
+        "graph_breaks": breaks,
+        "graph_break_reasons": reasons,
+        "compilations": compilations,
         "compilations_allowed": allowed,
-        "recompilations_on_seen_shapes": second_pass_compiles,
+        "recompilations_on_seen_shapes": again,
         "first_call_s": round(times[0], 3),
-        "steady_call_ms": round(statistics.median(times[len(shapes) :]) * 1000, 3),
-        "nonfinite": nonfinite,
-        "worst_ratio": round(worst[0], 4),
-        "worst": worst[1],
+        "step_ms": round(statistics.median(times[len(cases) :]) * 1000, 3),
     }
-    if second_pass_compiles:
+    if breaks and variant != "dynamo-disable":
+        problems.append(f"{breaks} graph break(s): {reasons[:400]}")
+    if again or compilations > allowed:
+        numbers["recompile_reasons"] = " || ".join(_guard_failures()[failures_before:])[:1500]
+    if again:
         problems.append(
-            f"recompiled {second_pass_compiles} time(s) on shapes already compiled (recompiles without end)"
+            f"recompiled {again} time(s) on shapes already compiled (recompiles without end)"
         )
-    if first_pass_compiles > allowed:
+    if compilations > allowed:
         problems.append(
-            f"{first_pass_compiles} compilations for {len(shapes)} shapes"
+            f"{compilations} compilations for {len(cases)} shape(s)"
             f" ({'dynamic' if dynamic else 'static'}; at most {allowed} expected)"
         )
-    return Outcome.judge(problems, numbers)
+    return tolerance.assess(comparisons, wrong=wrong, problems=problems, numbers=numbers)
 
 
 def opcheck_xformers(ctx: Context) -> Outcome:
@@ -326,16 +276,16 @@ def opcheck_xformers(ctx: Context) -> Outcome:
             return func(*args, **(kwargs or {}))
 
     dtype = torch.bfloat16 if ctx.is_cuda else torch.float32
-    for causal in (False, True):
+    for mask in ("none", "causal"):
         q, k, v = (
             torch.randn(2, 64, 4, 64, device=ctx.device, dtype=dtype, requires_grad=True)
             for _ in range(3)
         )
         try:
             with Recorder():
-                attn_xformers(q, k, v, causal).sum().backward()
+                attention_fn("xformers", mask)(q, k, v, None).sum().backward()
         except NotImplementedError as e:
-            return Outcome.failed(f"attention itself fails: {_short(e)}", {})
+            return Outcome.failed(f"attention itself fails: {describe_error(e, 1200)}", {})
     if not seen:
         return Outcome.passed(
             {"ops": "", "note": "attention called no xformers-registered operator"}
@@ -347,58 +297,98 @@ def opcheck_xformers(ctx: Context) -> Outcome:
             torch.library.opcheck(func, args, kwargs)
             numbers[str(func)] = "ok"
         except Exception as e:  # opcheck raises OpCheckError naming the failing test
-            numbers[str(func)] = _short(e)
-            problems.append(f"{func}: {_short(e)[:300]}")
+            numbers[str(func)] = describe_error(e, 1200)
+            problems.append(f"{func}: {describe_error(e, 300)}")
     return Outcome.judge(problems, numbers)
+
+
+#: --quick keeps, per implementation, compiled training with a dense tensor bias and
+#: with a key-padding bias, and compiled inference with the causal mask (dynamic
+#: shapes, fullgraph, bf16 on a GPU).
+QUICK: frozenset[tuple[MaskKind, bool]] = frozenset(
+    {("bias", True), ("padding", True), ("causal", False)}
+)
+
+
+def _dtypes(ctx: Context) -> tuple[str, ...]:
+    return ("fp16", "bf16") if ctx.is_cuda else ("fp32",)
 
 
 def specs(ctx: Context) -> list[CheckSpec]:
     out: list[CheckSpec] = []
     impls: tuple[Impl, ...] = ("xformers", "sdpa")
+    quick_dtype = "bf16" if ctx.is_cuda else "fp32"
     for impl in impls:
-        for kind in ("block", "attn"):
+        for mask in MASKS:
             for dynamic in (False, True):
                 for fullgraph in (True, False):
-                    name = (
-                        f"compile.{impl}.{kind}.{'dynamic' if dynamic else 'static'}"
-                        f".{'fullgraph' if fullgraph else 'breaks_allowed'}"
-                    )
-                    out.append(
-                        CheckSpec(
-                            name=name,
-                            gate=True,
-                            impl=impl,
-                            run=partial(compile_check, ctx, impl, kind, dynamic, fullgraph, None),
-                            # --quick keeps the hardest one: the block, dynamic shapes, fullgraph
-                            quick=kind == "block" and fullgraph and dynamic,
-                        )
-                    )
-    for dynamic in (False, True):
-        label = "dynamic" if dynamic else "static"
-        out.append(
-            CheckSpec(
-                name=f"compile.workaround.dynamo_disable.block.{label}",
-                gate=True,
-                impl="xformers",
-                workaround="dynamo-disable",
-                run=partial(
-                    compile_check, ctx, "dynamo-disable", "block", dynamic, False, "dynamo-disable"
-                ),
-                quick=False,  # --quick keeps one workaround: SDPA under compile, below
-            )
+                    for dtype_name in _dtypes(ctx):
+                        for backward in (False, True):
+                            uses: tuple[Use, ...] = (
+                                ("training-compiled",) if backward else ("inference-compiled",)
+                            )
+                            case = (mask, dynamic, fullgraph, dtype_name, backward)
+                            spec = CheckSpec(
+                                name=f"compile.{impl}.{mask}"
+                                f".{'dynamic' if dynamic else 'static'}"
+                                f".{'fullgraph' if fullgraph else 'nobreaks'}"
+                                f".{dtype_name}.{'backward' if backward else 'forward'}",
+                                gate=True,
+                                uses=uses,
+                                impl=impl,
+                                run=partial(compile_check, ctx, impl, *case),
+                                quick=dynamic
+                                and fullgraph
+                                and dtype_name == quick_dtype
+                                and (mask, backward) in QUICK,
+                            )
+                            if impl == "xformers":
+                                spec = replace(
+                                    spec,
+                                    workarounds=(
+                                        spec.covered_by(
+                                            "dynamo-disable",
+                                            partial(compile_check, ctx, "dynamo-disable", *case),
+                                            "xformers",
+                                        ),
+                                        spec.covered_by(
+                                            "sdpa-under-compile",
+                                            partial(compile_check, ctx, "sdpa", *case),
+                                            "sdpa",
+                                        ),
+                                    ),
+                                )
+                            out.append(spec)
+        dropout = CheckSpec(
+            name=f"compile.{impl}.dropout",
+            gate=True,
+            uses=("training-compiled",),
+            impl=impl,
+            run=partial(_dropout.dropout_check, ctx, impl, compiled=True),
         )
-        out.append(
-            CheckSpec(
-                name=f"compile.workaround.sdpa.block.{label}",
-                gate=True,
-                impl="sdpa",
-                workaround="sdpa-under-compile",
-                run=partial(
-                    compile_check, ctx, "sdpa", "block", dynamic, True, "sdpa-under-compile"
+        if impl == "xformers":
+            dropout = replace(
+                dropout,
+                workarounds=(
+                    dropout.covered_by(
+                        "dynamo-disable",
+                        partial(
+                            _dropout.dropout_check,
+                            ctx,
+                            "xformers",
+                            compiled=True,
+                            workaround="dynamo-disable",
+                        ),
+                        "xformers",
+                    ),
+                    dropout.covered_by(
+                        "sdpa-under-compile",
+                        partial(_dropout.dropout_check, ctx, "sdpa", compiled=True),
+                        "sdpa",
+                    ),
                 ),
-                quick=dynamic,
             )
-        )
+        out.append(dropout)
     out.append(
         CheckSpec(
             name="compile.xformers.opcheck",

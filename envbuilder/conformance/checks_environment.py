@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.conformance._context import Context
-from envbuilder.conformance._record import CheckSpec, Number, Outcome, Skip
+from envbuilder.conformance._record import USES, CheckSpec, Number, Outcome, Skip
 
 __all__ = ["arch_covered", "parse_arch_list", "release_of", "specs"]
 
@@ -304,7 +304,12 @@ def specs(ctx: Context) -> list[CheckSpec]:
         ),
         CheckSpec(name="environment.versions", gate=False, run=partial(versions, ctx)),
         CheckSpec(name="environment.cuda.device", gate=False, run=partial(cuda_device, ctx)),
-        CheckSpec(name="environment.torch.arch_covered", gate=True, run=partial(torch_arch, ctx)),
+        CheckSpec(
+            name="environment.torch.arch_covered",
+            gate=True,
+            uses=USES,
+            run=partial(torch_arch, ctx),
+        ),
         CheckSpec(
             name="environment.xformers.build_record",
             gate=False,
@@ -314,12 +319,14 @@ def specs(ctx: Context) -> list[CheckSpec]:
         CheckSpec(
             name="environment.xformers.extension_loads",
             gate=True,
+            uses=USES,
             impl="xformers",
             run=partial(extension_loads, ctx),
         ),
         CheckSpec(
             name="environment.xformers.arch_covered",
             gate=True,
+            uses=USES,
             impl="xformers",
             run=partial(xformers_arch, ctx),
         ),

@@ -38,9 +38,10 @@ def per_gpu_attention(ctx: Context, impl: Impl, index: int) -> Outcome:
         "device": local.device,
     }
     for mask in ("causal", "bias"):
-        outcome = correctness(local, impl, mask, "bf16")
+        outcome = correctness(local, impl, mask, "bf16", True)
         numbers[f"{mask}_bf16_status"] = outcome.status
-        numbers[f"{mask}_bf16_worst_ratio"] = outcome.numbers.get("worst_ratio")
+        numbers[f"{mask}_bf16_error"] = outcome.numbers.get("error")
+        numbers[f"{mask}_bf16_bound"] = outcome.numbers.get("bound")
         if outcome.status != "pass":
             problems.append(f"{mask} bf16: {outcome.reason}")
     return Outcome.judge(problems, numbers)
@@ -57,7 +58,7 @@ def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from envbuilder.conformance.checks_compile import Block, attn_xformers
+    from envbuilder.conformance._block import Block, attn_xformers
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -140,6 +141,7 @@ def specs(ctx: Context) -> list[CheckSpec]:
                 CheckSpec(
                     name=f"multigpu.attention.{impl}.each_gpu",
                     gate=True,
+                    uses=("inference", "training"),
                     impl=impl,
                     needs=frozenset({"cuda"}),
                     run=partial(per_gpu_attention, ctx, impl, 0),
@@ -150,6 +152,7 @@ def specs(ctx: Context) -> list[CheckSpec]:
                 CheckSpec(
                     name=f"multigpu.attention.{impl}.cuda{index}",
                     gate=True,
+                    uses=("inference", "training"),
                     impl=impl,
                     needs=frozenset({"cuda"}),
                     run=partial(per_gpu_attention, ctx, impl, index),
@@ -159,6 +162,7 @@ def specs(ctx: Context) -> list[CheckSpec]:
         CheckSpec(
             name="multigpu.ddp.xformers",
             gate=True,
+            uses=("training",),
             impl="xformers",
             needs=frozenset({"cuda", "gpus2"}),
             run=partial(ddp_step, ctx),

@@ -150,7 +150,7 @@ def attention_speed(ctx: Context, impl: Impl, dtype_name: str, seq: int, head_di
 
 
 def compile_time(ctx: Context, impl: Impl) -> Outcome:
-    from envbuilder.conformance.checks_compile import Block, attn_sdpa, attn_xformers
+    from envbuilder.conformance._block import Block, attn_sdpa, attn_xformers
 
     torch._dynamo.reset()
     torch.manual_seed(0)

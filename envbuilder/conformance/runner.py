@@ -28,6 +28,7 @@ from typing import Any
 
 from envbuilder.conformance import FULL_ONLY_GROUPS, GROUPS, RESULTS_SCHEMA, SUITE_VERSION
 from envbuilder.conformance._record import (
+    STATUSES,
     CheckResult,
     Status,
     append_jsonl,
@@ -41,6 +42,7 @@ __all__ = [
     "GroupRun",
     "NoChecksSelected",
     "RunOptions",
+    "SuiteResults",
     "groups_for",
     "pattern_problems",
     "run_suite",
@@ -96,6 +98,8 @@ class GroupRun:
 
     plan: tuple[Mapping[str, Any], ...] | None  # None: the worker died before planning
     started: tuple[str, ...]
+    #: the descriptions of started checks that are not in the plan (workaround checks)
+    unplanned: Mapping[str, Mapping[str, Any]]
     done: frozenset[str]
     exit_status: int | None  # None: killed at the time limit
     log_tail: str
@@ -143,9 +147,9 @@ def pattern_problems(patterns: Sequence[str]) -> list[str]:
     return problems
 
 
-def unmatched_patterns(patterns: Sequence[str], results: Mapping[str, Any]) -> list[str]:
+def unmatched_patterns(patterns: Sequence[str], results: SuiteResults) -> list[str]:
     """The patterns that selected none of the checks in ``results``."""
-    names = [str(c["name"]) for c in results["checks"]]
+    names = [c.name for c in results.checks]
     return [p for p in patterns if p and not any(matches(n, [p]) for n in names)]
 
 
@@ -185,7 +189,7 @@ def settle(
     records: list[CheckResult] = []
     done = set(run.done)
     current = run.started[-1] if run.started and run.started[-1] not in done else None
-    by_name = {str(m["name"]): m for m in run.plan}
+    by_name = {str(m["name"]): m for m in run.plan} | dict(run.unplanned)
     if current is not None and current in by_name:
         status = "timeout" if timed_out else "error"
         records.append(
@@ -262,6 +266,7 @@ def _run_group(group: str, opts: RunOptions, workdir: Path, echo: Callable[[str]
         run = GroupRun(
             plan=plan,
             started=tuple(str(x["start"]) for x in lines if "start" in x),
+            unplanned={str(x["start"]): x["meta"] for x in lines if "start" in x and "meta" in x},
             done=frozenset(str(r.get("name")) for r in read_jsonl(opts.jsonl)),
             exit_status=status,
             log_tail=_log_tail(log) if status != 0 else "",
@@ -330,45 +335,95 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _line(check: Mapping[str, Any]) -> str:
-    mark = {"pass": "✓", "fail": "✕", "skip": "-", "error": "!", "timeout": "⏱"}.get(
-        str(check["status"]), "?"
-    )
-    gate = "gate" if check.get("gate") else "info"
+_MARKS: Mapping[Status, str] = {
+    "pass": "✓",
+    "fail": "✕",
+    "skip": "-",
+    "error": "!",
+    "timeout": "⏱",
+    "invalid": "?",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteResults:
+    """A results file (``envbuilder.results/2``, docs/contracts.md) as typed records."""
+
+    suite_version: str
+    combination: str | None
+    lock_sha256: str | None
+    started: str
+    finished: str
+    runner: Mapping[str, Any]
+    checks: tuple[CheckResult, ...]
+    schema: str = RESULTS_SCHEMA
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "suite_version": self.suite_version,
+            "combination": self.combination,
+            "lock_sha256": self.lock_sha256,
+            "started": self.started,
+            "finished": self.finished,
+            "runner": dict(self.runner),
+            "checks": [c.to_json() for c in self.checks],
+        }
+
+    @property
+    def failed_gates(self) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if c.gate and c.failed)
+
+    @property
+    def failed_direct_gates(self) -> tuple[CheckResult, ...]:
+        """Failed gate checks that are not workaround checks: what makes the exit status 1."""
+        return tuple(c for c in self.failed_gates if c.workaround is None)
+
+
+def _line(check: CheckResult) -> str:
+    gate = "gate" if check.gate else "info"
     text = (
-        f"  {mark} {check['status']:<7} {gate} {check['name']} ({check.get('duration_s', 0):.1f}s)"
+        f"  {_MARKS[check.status]} {check.status:<7} {gate} {check.name} ({check.duration_s:.1f}s)"
     )
-    if check["status"] != "pass" and check.get("reason"):
-        text += f": {str(check['reason'])[:240]}"
+    if check.status != "pass" and check.reason:
+        text += f": {check.reason[:240]}"
     return text
 
 
-def summarize(results: Mapping[str, Any]) -> str:
-    """The closing summary: counts by status, gates, and every gate check that did not pass."""
-    checks: list[Mapping[str, Any]] = list(results["checks"])
-    counts = {
-        s: sum(1 for c in checks if c["status"] == s)
-        for s in ("pass", "fail", "skip", "error", "timeout")
-    }
-    gates = [c for c in checks if c.get("gate")]
-    bad_gates = [c for c in gates if c["status"] in ("fail", "error", "timeout")]
-    runner = results.get("runner", {})
+def summarize(results: SuiteResults) -> str:
+    """The closing summary: counts by status, gates, and every failed direct gate check with
+    its workaround checks."""
+    checks = results.checks
+    counts = {s: sum(1 for c in checks if c.status == s) for s in STATUSES}
+    gates = [c for c in checks if c.gate]
+    direct = [c for c in gates if c.workaround is None]
+    failed = results.failed_direct_gates
+    runner = results.runner
     gpus = runner.get("gpus") or []
     gpu_text = ", ".join(f"{g['name']} (sm {g['compute_capability']})" for g in gpus) or "no GPU"
     lines = [
-        f"conformance {results.get('suite_version')} — {results.get('combination') or 'current environment'}",
+        f"conformance {results.suite_version} — {results.combination or 'current environment'}",
         f"  runner: torch {runner.get('torch')} (CUDA {runner.get('torch_cuda')}), xformers "
         f"{runner.get('xformers')}, {gpu_text}, driver {runner.get('driver')}",
         f"  {len(checks)} checks: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
-        f"  gates: {len(gates)} ({sum(1 for c in gates if c['status'] == 'pass')} pass, "
-        f"{len(bad_gates)} fail/error/timeout, {sum(1 for c in gates if c['status'] == 'skip')} skip)",
+        f"  direct gates: {len(direct)} ({sum(1 for c in direct if c.status == 'pass')} pass, "
+        f"{len(failed)} fail/error/timeout/invalid,"
+        f" {sum(1 for c in direct if c.status == 'skip')} skip);"
+        f" workaround checks: {len(gates) - len(direct)}"
+        f" ({sum(1 for c in gates if c.workaround and c.status == 'pass')} pass)",
     ]
-    for check in bad_gates:
+    covering: dict[str, list[CheckResult]] = {}
+    for check in gates:
+        if check.covers is not None:
+            covering.setdefault(check.covers, []).append(check)
+    for check in failed:
         lines.append(_line(check))
+        for workaround in covering.get(check.name, []):
+            lines.append("    " + _line(workaround).strip())
     return "\n".join(lines)
 
 
-def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
+def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> SuiteResults:
     """Run every selected group and write ``opts.out``; returns the results written."""
     started = _now()
     opts.out.parent.mkdir(parents=True, exist_ok=True)
@@ -384,31 +439,31 @@ def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> dict[
             echo(f"▶ {group}")
             _run_group(group, opts, workdir, echo)
             new = read_jsonl(opts.jsonl)[before:]
-            for check in new:
-                echo(_line(check))
+            for record in new:
+                echo(_line(CheckResult.from_json(record)))
             echo(f"  {group}: {len(new)} checks in {time.monotonic() - t0:.1f}s")
     seen: set[str] = set()
-    checks: list[dict[str, Any]] = []
+    checks: list[CheckResult] = []
     for record in read_jsonl(opts.jsonl):
         name = str(record.get("name"))
         if name not in seen:
             seen.add(name)
-            checks.append(CheckResult.from_json(record).to_json())
+            checks.append(CheckResult.from_json(record))
     if not checks and any(opts.checks):
         raise NoChecksSelected(
             f"no check matches --checks {' '.join(opts.checks)}; nothing was written to"
             f" {opts.out}. Names look like attention.sdpa.none.fp16 or compile.xformers.*;"
             " a group name (attention) selects the whole group"
         )
-    results: dict[str, Any] = {
-        "schema": RESULTS_SCHEMA,
-        "suite_version": SUITE_VERSION,
-        "combination": opts.combination,
-        "lock_sha256": opts.lock_sha256,
-        "started": started,
-        "finished": _now(),
-        "runner": runner,
-        "checks": checks,
-    }
-    write_atomic(opts.out, json.dumps(results, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    results = SuiteResults(
+        suite_version=SUITE_VERSION,
+        combination=opts.combination,
+        lock_sha256=opts.lock_sha256,
+        started=started,
+        finished=_now(),
+        runner=runner,
+        checks=tuple(checks),
+    )
+    text = json.dumps(results.to_json(), indent=2, sort_keys=False, allow_nan=False)
+    write_atomic(opts.out, text + "\n")
     return results

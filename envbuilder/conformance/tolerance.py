@@ -22,13 +22,34 @@ for the half-precision types, and a small multiple of float32's machine
 epsilon scaled by reduction length for float32.
 Every numerical check records the measured error, the math path's error, the
 bound and this rule's name in its ``numbers``.
+
+Sensitivity: a check is only worth something if it can tell a right answer
+from a plausible wrong one. Beside its bound each comparison records the
+distance from the reference to the nearest plausible wrong answer; when that
+is under ``SENSITIVITY_RATIO`` (4) x the bound the check is ``invalid`` (a
+failed gate), and its inputs must change until it can see what it checks.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["FLOOR", "RULE", "K", "Verdict", "bound", "judge"]
+from envbuilder.conformance._record import Number, Outcome
+
+__all__ = [
+    "FLOOR",
+    "RULE",
+    "SENSITIVITY_RATIO",
+    "Comparison",
+    "K",
+    "Verdict",
+    "assess",
+    "bound",
+    "compare",
+    "judge",
+]
 
 K = 3.0
 FLOOR: dict[str, float] = {
@@ -69,3 +90,105 @@ class Verdict:
 
 def judge(error: float, math_error: float, dtype: str) -> Verdict:
     return Verdict(error=error, math_error=math_error, bound=bound(math_error, dtype))
+
+
+#: a check must be able to see its nearest plausible wrong answer at this many bounds.
+SENSITIVITY_RATIO = 4.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """One compared quantity of a check (an output, a gradient, a statistic).
+
+    ``sensitivity`` is the distance, in the same metric as ``error``, from the
+    float64 reference to the nearest plausible wrong answer (the same
+    computation without its mask or bias, non-causal for causal, p = 0 for
+    dropout, the model without its mask): what a broken implementation could
+    plausibly return instead.
+    """
+
+    what: str
+    error: float
+    bound: float
+    sensitivity: float
+    math_error: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= self.bound  # NaN compares False
+
+    @property
+    def ratio(self) -> float:
+        if self.error != self.error:  # NaN: the worst possible
+            return math.inf
+        return self.error / self.bound if self.bound > 0 else math.inf
+
+    @property
+    def sensitivity_ratio(self) -> float:
+        return self.sensitivity / self.bound if self.bound > 0 else math.inf
+
+
+def compare(
+    what: str, error: float, math_error: float, dtype: str, sensitivity: float
+) -> Comparison:
+    """A comparison under the tolerance rule: its bound comes from the math path's error."""
+    return Comparison(
+        what=what,
+        error=error,
+        bound=bound(math_error, dtype),
+        sensitivity=sensitivity,
+        math_error=math_error,
+    )
+
+
+def assess(
+    comparisons: Sequence[Comparison],
+    *,
+    wrong: str,
+    problems: Sequence[str] = (),
+    numbers: Mapping[str, Number] | None = None,
+) -> Outcome:
+    """A numeric check's outcome from its comparisons (and problems found otherwise).
+
+    ``fail`` when a comparison exceeds its bound or ``problems`` is not empty;
+    else ``invalid`` when the worst comparison (largest error / bound) lies
+    within ``SENSITIVITY_RATIO`` bounds of the wrong answer ``wrong`` names (the
+    check could not have told them apart); else ``pass``. ``numbers`` gets
+    ``error``, ``bound``, ``sensitivity`` and ``sensitivity_ratio`` of that
+    worst comparison, ``sensitivity_ratio_min`` over all of them and what
+    ``wrong`` was.
+    """
+    found = list(problems)
+    found += [
+        f"{c.what} error {c.error:.3g} > bound {c.bound:.3g}"
+        + (f" (math path {c.math_error:.3g})" if c.math_error is not None else "")
+        for c in comparisons
+        if not c.ok
+    ]
+    out: dict[str, Number] = dict(numbers or {})
+    if not comparisons:
+        found = found or ["nothing was compared"]
+        return Outcome.failed("; ".join(found), out)
+    worst = max(comparisons, key=lambda c: c.ratio)
+    out |= {
+        "error": worst.error,
+        "bound": worst.bound,
+        "sensitivity": worst.sensitivity,
+        "sensitivity_ratio": round(worst.sensitivity_ratio, 4),
+        "sensitivity_ratio_min": round(min(c.sensitivity_ratio for c in comparisons), 4),
+        "worst": worst.what,
+        "wrong_answer": wrong,
+        "rule": RULE,
+    }
+    if worst.math_error is not None:
+        out["math_error"] = worst.math_error
+    if found:
+        return Outcome.failed("; ".join(found), out)
+    if not worst.sensitivity_ratio >= SENSITIVITY_RATIO:
+        return Outcome.invalid(
+            f"{worst.what}: the wrong answer ({wrong}) lies {worst.sensitivity:.3g} from the"
+            f" reference, {worst.sensitivity_ratio:.2f} x the bound {worst.bound:.3g}"
+            f" (at least {SENSITIVITY_RATIO:g} x needed): this check cannot tell it from right",
+            out,
+        )
+    return Outcome.passed(out)

@@ -8,6 +8,11 @@ The state file gets the group's plan first, then a line before each check
 starts, so that the runner can name the check a crash or a hang happened in.
 Results already in the JSONL stream are not run again (a restart after a
 crash continues where the dead process stopped).
+
+A direct check that fails (fail, error, timeout, invalid) is followed by its
+workaround checks, each re-running its exact case with one workaround; they
+are not in the plan (whether they run depends on the result), so their start
+line carries their description for the runner.
 """
 
 from __future__ import annotations
@@ -27,17 +32,19 @@ from typing import Any
 
 from envbuilder.conformance._context import Context
 from envbuilder.conformance._record import (
+    FAILED,
     CheckResult,
     CheckSpec,
     Outcome,
     Skip,
+    Status,
     append_jsonl,
     describe_error,
     matches,
     read_jsonl,
 )
 
-__all__ = ["EXIT_RESTART", "GROUP_MODULES", "execute", "main"]
+__all__ = ["EXIT_RESTART", "GROUP_MODULES", "execute", "main", "run_planned"]
 
 GROUP_MODULES: dict[str, str] = {
     "environment": "envbuilder.conformance.checks_environment",
@@ -96,7 +103,7 @@ def execute(spec: CheckSpec, ctx: Context) -> CheckResult:
     """Run one check, turning its outcome, a skip or an exception into a result."""
     start = time.monotonic()
     outcome: Outcome | None = None
-    status: str
+    status: Status
     reason = ""
     numbers: dict[str, Any] = {}
     try:
@@ -112,18 +119,20 @@ def execute(spec: CheckSpec, ctx: Context) -> CheckResult:
         status, reason = "error", _describe(e)
     if outcome is not None:
         status, reason, numbers = outcome.status, outcome.reason, dict(outcome.numbers)
-    return CheckResult.from_json(
-        {
-            "group": spec.group,
-            "name": spec.name,
-            "status": status,
-            "reason": reason,
-            "gate": spec.gate,
-            "impl": spec.impl,
-            "workaround": spec.workaround,
-            "numbers": _clean(numbers),
-            "duration_s": time.monotonic() - start,
-        }
+    if status != "pass" and not reason:
+        reason = f"{status} without a reason given"
+    return CheckResult(
+        group=spec.group,
+        name=spec.name,
+        status=status,
+        reason=reason,
+        gate=spec.gate,
+        impl=spec.impl,
+        workaround=spec.workaround,
+        numbers=_clean(numbers),
+        duration_s=time.monotonic() - start,
+        uses=spec.uses,
+        covers=spec.covers,
     )
 
 
@@ -142,7 +151,7 @@ def _clean(numbers: dict[str, Any]) -> dict[str, Any]:
 
 def _cuda_error(result: CheckResult) -> bool:
     text = result.reason
-    return result.status == "error" and ("CUDA error" in text or "AcceleratorError" in text)
+    return result.status in FAILED and ("CUDA error" in text or "AcceleratorError" in text)
 
 
 def run_group(
@@ -160,15 +169,34 @@ def run_group(
         s for s in module.specs(ctx) if matches(s.name, patterns) and (s.quick or not quick)
     ]
     append_jsonl(state, {"plan": [s.meta() for s in planned], "device": ctx.device})
-    done = {r.get("name") for r in read_jsonl(jsonl)}
+    return run_planned(planned, ctx, jsonl=jsonl, state=state)
+
+
+def run_planned(planned: Sequence[CheckSpec], ctx: Context, *, jsonl: Path, state: Path) -> int:
+    """Run the planned checks not yet in ``jsonl``, each failing one followed by its
+    workaround checks; ``EXIT_RESTART`` after a CUDA error, else 0."""
+    done: dict[str, Status] = {
+        str(r.get("name")): r["status"] for r in read_jsonl(jsonl) if "status" in r
+    }
     for spec in planned:
-        if spec.name in done:
+        if spec.name not in done:
+            append_jsonl(state, {"start": spec.name})
+            result = execute(spec, ctx)
+            append_jsonl(jsonl, result.to_json())
+            done[spec.name] = result.status
+            if _cuda_error(result):
+                return EXIT_RESTART  # a fresh process runs the workarounds
+        if done[spec.name] not in FAILED:
             continue
-        append_jsonl(state, {"start": spec.name})
-        result = execute(spec, ctx)
-        append_jsonl(jsonl, result.to_json())
-        if _cuda_error(result):
-            return EXIT_RESTART
+        for workaround in spec.workarounds:
+            if workaround.name in done:
+                continue
+            append_jsonl(state, {"start": workaround.name, "meta": workaround.meta()})
+            result = execute(workaround, ctx)
+            append_jsonl(jsonl, result.to_json())
+            done[workaround.name] = result.status
+            if _cuda_error(result):
+                return EXIT_RESTART
     return 0
 
 

@@ -56,10 +56,11 @@ def test_quick_attention_and_environment_on_the_gpu(tmp_path: Path) -> None:
     assert results["runner"]["gpus"], "the runner records the GPU"
     assert checks["environment.cuda.device"]["status"] == "pass"
     assert checks["environment.torch.arch_covered"]["status"] == "pass"
-    for mask in ("none", "causal", "blockdiag", "bias"):
-        assert checks[f"attention.sdpa.{mask}.bf16"]["status"] == "pass", checks[
-            f"attention.sdpa.{mask}.bf16"
-        ]["reason"]
+    for mask in ("none", "causal", "blockdiag", "bias", "padding"):
+        for mode in ("forward", "backward"):
+            check = checks[f"attention.sdpa.{mask}.bf16.{mode}"]
+            assert check["status"] == "pass", check["reason"]
+            assert check["numbers"]["sensitivity_ratio"] >= 4
     speed = checks["performance.sdpa.bf16.s8192.d128"]
     assert speed["status"] == "pass"
     assert speed["numbers"]["fwd_tflops"] > 0

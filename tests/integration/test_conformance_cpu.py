@@ -1,5 +1,7 @@
-"""The suite on CPU with a real torch: CPU checks run, GPU checks skip with a reason,
-and a crash or a hang in one check loses nothing else (fault injection)."""
+"""The suite on CPU with a real torch: CPU checks run (SDPA and the math path over every
+mask kind, eager and compiled, forward and backward; dropout; the diffusers model's
+training step where diffusers is installed), GPU checks skip with a reason, and a
+crash or a hang in one check loses nothing else (fault injection)."""
 
 from __future__ import annotations
 
@@ -61,7 +63,9 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
         "--checks",
         "attention",
         "--checks",
-        "compile.sdpa.block.dynamic.*",
+        "compile.sdpa",
+        "--checks",
+        "model",
         "--checks",
         "performance",
         "--checks",
@@ -86,24 +90,108 @@ def test_jsonl_stream_holds_every_check(quick_run: tuple[dict[str, Any], Path, s
     assert [line["name"] for line in lines] == [c["name"] for c in results["checks"]]
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
-@pytest.mark.parametrize("mask", ["none", "causal", "blockdiag", "bias", "bias_expanded"])
-def test_sdpa_is_checked_for_real_on_cpu(
-    quick_run: tuple[dict[str, Any], Path, str], mask: str, dtype: str
-) -> None:
-    check = {c["name"]: c for c in quick_run[0]["checks"]}[f"attention.sdpa.{mask}.{dtype}"]
+def _checks(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in results["checks"]}
+
+
+def _measured_and_sensitive(check: dict[str, Any]) -> None:
+    """A numeric check that passed: within its bound, and able to see its wrong answer."""
     assert check["status"] == "pass", check["reason"]
-    assert check["numbers"]["worst_error"] <= check["numbers"]["worst_bound"]
+    numbers = check["numbers"]
+    assert numbers["error"] <= numbers["bound"]
+    assert numbers["sensitivity_ratio"] >= 4
+    assert numbers["sensitivity_ratio"] == pytest.approx(
+        numbers["sensitivity"] / numbers["bound"], rel=1e-3
+    )
+
+
+@pytest.mark.parametrize("mode", ["forward", "backward"])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize(
+    "mask", ["none", "causal", "blockdiag", "bias", "padding", "bias_expanded"]
+)
+def test_sdpa_is_checked_for_real_on_cpu(
+    quick_run: tuple[dict[str, Any], Path, str], mask: str, dtype: str, mode: str
+) -> None:
+    check = _checks(quick_run[0])[f"attention.sdpa.{mask}.{dtype}.{mode}"]
+    _measured_and_sensitive(check)
     assert check["numbers"]["cases"] >= 2
+    assert check["uses"] == (["training"] if mode == "backward" else ["inference"])
 
 
-def test_compile_runs_on_cpu_with_dynamic_shapes(
+def test_a_dense_bias_gets_its_gradient_checked(
     quick_run: tuple[dict[str, Any], Path, str],
 ) -> None:
-    check = {c["name"]: c for c in quick_run[0]["checks"]}["compile.sdpa.block.dynamic.fullgraph"]
-    assert check["status"] == "pass", check["reason"]
+    check = _checks(quick_run[0])["attention.sdpa.bias.fp32.backward"]
+    assert "bias_grad" not in check["numbers"]  # SDPA computes it: nothing was left out
+    assert check["numbers"]["worst"].split()[0] in {"out", "dq", "dk", "dv", "dbias"}
+
+
+@pytest.mark.parametrize("name", ["attention.sdpa.dropout", "compile.sdpa.dropout"])
+def test_dropout_is_checked_statistically_eager_and_compiled(
+    quick_run: tuple[dict[str, Any], Path, str], name: str
+) -> None:
+    check = _checks(quick_run[0])[name]
+    _measured_and_sensitive(check)
+    assert check["numbers"]["p"] == 0.3
+    assert check["numbers"]["same_seed_bitwise_equal"] is True
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "compile.sdpa.bias.dynamic.fullgraph.fp32.backward",
+        "compile.sdpa.padding.dynamic.fullgraph.fp32.backward",
+        "compile.sdpa.causal.dynamic.fullgraph.fp32.forward",
+    ],
+)
+def test_quick_compiles_training_with_a_tensor_bias_on_cpu(
+    quick_run: tuple[dict[str, Any], Path, str], name: str
+) -> None:
+    check = _checks(quick_run[0])[name]
+    _measured_and_sensitive(check)
     assert check["numbers"]["graph_breaks"] == 0
     assert check["numbers"]["recompilations_on_seen_shapes"] == 0
+    assert check["numbers"]["compilations"] <= check["numbers"]["compilations_allowed"]
+
+
+def test_the_model_training_step_runs_on_cpu(
+    quick_run: tuple[dict[str, Any], Path, str],
+) -> None:
+    check = _checks(quick_run[0])["model.diffusers.qwenimage.sdpa.training.eager"]
+    if importlib.util.find_spec("diffusers") is None:
+        assert check["status"] == "skip" and "diffusers" in check["reason"]
+        pytest.skip("diffusers is not installed: the model check skipped (as it should)")
+    _measured_and_sensitive(check)
+    assert check["uses"] == ["training"]
+    assert check["numbers"]["padded_text_tokens"] > 0
+
+
+@pytest.fixture(scope="module")
+def compile_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every mask kind compiled (dynamic shapes, fullgraph) through the backward pass."""
+    out = tmp_path_factory.mktemp("compile") / "results.json"
+    proc = _suite(
+        "--out", str(out), "--checks", "compile.sdpa.*.dynamic.fullgraph.fp32.backward",
+        timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
+
+
+@pytest.mark.parametrize(
+    "mask", ["none", "causal", "blockdiag", "bias", "padding", "bias_b1mn", "bias_expanded"]
+)
+def test_every_mask_kind_compiles_through_the_backward_pass_on_cpu(
+    compile_run: dict[str, Any], mask: str
+) -> None:
+    check = _checks(compile_run)[f"compile.sdpa.{mask}.dynamic.fullgraph.fp32.backward"]
+    _measured_and_sensitive(check)
+    assert check["uses"] == ["training-compiled"]
+    assert check["numbers"]["graph_breaks"] == 0
+    assert check["numbers"]["recompilations_on_seen_shapes"] == 0
+    assert check["numbers"]["step_ms"] > 0
 
 
 def test_gpu_checks_skip_with_the_reason(quick_run: tuple[dict[str, Any], Path, str]) -> None:
@@ -119,7 +207,7 @@ def test_gpu_checks_skip_with_the_reason(quick_run: tuple[dict[str, Any], Path, 
 
 
 def test_summary_is_printed(quick_run: tuple[dict[str, Any], Path, str]) -> None:
-    assert "checks:" in quick_run[2] and "gates:" in quick_run[2]
+    assert "checks:" in quick_run[2] and "direct gates:" in quick_run[2]
 
 
 @pytest.mark.parametrize(
@@ -133,23 +221,27 @@ def test_summary_is_printed(quick_run: tuple[dict[str, Any], Path, str]) -> None
 def test_a_crash_or_hang_loses_nothing_else(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, status: str, words: str
 ) -> None:
-    victim = "attention.sdpa.causal.fp16"
+    victim = "attention.sdpa.causal.fp16.forward"
     for key, value in _env(**{FAULT_VARIABLE: f"{victim}={fault}"}).items():
         monkeypatch.setenv(key, value)
     opts = RunOptions(
         out=tmp_path / "r.json",
-        checks=("attention.sdpa.none", "attention.sdpa.causal", "environment.versions"),
+        checks=(
+            "attention.sdpa.none.*.forward",
+            "attention.sdpa.causal.*.forward",
+            "environment.versions",
+        ),
         timeouts={"attention": 25, "environment": 120},
     )
     results = run_suite(opts, echo=lambda _line: None)
-    checks = {c["name"]: c for c in results["checks"]}
-    assert checks[victim]["status"] == status
-    assert words in checks[victim]["reason"]
-    assert checks["attention.sdpa.none.fp32"]["status"] == "pass"  # ran before the fault
-    assert checks["environment.versions"]["status"] == "pass"  # another group, unaffected
+    checks = {c.name: c for c in results.checks}
+    assert checks[victim].status == status
+    assert words in checks[victim].reason
+    assert checks["attention.sdpa.none.fp32.forward"].status == "pass"  # ran before the fault
+    assert checks["environment.versions"].status == "pass"  # another group, unaffected
     # after a crash the worker is restarted for what was left; after a hang the time is up
     after = {"abort": "pass", "raise": "pass", "hang": "skip"}[fault]
-    assert checks["attention.sdpa.causal.fp32"]["status"] == after
+    assert checks["attention.sdpa.causal.fp32.forward"].status == after
 
 
 MATRIX = """
@@ -202,7 +294,7 @@ def test_in_place_runs_for_the_matching_combination(tmp_path: Path) -> None:
         "--allow-cpu",
         "--quick",
         "--checks",
-        "attention.sdpa.none",
+        "attention.sdpa.none.*.forward",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "results" / "py3.11-cpu-torch2.13.0.json").read_text())
@@ -270,7 +362,7 @@ def test_a_run_names_the_lock_only_when_the_environment_is_the_combination(
     _resolution(tmp_path, sha)
     proc = _cli(
         tmp_path, combination, "--in-place", "--allow-cpu", "--quick",
-        "--checks", "attention.sdpa.none", *extra,
+        "--checks", "attention.sdpa.none.fp32.forward", *extra,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "results" / f"{combination}.json").read_text())

@@ -23,16 +23,16 @@ REJECTION = (
 
 def _fake_check(outcome: Outcome, seen: list[dict[str, Any]]) -> Any:
     def check(
-        ctx: Context, impl: str, compiled: bool, *, text: int = model.ALIGNED_TEXT
+        ctx: Context, impl: str, compiled: bool, training: bool, *, text: int = model.ALIGNED_TEXT
     ) -> Outcome:
-        seen.append({"impl": impl, "compiled": compiled, "text": text})
+        seen.append({"impl": impl, "compiled": compiled, "training": training, "text": text})
         return outcome
 
     return check
 
 
 def test_gate_inputs_make_the_joint_sequence_a_multiple_of_8_and_the_info_case_not() -> None:
-    image_tokens = 16 * 16  # the CUDA config's 16x16 latent patches
+    image_tokens = model.IMAGE_SIDE**2
     assert (image_tokens + model.ALIGNED_TEXT) % 8 == 0
     assert (image_tokens + model.UNALIGNED_TEXT) % 8 != 0
 
@@ -73,7 +73,9 @@ def test_the_unaligned_case_says_what_happened(
     seen: list[dict[str, Any]] = []
     monkeypatch.setattr(model, "model_check", _fake_check(outcome, seen))
     got = model.unaligned_mask(GPU)
-    assert seen == [{"impl": "xformers", "compiled": False, "text": model.UNALIGNED_TEXT}]
+    assert seen == [
+        {"impl": "xformers", "compiled": False, "training": False, "text": model.UNALIGNED_TEXT}
+    ]
     assert got.status == status
     assert got.numbers["outcome"] == label
     assert reason_part in got.reason

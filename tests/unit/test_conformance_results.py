@@ -37,6 +37,24 @@ def test_results_follow_the_schema(path: Path) -> None:
     assert all(c["name"].split(".", 1)[0] == c["group"] for c in data["checks"])
 
 
+def test_schema_requires_uses_and_covers_from_results_2_on() -> None:
+    data = _load("py3.12-cu130-torch2.11.0-xformers0.0.35.h200.quick.json")
+    assert data["schema"] == "envbuilder.results/1"  # suite 1.x: no uses, no covers
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    with pytest.raises(jsonschema.ValidationError, match="'uses' is a required property"):
+        jsonschema.Draft202012Validator(SCHEMA).validate({**data, "schema": "envbuilder.results/2"})
+    check = {**data["checks"][0], "uses": [], "covers": None, "gate": True}
+    with pytest.raises(jsonschema.ValidationError):  # a gate speaks for at least one use
+        jsonschema.Draft202012Validator(SCHEMA).validate(
+            {**data, "schema": "envbuilder.results/2", "checks": [check]}
+        )
+    workaround = {**check, "uses": ["training"], "workaround": "dynamo-disable"}
+    with pytest.raises(jsonschema.ValidationError):  # a workaround check covers a check
+        jsonschema.Draft202012Validator(SCHEMA).validate(
+            {**data, "schema": "envbuilder.results/2", "checks": [workaround]}
+        )
+
+
 def test_schema_rejects_a_failure_without_reason() -> None:
     data = _load("py3.12-cu130-torch2.11.0-xformers0.0.35.h200.quick.json")
     data["checks"][0] = {**data["checks"][0], "status": "fail", "reason": ""}

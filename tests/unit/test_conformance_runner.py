@@ -10,9 +10,18 @@ from typing import Any
 import pytest
 
 from envbuilder.conformance import GROUPS
-from envbuilder.conformance._record import append_jsonl, describe_error, matches, read_jsonl
+from envbuilder.conformance._record import (
+    CheckResult,
+    Status,
+    Workaround,
+    append_jsonl,
+    describe_error,
+    matches,
+    read_jsonl,
+)
 from envbuilder.conformance.runner import (
     GroupRun,
+    SuiteResults,
     groups_for,
     pattern_problems,
     settle,
@@ -68,7 +77,12 @@ def test_settle(
     restart: bool,
 ) -> None:
     run = GroupRun(
-        plan=PLAN, started=started, done=frozenset(done), exit_status=exit_status, log_tail="boom"
+        plan=PLAN,
+        started=started,
+        unplanned={},
+        done=frozenset(done),
+        exit_status=exit_status,
+        log_tail="boom",
     )
     records, again = settle("attention", run, limit_s=60, elapsed_s=10)
     assert {r.name: r.status for r in records} == expected
@@ -80,7 +94,12 @@ def test_settle(
 
 def test_settle_names_the_signal() -> None:
     run = GroupRun(
-        plan=PLAN, started=("attention.a",), done=frozenset(), exit_status=-11, log_tail=""
+        plan=PLAN,
+        started=("attention.a",),
+        unplanned={},
+        done=frozenset(),
+        exit_status=-11,
+        log_tail="",
     )
     records, _ = settle("attention", run, limit_s=60, elapsed_s=1)
     assert "SIGSEGV" in records[0].reason
@@ -88,7 +107,12 @@ def test_settle_names_the_signal() -> None:
 
 def test_settle_without_a_plan_records_the_group() -> None:
     run = GroupRun(
-        plan=None, started=(), done=frozenset(), exit_status=1, log_tail="ImportError: torch"
+        plan=None,
+        started=(),
+        unplanned={},
+        done=frozenset(),
+        exit_status=1,
+        log_tail="ImportError: torch",
     )
     records, again = settle("compile", run, limit_s=60, elapsed_s=1)
     assert [(r.name, r.status) for r in records] == [("compile.worker", "error")]
@@ -98,7 +122,12 @@ def test_settle_without_a_plan_records_the_group() -> None:
 
 def test_no_restart_once_time_is_up() -> None:
     run = GroupRun(
-        plan=PLAN, started=("attention.a",), done=frozenset(), exit_status=-6, log_tail=""
+        plan=PLAN,
+        started=("attention.a",),
+        unplanned={},
+        done=frozenset(),
+        exit_status=-6,
+        log_tail="",
     )
     _, again = settle("attention", run, limit_s=60, elapsed_s=61)
     assert again is False
@@ -162,56 +191,93 @@ def test_describe_error_keeps_xformers_reasons() -> None:
     assert "query" not in text
 
 
-def test_summary_lists_failing_gates_only() -> None:
-    results = {
-        "suite_version": "1.0.0",
-        "combination": "py3.11-cpu-torch2.13.0",
-        "runner": {
-            "torch": "2.13.0",
-            "torch_cuda": None,
-            "xformers": None,
-            "driver": None,
-            "gpus": [],
-        },
-        "checks": [
-            {
-                "name": "attention.sdpa.none.bf16",
-                "status": "pass",
-                "gate": True,
-                "reason": "",
-                "duration_s": 1,
-            },
-            {
-                "name": "attention.x",
-                "status": "fail",
-                "gate": True,
-                "reason": "too far",
-                "duration_s": 1,
-            },
-            {
-                "name": "performance.y",
-                "status": "error",
-                "gate": False,
-                "reason": "oops",
-                "duration_s": 1,
-            },
-        ],
-    }
+def _result(
+    name: str,
+    status: Status,
+    *,
+    gate: bool = True,
+    reason: str = "",
+    workaround: Workaround | None = None,
+    covers: str | None = None,
+) -> CheckResult:
+    return CheckResult(
+        group=name.split(".", 1)[0],
+        name=name,
+        status=status,
+        reason=reason,
+        gate=gate,
+        impl="sdpa",
+        workaround=workaround,
+        numbers={},
+        duration_s=1.0,
+        uses=("training-compiled",) if gate else (),
+        covers=covers,
+    )
+
+
+def _results(*checks: CheckResult) -> SuiteResults:
+    return SuiteResults(
+        suite_version="2.0.0",
+        combination="py3.11-cpu-torch2.13.0",
+        lock_sha256=None,
+        started="2026-12-01T00:00:00Z",
+        finished="2026-12-01T00:01:00Z",
+        runner={"torch": "2.13.0", "torch_cuda": None, "xformers": None, "gpus": []},
+        checks=checks,
+    )
+
+
+def test_summary_lists_failed_direct_gates_with_their_workarounds() -> None:
+    results = _results(
+        _result("attention.sdpa.none.bf16.forward", "pass"),
+        _result("compile.xformers.bias.x", "fail", reason="too far"),
+        _result(
+            "compile.xformers.bias.x.sdpa_under_compile",
+            "pass",
+            workaround="sdpa-under-compile",
+            covers="compile.xformers.bias.x",
+        ),
+        _result("compile.xformers.padding.y", "invalid", reason="cannot tell"),
+        _result("performance.y", "error", gate=False, reason="oops"),
+    )
     text = summarize(results)
-    assert "3 checks: 1 pass, 1 fail, 0 skip, 1 error, 0 timeout" in text
-    assert "attention.x" in text and "too far" in text
+    assert "5 checks: 2 pass, 1 fail, 0 skip, 1 error, 0 timeout, 1 invalid" in text
+    assert "compile.xformers.bias.x" in text and "too far" in text
+    assert "compile.xformers.bias.x.sdpa_under_compile" in text
+    assert "cannot tell" in text
     assert "performance.y" not in text
+    assert [c.name for c in results.failed_direct_gates] == [
+        "compile.xformers.bias.x",
+        "compile.xformers.padding.y",
+    ]
 
 
-def test_groups_that_a_quick_run_skips_have_no_quick_checks() -> None:
+def test_results_round_trip_through_json_with_uses_and_covers() -> None:
+    check = _result(
+        "compile.xformers.bias.x.dynamo_disable",
+        "invalid",
+        reason="r",
+        workaround="dynamo-disable",
+        covers="compile.xformers.bias.x",
+    )
+    assert CheckResult.from_json(check.to_json()) == check
+    assert check.to_json()["uses"] == ["training-compiled"]
+    with pytest.raises(ValueError, match="unknown status 'broken'"):
+        CheckResult.from_json({**check.to_json(), "status": "broken"})
+
+
+def test_a_quick_run_starts_every_group_and_keeps_the_model_training_step() -> None:
     pytest.importorskip("torch")
     from envbuilder.conformance import FULL_ONLY_GROUPS
     from envbuilder.conformance import checks_model as model
     from envbuilder.conformance._context import Context
 
-    assert {"model"} == FULL_ONLY_GROUPS
-    specs = model.specs(Context(device="cpu", quick=True))
-    assert specs and not any(s.quick for s in specs)
+    assert frozenset() == FULL_ONLY_GROUPS
+    specs = model.specs(Context(device="cuda:0", quick=True))
+    assert sorted(s.name for s in specs if s.quick) == [
+        "model.diffusers.qwenimage.sdpa.training.eager",
+        "model.diffusers.qwenimage.xformers.training.eager",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -232,7 +298,9 @@ def test_pattern_problems(patterns: tuple[str, ...], problem: str | None) -> Non
 
 
 def test_unmatched_patterns_names_only_those_that_selected_nothing() -> None:
-    results = {"checks": [{"name": "attention.sdpa.none.fp16"}, {"name": "compile.sdpa.x"}]}
+    results = _results(
+        _result("attention.sdpa.none.fp16", "pass"), _result("compile.sdpa.x", "pass")
+    )
     assert unmatched_patterns(["attention.sdpa", "attention.sdpz", "*.sdpa.*"], results) == [
         "attention.sdpz"
     ]
@@ -242,7 +310,9 @@ def test_a_check_of_the_xformers_implementation_requires_xformers() -> None:
     from envbuilder.conformance._record import CheckSpec, Outcome
 
     def spec(impl: Any, needs: frozenset[str]) -> CheckSpec:
-        return CheckSpec(name="g.c", gate=True, impl=impl, needs=needs, run=Outcome.passed)
+        return CheckSpec(
+            name="g.c", gate=True, uses=("inference",), impl=impl, needs=needs, run=Outcome.passed
+        )
 
     assert spec("xformers", frozenset({"cuda"})).requires == {"cuda", "xformers"}
     assert spec("sdpa", frozenset({"cuda"})).requires == {"cuda"}

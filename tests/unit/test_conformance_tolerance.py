@@ -37,3 +37,53 @@ def test_unknown_dtype_is_named() -> None:
 def test_rule_text_names_its_source() -> None:
     assert "flash-attention" in tolerance.RULE
     assert "flash-attention" in (tolerance.__doc__ or "")
+
+
+def _c(error: float, bound: float, sensitivity: float, what: str = "out") -> tolerance.Comparison:
+    return tolerance.Comparison(what=what, error=error, bound=bound, sensitivity=sensitivity)
+
+
+@pytest.mark.parametrize(
+    ("comparisons", "problems", "status"),
+    [
+        ([_c(0.01, 0.02, 0.5)], (), "pass"),  # sensitivity 25 bounds away
+        ([_c(0.01, 0.02, 0.08)], (), "pass"),  # exactly 4 x the bound
+        ([_c(0.01, 0.02, 0.079)], (), "invalid"),  # the wrong answer lies within 4 bounds
+        ([_c(0.0, 0.02, 0.0)], (), "invalid"),  # the mask changes nothing: cannot tell
+        ([_c(0.03, 0.02, 0.01)], (), "fail"),  # over the bound: a failure, whatever else
+        ([_c(math.nan, 0.02, 0.5)], (), "fail"),
+        ([_c(0.01, 0.02, 0.5)], ("2 graph break(s)",), "fail"),
+        ([], (), "fail"),  # nothing compared is no pass
+        # the worst comparison (largest error / bound) decides sensitivity
+        ([_c(0.001, 0.02, 0.01, "dq"), _c(0.015, 0.02, 0.5, "out")], (), "pass"),
+        ([_c(0.015, 0.02, 0.01, "dq"), _c(0.001, 0.02, 0.5, "out")], (), "invalid"),
+    ],
+)
+def test_assess_applies_the_sensitivity_rule(
+    comparisons: list[tolerance.Comparison], problems: tuple[str, ...], status: str
+) -> None:
+    outcome = tolerance.assess(comparisons, wrong="mask dropped", problems=problems)
+    assert outcome.status == status
+    if status != "pass":
+        assert outcome.reason
+    if comparisons:
+        worst = max(comparisons, key=lambda c: c.ratio)
+        numbers = outcome.numbers
+        assert numbers["error"] == worst.error or math.isnan(worst.error)
+        assert numbers["bound"] == worst.bound
+        assert numbers["sensitivity"] == worst.sensitivity
+        assert numbers["sensitivity_ratio"] == round(worst.sensitivity / worst.bound, 4)
+        assert numbers["wrong_answer"] == "mask dropped"
+
+
+def test_an_invalid_check_says_what_it_could_not_see() -> None:
+    outcome = tolerance.assess([_c(0.001, 0.02, 0.03, "dv at B2")], wrong="causal mask dropped")
+    assert outcome.status == "invalid"
+    assert "dv at B2" in outcome.reason and "causal mask dropped" in outcome.reason
+    assert "1.50 x the bound" in outcome.reason
+
+
+def test_compare_takes_its_bound_from_the_rule() -> None:
+    c = tolerance.compare("out", 0.01, 0.004, "bfloat16", 0.2)
+    assert c.bound == tolerance.bound(0.004, "bfloat16") == tolerance.FLOOR["bfloat16"]
+    assert c.ok and c.sensitivity_ratio == pytest.approx(0.2 / 0.016)
