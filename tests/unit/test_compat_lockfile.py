@@ -156,7 +156,7 @@ def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
             "covers-unknown-check.json",
             "covers 'compile.x', which is not a direct gate check of this file",
         ),
-        ("workaround-without-covers.json", "covers must be set exactly when workaround is"),
+        ("workaround-without-covers.json", "fails the results schema at checks/1/covers"),
         ("unknown-combination.json", "is not in the resolution"),
         ("null-lock.json", "lock_sha256 is null: this run is not tied to the lock"),
         ("unsatisfiable-with-lock.json", "is unsatisfiable and has no lock"),
