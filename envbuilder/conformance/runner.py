@@ -15,6 +15,7 @@ import difflib
 import json
 import os
 import platform
+import secrets
 import signal
 import socket
 import subprocess
@@ -321,17 +322,22 @@ def _now() -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write a file so that readers see the old or the new content, never a part."""
+    """Write a file so that readers see the old or the new content, never a part.
+
+    The suite runs inside images where envbuilder's own writer (`envbuilder.files`) is
+    not importable, hence this copy; like that one it creates the file with mode 0666
+    minus the umask (``mkstemp``'s 0600 would stick to the results file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        Path(tmp).replace(path)
+        tmp.replace(path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,16 @@ def test_write_atomic_leaves_no_temporary(tmp_path: Path) -> None:
     write_atomic(target, '{"x": 1}\n')
     assert json.loads(target.read_text()) == {"x": 1}
     assert [p.name for p in target.parent.iterdir()] == ["results.json"]
+
+
+def test_write_atomic_gives_the_mode_the_umask_allows(tmp_path: Path) -> None:
+    """Results are read by other users (the image's own, CI's): not mkstemp's 0600."""
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "results.json", "{}\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "results.json").stat().st_mode & 0o777 == 0o644
 
 
 def test_describe_error_keeps_xformers_reasons() -> None:
