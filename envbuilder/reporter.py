@@ -15,7 +15,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["Reporter"]
+__all__ = ["Reporter", "Step"]
+
+
+class Step:
+    """A step in progress: `fail` marks it ✕ although nothing was raised."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def fail(self) -> None:
+        self.failed = True
 
 
 class Reporter:
@@ -39,16 +49,17 @@ class Reporter:
         self.line("+ " + shlex.join(str(a) for a in argv))
 
     @contextmanager
-    def step(self, title: str) -> Iterator[None]:
+    def step(self, title: str) -> Iterator[Step]:
         if self.in_actions:
             self.line(f"::group::{title}")
         else:
             self.line(f"▶ {title}")
         start = time.monotonic()
         ok = False
+        outcome = Step()
         try:
-            yield
-            ok = True
+            yield outcome
+            ok = not outcome.failed
         finally:
             elapsed = time.monotonic() - start
             if self.in_actions:

@@ -90,10 +90,12 @@ def run(args: argparse.Namespace) -> int:
         with (
             reporter.step(
                 f"resolve {len(selected)} of {len(matrix.combinations)} combinations from {args.matrix}"
-            ),
+            ) as step,
             progress,
         ):
             results = resolver.resolve(selected)
+            if any(r.status == "error" for r in results):
+                step.fail()
         downloaded, requests_made = client.bytes_downloaded, client.requests_made
 
     # Keep earlier answers for combinations not selected this time (still in the matrix).

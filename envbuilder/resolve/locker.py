@@ -4,11 +4,18 @@ Decisions that share their requirements are locked from one universal uv
 resolution; a combination whose existing lock was made from the same
 inputs keeps it (unless ``upgrade``). Each lock is written as
 ``pylock.<id>.toml`` with its ``requirements.<id>.txt``.
+
+Solved closures are content-addressed: each lock is also stored in the
+cache under the digest of its inputs (the pinned torch/xformers files,
+the target, the dependency requirements, the indexes and the resolver's
+version), so that any ``--out`` with that cache (a CI job on a fresh
+checkout with its cache restored) reuses it instead of running uv.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,6 +23,7 @@ from typing import Any
 
 from packaging.pylock import Pylock
 
+from envbuilder import __version__
 from envbuilder.files import write_atomic
 from envbuilder.model import ResolvedCombination, lock_filename
 from envbuilder.pylock import PylockError, packages, read_lock, tool_table
@@ -30,7 +38,11 @@ from envbuilder.resolve.closure import (
 )
 from envbuilder.resolve.decisions import Decision
 
-__all__ = ["LockSettings", "lock_group"]
+__all__ = ["CLOSURE_FORMAT", "LockSettings", "closure_digest", "lock_group"]
+
+CLOSURE_FORMAT = 1
+"""Changes whenever the same inputs would give another closure, so that no closure
+cached by an older resolver is reused."""
 
 Done = Callable[[Decision, ResolvedCombination], ResolvedCombination]
 """Called with each final answer as it is made (progress); returns the answer."""
@@ -61,7 +73,11 @@ def lock_group(
         inputs = lock_inputs(d.closure_requirements(), d.target, d.indexes, pinned)
         existing = _existing_lock(d, inputs, settings)
         if existing is not None:
-            results[d.combination.id] = done(d, _write(d, *existing, out=settings.out_dir))
+            results[d.combination.id] = done(
+                d, _write(d, *existing, inputs=inputs, settings=settings)
+            )
+        elif settings.offline:
+            results[d.combination.id] = done(d, d.result("error", _offline_miss(inputs, settings)))
         else:
             pending.append((d, pinned, inputs))
     if not pending:
@@ -95,31 +111,57 @@ def lock_group(
         except ClosureError as e:
             results[d.combination.id] = done(d, d.result("error", str(e)))
             continue
-        results[d.combination.id] = done(d, _write(d, text, out=settings.out_dir))
+        results[d.combination.id] = done(d, _write(d, text, inputs=inputs, settings=settings))
     return [results[d.combination.id] for d in members]
+
+
+def closure_digest(inputs: Mapping[str, Any]) -> str:
+    """The cache key of a solved closure: its inputs and the resolver that solved it."""
+    key = {"format": CLOSURE_FORMAT, "resolver": __version__, "inputs": inputs}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _cached_path(inputs: Mapping[str, Any], settings: LockSettings) -> Path:
+    return settings.cache_dir / "closures" / f"{closure_digest(inputs)}.toml"
+
+
+def _offline_miss(inputs: Mapping[str, Any], settings: LockSettings) -> str:
+    return (
+        f"offline: no closure for this combination in the cache "
+        f"({_cached_path(inputs, settings)}); run once online to fill it"
+    )
 
 
 def _existing_lock(
     d: Decision, inputs: Mapping[str, Any], settings: LockSettings
 ) -> tuple[str, Pylock] | None:
-    """The lock already written for this combination, if it was made from the same inputs."""
+    """The lock made from the same inputs: the one in ``--out``, else the cache's."""
     if settings.upgrade:
         return None
-    path = settings.out_dir / lock_filename(d.combination.id)
-    if not path.exists():
-        return None
-    text = path.read_text(encoding="utf-8")
-    try:
-        lock = read_lock(text, source=path)
-    except PylockError:
-        return None
-    if tool_table(lock) == inputs:
-        return text, lock
+    for path in (
+        settings.out_dir / lock_filename(d.combination.id),
+        _cached_path(inputs, settings),
+    ):
+        try:
+            text = path.read_text(encoding="utf-8")
+            lock = read_lock(text, source=path)
+        except (OSError, UnicodeDecodeError, PylockError):
+            continue
+        if tool_table(lock) == inputs:
+            return text, lock
     return None
 
 
-def _write(d: Decision, text: str, lock: Pylock | None = None, *, out: Path) -> ResolvedCombination:
+def _write(
+    d: Decision,
+    text: str,
+    lock: Pylock | None = None,
+    *,
+    inputs: Mapping[str, Any],
+    settings: LockSettings,
+) -> ResolvedCombination:
     c = d.combination
+    out = settings.out_dir
     lock_path = out / lock_filename(c.id)
     req_path = out / f"requirements.{c.id}.txt"
     try:
@@ -130,12 +172,22 @@ def _write(d: Decision, text: str, lock: Pylock | None = None, *, out: Path) -> 
         write_atomic(req_path, requirements)
     except (ClosureError, PylockError) as e:
         return d.result("error", str(e))
+    _store(_cached_path(inputs, settings), text)
     return replace(
         d.result("resolved", d.resolved_reason()),
         lock=_relative(lock_path, out),
         lock_sha256=sha,
         requirements=_relative(req_path, out),
     )
+
+
+def _store(path: Path, text: str) -> None:
+    """Keep a solved closure in the cache; a cache that cannot be written only costs speed."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)
+    except OSError:
+        pass
 
 
 def _digest(requirements: Sequence[str]) -> str:

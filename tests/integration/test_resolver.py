@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import stat
 import tomllib
@@ -817,3 +818,50 @@ cuda = "cu121"
     }
     assert "cp312" in run.by_id()[py312]["torch"]["filename"]
     assert run.lock(py312)["requires-python"] == "==3.12.*"
+
+
+# -- closures are content-addressed in the cache ------------------------------------------------
+
+
+def test_a_fresh_out_with_a_warm_cache_reuses_the_solved_closures(
+    server: IndexServer, tmp_path: Path, resolve: Any, uv: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrapper, calls = _uv_wrapper(tmp_path, uv)
+    monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
+    matrix = _matrix_for(tmp_path, server)
+    cold = resolve(matrix, out=tmp_path / "ci-1" / "locks")
+    uv_runs = _calls(calls)
+    assert uv_runs >= 1
+    server.stats.reset()
+
+    warm = resolve(matrix, out=tmp_path / "ci-2" / "locks")
+    assert _calls(calls) == uv_runs, "a closure solved once must not be solved again"
+    assert {p.name: p.read_bytes() for p in warm.out.iterdir()} == {
+        p.name: p.read_bytes() for p in cold.out.iterdir()
+    }
+
+    upgraded = resolve(matrix, "--upgrade", out=tmp_path / "ci-3" / "locks")
+    assert _calls(calls) == 2 * uv_runs
+    assert upgraded.doc == cold.doc
+
+
+def test_offline_into_a_new_out_without_a_cached_closure_is_the_documented_error(
+    server: IndexServer, tmp_path: Path, resolve: Any
+) -> None:
+    matrix = _matrix_for(tmp_path, server)
+    cache = tmp_path / "cache"
+    online = resolve(matrix, OK, cache=cache)
+    assert online.by_id()[OK]["status"] == "resolved"
+    for solved in (cache / "closures", cache / "uv"):  # index pages stay cached, closures do not
+        if solved.exists():
+            shutil.rmtree(solved)
+
+    offline = resolve(matrix, OK, "--offline", out=tmp_path / "new" / "locks", cache=cache)
+    result = offline.by_id()[OK]
+    assert offline.rc == 1
+    assert result["status"] == "error"
+    assert result["reason"].startswith("offline: no closure for this combination in the cache")
+    assert "run once online" in result["reason"]
+    assert "No solution found" not in offline.stderr
+    assert "✓ resolve" not in offline.stderr and "✕ resolve" in offline.stderr
+    assert not (offline.out / lock_filename(OK)).exists()
