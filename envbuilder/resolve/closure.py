@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from packaging.pylock import Pylock
+from packaging.version import Version
 
 from envbuilder.errors import EnvbuilderError, MissingToolError
 from envbuilder.pylock import (
@@ -109,6 +110,7 @@ def compile_closure(
     python_floor: str,
     indexes: Sequence[IndexArgument],
     cache_dir: Path,
+    constraints: Sequence[str] = (),
     uv: str,
     offline: bool = False,
     ca_bundle: str | None = None,
@@ -119,6 +121,10 @@ def compile_closure(
     One universal resolution serves every target that shares the same
     requirements (the Python versions of one torch/xformers pair): each
     target then takes its own packages with `select_for_target`.
+    ``constraints`` hold the pinned releases (``torch==2.0.1``) so that a
+    dependency requiring a pinned project back (triton 2.0.0 requires
+    torch) gets the pinned release, and one requiring another release is
+    uv's error naming it.
     """
     if not requirements:
         return read_lock('lock-version = "1.0"\ncreated-by = "uv"\npackages = []\n', source="uv")
@@ -144,6 +150,8 @@ def compile_closure(
     with tempfile.TemporaryDirectory(prefix="envbuilder-uv-") as tmp:
         req_in = Path(tmp) / "requirements.in"
         req_in.write_text("".join(f"{r}\n" for r in requirements), encoding="utf-8")
+        constraints_in = Path(tmp) / "constraints.txt"
+        constraints_in.write_text("".join(f"{c}\n" for c in constraints), encoding="utf-8")
         out = Path(tmp) / "pylock.toml"
         argv = [
             uv, "pip", "compile", str(req_in),
@@ -155,6 +163,8 @@ def compile_closure(
             "--quiet",
             "-o", str(out),
         ]  # fmt: skip
+        if constraints:
+            argv += ["--constraints", str(constraints_in)]
         for index in indexes:
             argv += index.argv()
         if offline:
@@ -198,15 +208,21 @@ def assemble_lock(
     inputs: Mapping[str, Any],
     target: Target,
 ) -> str:
-    """The PEP 751 text of uv's closure plus the pinned files, sorted, with envbuilder's header."""
-    names = {p.name for p in selected}
-    packages = list(selected)
+    """The PEP 751 text of uv's closure plus the pinned files, sorted, with envbuilder's header.
+
+    A dependency may require a pinned project back (triton 2.0.0 requires
+    torch): uv's entry for the pinned release gives way to the pinned file;
+    any other release of it is an error.
+    """
+    pinned_names = {pin.name for pin in pinned}
+    packages = [p for p in selected if p.name not in pinned_names]
     for pin in pinned:
-        if pin.name in names:
-            raise ClosureError(
-                f"the dependencies of the chosen wheels pull in another {pin.name}; "
-                f"envbuilder pins {pin.filename}"
-            )
+        for other in (p for p in selected if p.name == pin.name):
+            if other.version is None or Version(other.version) != Version(pin.version):
+                raise ClosureError(
+                    f"the dependencies of the chosen wheels need {pin.name} {other.version}, "
+                    f"but envbuilder pins {pin.filename} ({pin.name} {pin.version})"
+                )
         wheel = LockedArchive(
             kind="wheel", name=pin.filename, url=pin.url, sha256=pin.sha256, size=pin.size
         )

@@ -40,9 +40,9 @@ from envbuilder.resolve.decisions import Decision
 
 __all__ = ["CLOSURE_FORMAT", "LockSettings", "closure_digest", "lock_group"]
 
-CLOSURE_FORMAT = 1
-"""Changes whenever the same inputs would give another closure, so that no closure
-cached by an older resolver is reused."""
+CLOSURE_FORMAT = 2
+"""Changes whenever the same inputs would give another closure (2: pinned releases as
+uv constraints), so that no closure cached by an older resolver is reused."""
 
 Done = Callable[[Decision, ResolvedCombination], ResolvedCombination]
 """Called with each final answer as it is made (progress); returns the answer."""
@@ -85,12 +85,16 @@ def lock_group(
     requirements = list(
         dict.fromkeys(r for d, _, _ in pending for r in d.raw_dependencies + d.extra_runtime)
     )
+    constraints = list(
+        dict.fromkeys(f"{p.name}=={p.version}" for _, pinned, _ in pending for p in pinned)
+    )
     floor = min((d.target.python for d, _, _ in pending), key=_python_key)
     closure: Pylock | None = None
     failure = ""
     try:
         closure = compile_closure(
             requirements=requirements,
+            constraints=constraints,
             python_floor=floor,
             indexes=pending[0][0].indexes,
             cache_dir=settings.cache_dir / "uv" / _digest(requirements),

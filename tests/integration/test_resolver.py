@@ -865,3 +865,56 @@ def test_offline_into_a_new_out_without_a_cached_closure_is_the_documented_error
     assert "No solution found" not in offline.stderr
     assert "✓ resolve" not in offline.stderr and "✕ resolve" in offline.stderr
     assert not (offline.out / lock_filename(OK)).exists()
+
+
+# -- a dependency that requires the pinned project back -----------------------------------------
+
+
+TORCH_201 = "py3.11-cu117-torch2.0.1"
+
+
+@pytest.mark.parametrize(
+    ("requires_torch", "expected"),
+    [
+        pytest.param("torch", "resolved", id="same-release"),
+        pytest.param("torch>=9", "error", id="another-release"),
+    ],
+)
+def test_a_dependency_requiring_torch_itself(
+    tmp_path: Path, resolve: Any, requires_torch: str, expected: str
+) -> None:
+    d = tmp_path / "wheels"
+    torch = build_wheel(
+        d,
+        "torch",
+        "2.0.1",
+        tags="cp311-cp311-manylinux1_x86_64",
+        requires_dist=[f"nvidia-cuda-runtime-cu11==11.7.99; {LINUX_X86}", f"triton==2.0.0; {LINUX_X86}", "filelock"],
+    )  # fmt: skip
+    projects: dict[str, list[IndexedFile | BuiltWheel]] = {
+        "torch": [torch],
+        "triton": [
+            build_wheel(d, "triton", "2.0.0", tags="cp311-cp311-manylinux2014_x86_64", requires_dist=[requires_torch, "filelock"])
+        ],
+        "filelock": [build_wheel(d, "filelock", "3.12.0")],
+        "nvidia-cuda-runtime-cu11": [build_wheel(d, "nvidia-cuda-runtime-cu11", "11.7.99", tags="py3-none-manylinux1_x86_64")],
+    }  # fmt: skip
+    rows = '[[combinations]]\npython = "3.11"\ncuda = "cu117"\ntorch = "2.0.1"\n'
+    with IndexServer() as server:
+        server.add_index("simple", projects)
+        run = resolve(_matrix(tmp_path, server.index_url("simple"), server.url + "/{cuda}", rows))
+    result = run.by_id()[TORCH_201]
+    assert result["status"] == expected, result["reason"]
+    if expected == "resolved":
+        lock = run.lock(TORCH_201)
+        assert run.locked(TORCH_201) == {
+            "filelock": "3.12.0",
+            "nvidia-cuda-runtime-cu11": "11.7.99",
+            "torch": "2.0.1",
+            "triton": "2.0.0",
+        }
+        (torch_entry,) = [p for p in lock["packages"] if p["name"] == "torch"]
+        assert torch_entry["wheels"][0]["hashes"]["sha256"] == torch.sha256
+    else:
+        assert "triton" in result["reason"] and "torch" in result["reason"]
+        assert "pull in another torch" not in result["reason"]

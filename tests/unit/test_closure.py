@@ -112,9 +112,17 @@ def test_the_assembled_lock_does_not_depend_on_uv_s_package_order() -> None:
 
 
 @pytest.mark.parametrize("name", ["torch", "xformers"])
-def test_a_dependency_pulling_in_another_pinned_project_is_an_error(name: str) -> None:
-    with pytest.raises(ClosureError, match=f"pull in another {name}"):
+def test_a_dependency_needing_another_release_of_a_pinned_project_is_an_error(name: str) -> None:
+    with pytest.raises(ClosureError, match=f"need {name} 9.9.9, but envbuilder pins"):
         _assemble(_uv_package(name, "9.9.9", SHA_A))
+
+
+@pytest.mark.parametrize("name", ["torch", "xformers"])
+def test_a_dependency_needing_the_pinned_release_gets_the_pinned_file(name: str) -> None:
+    pin = next(p for p in _pins() if p.name == name)
+    doc = tomllib.loads(_assemble(_uv_package(name, pin.version, SHA_A)))
+    (entry,) = [p for p in doc["packages"] if p["name"] == name]
+    assert entry["wheels"][0]["hashes"] == {"sha256": pin.sha256}
 
 
 def test_inputs_change_when_any_decision_changes() -> None:
