@@ -1,18 +1,25 @@
-"""Benchmark: resolving a matrix with envbuilder against ``uv pip compile`` run once per combination.
+"""Benchmark: ``envbuilder resolve`` against one ``uv lock`` over the same pairings.
 
-Anchors measured in the same run, with empty caches ("cold") and again with
-the caches those runs left ("warm"):
+The anchor a user would time us against is one ``uv lock`` of a project with
+one extra per torch/xformers pairing of the matrix (its resolved ones), all
+extras declared conflicting (``[tool.uv] conflicts``), ``environments`` =
+Linux x86_64 and ``requires-python`` spanning the matrix's Pythons: it
+resolves every pairing for every Python, with hashes. Measured in one run:
 
-- envbuilder: ``envbuilder resolve`` over the selected combinations;
-- serial uv: ``uv pip compile --generate-hashes`` once per combination, for
-  the same target (``--python-version``, ``--python-platform``) and the same
-  pins (``torch==``, ``xformers==`` and any added CUDA runtime), with
-  ``UV_PYTHON_DOWNLOADS=never``.
+- *cold*: envbuilder and ``uv lock`` interleaved, ``--rounds`` each, every run
+  with empty caches and a fresh output, so that load hits both alike;
+- *re-run*: envbuilder again into the same ``--out`` with its cache;
+- *CI-warm*: envbuilder into a fresh ``--out`` with a warm cache (a CI job on
+  a fresh checkout with its cache restored);
+- ``uv lock`` re-run, and ``uv export`` of one pylock per extra;
+- second anchor: ``uv pip compile --generate-hashes`` once per combination,
+  serially, cold (the same pins and targets as envbuilder's combinations).
 
-Every process runs behind a loopback proxy that counts the bytes received,
-so downloads are measured the same way for both. Targets (issue 2): cold
-envbuilder ≤ 1/3 of cold serial uv; a warm re-run with nothing changed
-≤ 1 s; bytes downloaded < 1 % of the size of the wheels resolved.
+Every process runs behind a loopback proxy that counts the bytes received.
+Targets: cold envbuilder / cold ``uv lock`` ≤ 1.0 (medians); re-run ≤ 1 s;
+CI-warm ≤ 2 s; bytes downloaded cold < 1 % of the wheels resolved; every
+CI-warm lock byte-identical to the cold run's. Exit 1 when one is missed
+or a run fails.
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,7 +41,12 @@ from pathlib import Path
 from envbuilder.bench._proxy import CountingProxy
 from envbuilder.pylock import packages, read_lock
 
-__all__ = ["main"]
+__all__ = ["anchor_project", "main"]
+
+COLD_RATIO_TARGET = 1.0
+RERUN_TARGET_S = 1.0
+CI_WARM_TARGET_S = 2.0
+BYTES_SHARE_TARGET = 0.01
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,7 +54,7 @@ class Measurement:
     name: str
     seconds: float
     bytes_down: int
-    runs: int
+    runs: int = 1
     failures: int = 0
 
 
@@ -52,33 +67,100 @@ def _env(proxy: CountingProxy, **extra: str) -> dict[str, str]:
     return env
 
 
-def _envbuilder(
-    proxy: CountingProxy, name: str, argv: Sequence[str], env: Mapping[str, str]
+def _timed(
+    proxy: CountingProxy, name: str, argv: Sequence[str], env: Mapping[str, str], cwd: Path | None
 ) -> Measurement:
     before = proxy.snapshot()
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "envbuilder", "resolve", *argv],
-        env=dict(env),
-        capture_output=True,
-        text=True,
-        check=False,
+        list(argv), env=dict(env), cwd=cwd, capture_output=True, text=True, check=False
     )
     seconds = time.perf_counter() - start
-    if proc.returncode not in (0,):
-        sys.stderr.write(proc.stderr[-4000:])
+    if proc.returncode != 0:
+        sys.stderr.write(f"{name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}\n")
     return Measurement(
         name=name,
         seconds=seconds,
         bytes_down=proxy.snapshot() - before,
-        runs=1,
         failures=0 if proc.returncode == 0 else 1,
+    )
+
+
+def _envbuilder(
+    proxy: CountingProxy, name: str, selectors: Sequence[str], matrix: str, out: Path, cache: Path
+) -> Measurement:
+    argv = [sys.executable, "-m", "envbuilder", "resolve", *selectors, "--matrix", matrix]
+    argv += ["--out", str(out), "--cache-dir", str(cache)]
+    return _timed(proxy, name, argv, _env(proxy, ENVBUILDER_CACHE_DIR=str(cache)), None)
+
+
+def _pairings(resolution: Mapping[str, object]) -> dict[str, list[str]]:
+    """One requirement list per resolved torch/xformers pairing (with any added runtime)."""
+    pairings: dict[str, list[str]] = {}
+    for combo in resolution["combinations"]:  # type: ignore[attr-defined]
+        if combo["status"] != "resolved":
+            continue
+        requirements = [f"torch=={combo['torch']['version']}"]
+        if combo.get("xformers"):
+            requirements.append(f"xformers=={combo['xformers']['version']}")
+        requirements += list(combo.get("extra_runtime", []))
+        name = re.sub(r"[^a-z0-9]+", "-", "-".join(requirements).lower()).strip("-")
+        pairings[name] = requirements
+    return dict(sorted(pairings.items()))
+
+
+def anchor_project(
+    pairings: Mapping[str, Sequence[str]], *, pythons: Sequence[str], index_url: str
+) -> str:
+    """``pyproject.toml`` of the anchor: one extra per pairing, all declared conflicting."""
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split("."))
+
+    low, high = min(pythons, key=key), max(pythons, key=key)
+    major, minor = key(high)[:2]
+    extras = "".join(
+        f"{name} = [{', '.join(json.dumps(r) for r in reqs)}]\n" for name, reqs in pairings.items()
+    )
+    conflicts = ", ".join(f'{{ extra = "{name}" }}' for name in pairings)
+    declared = f"conflicts = [[{conflicts}]]\n" if len(pairings) > 1 else ""  # uv wants two
+    return (
+        '[project]\nname = "bench-pairings"\nversion = "0"\n'
+        f'requires-python = ">={low},<{major}.{minor + 1}"\ndependencies = []\n\n'
+        f"[project.optional-dependencies]\n{extras}\n"
+        "[tool.uv]\n"
+        "environments = [\"sys_platform == 'linux' and platform_machine == 'x86_64'\"]\n"
+        f"{declared}\n"
+        f"[[tool.uv.index]]\nurl = {json.dumps(index_url)}\ndefault = true\n"
+    )
+
+
+def _uv_lock(proxy: CountingProxy, name: str, project: Path, cache: Path, uv: str) -> Measurement:
+    env = _env(proxy, UV_CACHE_DIR=str(cache), UV_NO_CONFIG="1")
+    return _timed(proxy, name, [uv, "lock", "--quiet"], env, project)
+
+
+def _uv_export(
+    proxy: CountingProxy, project: Path, extras: Sequence[str], cache: Path, uv: str
+) -> Measurement:
+    env = _env(proxy, UV_CACHE_DIR=str(cache), UV_NO_CONFIG="1")
+    before, start, failures = proxy.snapshot(), time.perf_counter(), 0
+    for extra in extras:
+        argv = [uv, "export", "--quiet", "--frozen", "--format", "pylock.toml", "--extra", extra]
+        argv += ["-o", f"pylock.{extra.replace('-', '_')}.toml"]
+        proc = subprocess.run(argv, env=env, cwd=project, capture_output=True, check=False)
+        failures += proc.returncode != 0
+    return Measurement(
+        name=f"uv export x {len(extras)} (one per extra)",
+        seconds=time.perf_counter() - start,
+        bytes_down=proxy.snapshot() - before,
+        runs=len(extras),
+        failures=failures,
     )
 
 
 def _uv_serial(
     proxy: CountingProxy,
-    name: str,
     jobs: Sequence[Mapping[str, object]],
     cache: Path,
     index_url: str,
@@ -103,7 +185,7 @@ def _uv_serial(
             proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
             failures += proc.returncode != 0
     return Measurement(
-        name=name,
+        name=f"serial uv pip compile x {len(jobs)} cold",
         seconds=time.perf_counter() - start,
         bytes_down=proxy.snapshot() - before,
         runs=len(jobs),
@@ -112,16 +194,14 @@ def _uv_serial(
 
 
 def _jobs(resolution: Mapping[str, object]) -> list[dict[str, object]]:
-    """The same pins for uv as envbuilder's combinations (unsatisfiable ones included)."""
+    """The same pins for uv as envbuilder's resolved combinations."""
     jobs: list[dict[str, object]] = []
     for combo in resolution["combinations"]:  # type: ignore[attr-defined]
-        torch = combo.get("torch") or {}
-        xformers = combo.get("xformers") or {}
-        if not torch:
+        if combo["status"] != "resolved":
             continue
-        requirements = [f"torch=={torch['version']}"]
-        if xformers:
-            requirements.append(f"xformers=={xformers['version']}")
+        requirements = [f"torch=={combo['torch']['version']}"]
+        if combo.get("xformers"):
+            requirements.append(f"xformers=={combo['xformers']['version']}")
         requirements += list(combo.get("extra_runtime", []))
         jobs.append(
             {"python": combo["python"], "platform": combo["platform"], "requirements": requirements}
@@ -140,67 +220,172 @@ def _wheel_bytes(out: Path) -> int:
     return sum(sizes.values())
 
 
-def _mb(n: int) -> str:
+def _tree(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def _mb(n: float) -> str:
     return f"{n / 1e6:,.1f} MB"
+
+
+def _spread(name: str, runs: Sequence[Measurement]) -> str:
+    s = [m.seconds for m in runs]
+    fails = sum(m.failures for m in runs)
+    down = statistics.median(m.bytes_down for m in runs)
+    return (
+        f"{name:<34} median {statistics.median(s):6.2f} s  (min {min(s):.2f}, max {max(s):.2f}, "
+        f"n={len(s)})  {_mb(down):>10} down  {fails} failed"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    text: str
+    target: str
+    ok: bool
+
+
+def exit_status(checks: Sequence[Check], failures: int) -> int:
+    """0 only when every target is met and no run failed."""
+    return 0 if failures == 0 and all(c.ok for c in checks) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nox -s bench -- resolve", description=__doc__)
     parser.add_argument("selectors", nargs="*", help="combinations to resolve (default: all)")
     parser.add_argument("--matrix", default="matrix.toml")
+    parser.add_argument("--rounds", type=int, default=3, help="cold runs of each (default: 3)")
+    parser.add_argument(
+        "--no-serial", action="store_true", help="skip the serial uv pip compile anchor"
+    )
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     from envbuilder.resolve.closure import find_uv
     from envbuilder.settings import Settings
 
     index_url = Settings.from_environment(os.environ).index_url
     uv = find_uv()
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-resolve-") as tmp, CountingProxy() as proxy:
         root = Path(tmp)
-        out, cache = root / "locks", root / "cache"
-        env = _env(proxy, ENVBUILDER_CACHE_DIR=str(cache))
-        argv_eb = [
-            *args.selectors,
-            "--matrix",
-            args.matrix,
-            "--out",
-            str(out),
-            "--cache-dir",
-            str(cache),
-        ]
-        print(f"+ envbuilder resolve {' '.join(argv_eb)}  (cold, then warm)", flush=True)
-        cold = _envbuilder(proxy, "envbuilder cold", argv_eb, env)
-        warm = _envbuilder(proxy, "envbuilder warm (nothing changed)", argv_eb, env)
-        resolution = json.loads((out / "resolution.json").read_text(encoding="utf-8"))
-        jobs = _jobs(resolution)
-        combos = len(resolution["combinations"])
-        resolved = sum(1 for c in resolution["combinations"] if c["status"] == "resolved")
-        print(f"+ uv pip compile x {len(jobs)}, serially  (cold, then warm)", flush=True)
-        uv_cold = _uv_serial(proxy, "serial uv cold", jobs, root / "uv-cache", index_url, uv)
-        uv_warm = _uv_serial(proxy, "serial uv warm", jobs, root / "uv-cache", index_url, uv)
-        total_wheels = _wheel_bytes(out)
+        eb_cold: list[Measurement] = []
+        uv_cold: list[Measurement] = []
+        project = root / "anchor"
+        project.mkdir()
+        extras: list[str] = []
+        for i in range(1, args.rounds + 1):
+            out, cache = root / f"cold-{i}" / "locks", root / f"cold-{i}" / "cache"
+            print(f"+ round {i}: envbuilder resolve (cold)", flush=True)
+            eb_cold.append(
+                _envbuilder(proxy, "envbuilder cold", args.selectors, args.matrix, out, cache)
+            )
+            if i == 1:
+                resolution = json.loads((out / "resolution.json").read_text(encoding="utf-8"))
+                pairings = _pairings(resolution)
+                extras = list(pairings)
+                pythons = sorted({c["python"] for c in resolution["combinations"]})
+                (project / "pyproject.toml").write_text(
+                    anchor_project(pairings, pythons=pythons, index_url=index_url),
+                    encoding="utf-8",
+                )
+            print(f"+ round {i}: uv lock over {len(extras)} conflicting extras (cold)", flush=True)
+            (project / "uv.lock").unlink(missing_ok=True)
+            uv_cache = root / f"uv-cache-{i}"
+            uv_cold.append(_uv_lock(proxy, "uv lock cold", project, uv_cache, uv))
+            if i < args.rounds:
+                shutil.rmtree(uv_cache, ignore_errors=True)
 
-    rows = [cold, warm, uv_cold, uv_warm]
+        first_out, first_cache = root / "cold-1" / "locks", root / "cold-1" / "cache"
+        print("+ envbuilder re-runs (same --out) and CI-warm runs (fresh --out)", flush=True)
+        reruns, ci_warm, identical = [], [], True
+        for i in range(1, args.rounds + 1):
+            reruns.append(
+                _envbuilder(proxy, "re-run", args.selectors, args.matrix, first_out, first_cache)
+            )
+            ci_out = root / f"ci-{i}" / "locks"
+            ci_warm.append(
+                _envbuilder(proxy, "CI-warm", args.selectors, args.matrix, ci_out, first_cache)
+            )
+            identical = identical and _tree(ci_out) == _tree(first_out)
+        print("+ uv lock re-run, uv export per extra", flush=True)
+        last_uv_cache = root / f"uv-cache-{args.rounds}"
+        uv_rerun = _uv_lock(proxy, "uv lock re-run", project, last_uv_cache, uv)
+        uv_export = _uv_export(proxy, project, extras, last_uv_cache, uv)
+        serial: Measurement | None = None
+        resolution = json.loads((first_out / "resolution.json").read_text(encoding="utf-8"))
+        if not args.no_serial:
+            jobs = _jobs(resolution)
+            print(f"+ uv pip compile x {len(jobs)}, serially (cold)", flush=True)
+            serial = _uv_serial(proxy, jobs, root / "uv-serial-cache", index_url, uv)
+        total_wheels = _wheel_bytes(first_out)
+
+    combos = resolution["combinations"]
+    resolved = sum(1 for c in combos if c["status"] == "resolved")
+    load = os.getloadavg()
     print()
-    print(f"combinations: {combos} ({resolved} resolved); wheels resolved: {_mb(total_wheels)}")
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(
-        f"{'run':<36}{'time':>9}{'vs uv cold':>12}{'downloaded':>14}{'of wheels':>11}{'failed':>8}"
+        f"combinations: {len(combos)} ({resolved} resolved) in {len(extras)} pairings; "
+        f"wheels resolved: {_mb(total_wheels)}"
     )
-    for m in rows:
-        ratio = m.seconds / uv_cold.seconds if uv_cold.seconds else float("nan")
-        share = m.bytes_down / total_wheels if total_wheels else float("nan")
-        print(
-            f"{m.name:<36}{m.seconds:>8.2f}s{ratio:>12.3f}{_mb(m.bytes_down):>14}"
-            f"{share:>10.3%}{m.failures:>5}/{m.runs}"
-        )
-    cold_ratio = cold.seconds / uv_cold.seconds
-    share = cold.bytes_down / total_wheels if total_wheels else float("nan")
+    print(_spread("envbuilder cold", eb_cold))
+    print(_spread(f"uv lock cold ({len(extras)} extras)", uv_cold))
+    print(_spread("envbuilder re-run (same --out)", reruns))
+    print(_spread("envbuilder CI-warm (fresh --out)", ci_warm))
+    print(_spread("uv lock re-run", [uv_rerun]))
+    print(_spread(uv_export.name, [uv_export]))
+    if serial is not None:
+        print(_spread(serial.name, [serial]))
+
+    eb_med = statistics.median(m.seconds for m in eb_cold)
+    uv_med = statistics.median(m.seconds for m in uv_cold)
+    ratio = eb_med / uv_med
+    per_round = [e.seconds / u.seconds for e, u in zip(eb_cold, uv_cold, strict=True)]
+    print(
+        f"cold ratio envbuilder / uv lock: median {ratio:.2f} "
+        f"(per round {', '.join(f'{r:.2f}' for r in per_round)})"
+    )
+    if serial is not None:
+        print(f"cold ratio envbuilder / serial uv pip compile: {eb_med / serial.seconds:.2f}")
+    share = statistics.median(m.bytes_down for m in eb_cold) / total_wheels if total_wheels else 1.0
+    rerun_med = statistics.median(m.seconds for m in reruns)
+    ci_med = statistics.median(m.seconds for m in ci_warm)
     checks = [
-        (f"cold envbuilder / cold serial uv = {cold_ratio:.3f}", "<= 0.333", cold_ratio <= 1 / 3),
-        (f"warm re-run = {warm.seconds:.2f} s", "<= 1 s", warm.seconds <= 1.0),
-        (f"bytes downloaded (cold) = {share:.3%} of wheels", "< 1%", share < 0.01),
+        Check(
+            text=f"cold envbuilder / cold uv lock = {ratio:.2f} (medians)",
+            target=f"<= {COLD_RATIO_TARGET}",
+            ok=ratio <= COLD_RATIO_TARGET,
+        ),
+        Check(
+            text=f"re-run = {rerun_med:.2f} s",
+            target=f"<= {RERUN_TARGET_S:g} s",
+            ok=rerun_med <= RERUN_TARGET_S,
+        ),
+        Check(
+            text=f"CI-warm = {ci_med:.2f} s",
+            target=f"<= {CI_WARM_TARGET_S:g} s",
+            ok=ci_med <= CI_WARM_TARGET_S,
+        ),
+        Check(
+            text=f"CI-warm locks byte-identical to the cold run's: {identical}",
+            target="identical",
+            ok=identical,
+        ),
+        Check(
+            text=f"bytes downloaded (cold) = {share:.3%} of wheels",
+            target=f"< {BYTES_SHARE_TARGET:.0%}",
+            ok=share < BYTES_SHARE_TARGET,
+        ),
     ]
     print()
-    for text, target, ok in checks:
-        print(f"{'✓' if ok else '✕'} {text}  (target {target})")
-    return 0 if cold.failures == 0 else 1
+    for c in checks:
+        print(f"{'✓' if c.ok else '✕'} {c.text}  (target {c.target})")
+    failures = sum(m.failures for m in [*eb_cold, *uv_cold, *reruns, *ci_warm])
+    if failures:
+        print(f"✕ {failures} run(s) failed")
+    rc = exit_status(checks, failures)
+    print(f"bench resolve: {'targets met' if rc == 0 else 'a target was missed'} (exit {rc})")
+    return rc
