@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.pylock import Pylock
+from packaging.version import Version
 
 from envbuilder import __version__
 from envbuilder.files import write_atomic
@@ -41,8 +42,9 @@ from envbuilder.resolve.decisions import Decision
 __all__ = ["CLOSURE_FORMAT", "LockSettings", "closure_digest", "lock_group"]
 
 CLOSURE_FORMAT = 2
-"""Changes whenever the same inputs would give another closure (2: pinned releases as
-uv constraints), so that no closure cached by an older resolver is reused."""
+"""Changes whenever the same inputs would give another closure (2: a closure needing
+another release of a pinned project is solved again for the pinned releases), so
+that no closure cached by an older resolver is reused."""
 
 Done = Callable[[Decision, ResolvedCombination], ResolvedCombination]
 """Called with each final answer as it is made (progress); returns the answer."""
@@ -59,7 +61,9 @@ class LockSettings:
 
 
 def lock_group(
-    members: Sequence[Decision], settings: LockSettings, done: Done
+    members: Sequence[Decision],
+    settings: LockSettings,
+    done: Done,
 ) -> list[ResolvedCombination]:
     """Lock decisions that share their requirements with one uv resolution.
 
@@ -85,23 +89,30 @@ def lock_group(
     requirements = list(
         dict.fromkeys(r for d, _, _ in pending for r in d.raw_dependencies + d.extra_runtime)
     )
-    constraints = list(
-        dict.fromkeys(f"{p.name}=={p.version}" for _, pinned, _ in pending for p in pinned)
-    )
     floor = min((d.target.python for d, _, _ in pending), key=_python_key)
-    closure: Pylock | None = None
-    failure = ""
-    try:
-        closure = compile_closure(
+    indexes = pending[0][0].indexes
+    pins = {p.name: p.version for _, pinned, _ in pending for p in pinned}
+
+    def solve(constraints: tuple[str, ...]) -> Pylock:
+        return compile_closure(
             requirements=requirements,
             constraints=constraints,
             python_floor=floor,
-            indexes=pending[0][0].indexes,
+            indexes=indexes,
             cache_dir=settings.cache_dir / "uv" / _digest(requirements),
             uv=settings.uv,
             offline=settings.offline,
             ca_bundle=settings.ca_bundle,
         )
+
+    closure: Pylock | None = None
+    failure = ""
+    try:
+        closure = solve(())
+        if _needs_other_releases(closure, pins):
+            # A dependency requires a pinned project back (triton 2.0.0 requires torch):
+            # ask again for the pinned releases; uv names whatever cannot have them.
+            closure = solve(tuple(f"{name}=={version}" for name, version in sorted(pins.items())))
     except ClosureError as e:
         failure = str(e)
     for d, pinned, inputs in pending:
@@ -192,6 +203,14 @@ def _store(path: Path, text: str) -> None:
         write_atomic(path, text)
     except OSError:
         pass
+
+
+def _needs_other_releases(closure: Pylock, pins: Mapping[str, str]) -> bool:
+    """Whether uv's closure holds a release of a pinned project other than the pinned one."""
+    return any(
+        p.name in pins and (p.version is None or p.version != Version(pins[p.name]))
+        for p in closure.packages
+    )
 
 
 def _digest(requirements: Sequence[str]) -> str:

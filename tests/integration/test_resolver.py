@@ -891,8 +891,9 @@ def test_a_dependency_requiring_torch_itself(
         tags="cp311-cp311-manylinux1_x86_64",
         requires_dist=[f"nvidia-cuda-runtime-cu11==11.7.99; {LINUX_X86}", f"triton==2.0.0; {LINUX_X86}", "filelock"],
     )  # fmt: skip
+    newer = build_wheel(d, "torch", "2.1.0", tags="cp311-cp311-manylinux1_x86_64")
     projects: dict[str, list[IndexedFile | BuiltWheel]] = {
-        "torch": [torch],
+        "torch": [torch, newer],  # left alone, uv would take the newest torch for triton
         "triton": [
             build_wheel(d, "triton", "2.0.0", tags="cp311-cp311-manylinux2014_x86_64", requires_dist=[requires_torch, "filelock"])
         ],
