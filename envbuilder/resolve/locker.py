@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,7 +40,7 @@ from envbuilder.resolve.closure import (
 )
 from envbuilder.resolve.decisions import Decision
 
-__all__ = ["CLOSURE_FORMAT", "LockSettings", "closure_digest", "lock_group"]
+__all__ = ["CLOSURE_FORMAT", "LockSettings", "SolvedClosures", "closure_digest", "lock_group"]
 
 CLOSURE_FORMAT = 2
 """Changes whenever the same inputs would give another closure (2: a closure needing
@@ -60,10 +61,35 @@ class LockSettings:
     ca_bundle: str | None = None
 
 
+class SolvedClosures:
+    """uv's answers in one run, by their exact inputs: pairings whose closures ask uv the
+    same question (one torch with two xformers releases needing nothing more) run it once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: dict[tuple[object, ...], threading.Lock] = {}
+        self._answers: dict[tuple[object, ...], Pylock | ClosureError] = {}
+
+    def solve(self, key: tuple[object, ...], compute: Callable[[], Pylock]) -> Pylock:
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._answers:
+                try:
+                    self._answers[key] = compute()
+                except ClosureError as e:
+                    self._answers[key] = e
+            answer = self._answers[key]
+        if isinstance(answer, ClosureError):
+            raise answer
+        return answer
+
+
 def lock_group(
     members: Sequence[Decision],
     settings: LockSettings,
     done: Done,
+    solved: SolvedClosures | None = None,
 ) -> list[ResolvedCombination]:
     """Lock decisions that share their requirements with one uv resolution.
 
@@ -94,16 +120,21 @@ def lock_group(
     pins = {p.name: p.version for _, pinned, _ in pending for p in pinned}
 
     def solve(constraints: tuple[str, ...]) -> Pylock:
-        return compile_closure(
-            requirements=requirements,
-            constraints=constraints,
-            python_floor=floor,
-            indexes=indexes,
-            cache_dir=settings.cache_dir / "uv" / _digest(requirements),
-            uv=settings.uv,
-            offline=settings.offline,
-            ca_bundle=settings.ca_bundle,
-        )
+        def compute() -> Pylock:
+            return compile_closure(
+                requirements=requirements,
+                constraints=constraints,
+                python_floor=floor,
+                indexes=indexes,
+                cache_dir=settings.cache_dir / "uv",
+                uv=settings.uv,
+                offline=settings.offline,
+                ca_bundle=settings.ca_bundle,
+            )
+
+        if solved is None:
+            return compute()
+        return solved.solve((tuple(requirements), constraints, floor, indexes), compute)
 
     closure: Pylock | None = None
     failure = ""
@@ -211,11 +242,6 @@ def _needs_other_releases(closure: Pylock, pins: Mapping[str, str]) -> bool:
         p.name in pins and (p.version is None or p.version != Version(pins[p.name]))
         for p in closure.packages
     )
-
-
-def _digest(requirements: Sequence[str]) -> str:
-    """One uv cache per closure: parallel uv processes sharing one cache wait on its locks."""
-    return hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:16]
 
 
 def _python_key(version: str) -> tuple[int, ...]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from envbuilder.model import Combination, IndexSpec, ResolvedCombination
 from envbuilder.resolve.decisions import Decision, decide
 from envbuilder.resolve.evidence import Evidence
-from envbuilder.resolve.locker import LockSettings, lock_group
+from envbuilder.resolve.locker import LockSettings, SolvedClosures, lock_group
 
 __all__ = ["ResolveSettings", "Resolver"]
 
@@ -73,9 +73,11 @@ class Resolver:
     def resolve(self, combinations: Sequence[Combination]) -> list[ResolvedCombination]:
         """Resolve combinations; the result keeps the input order.
 
-        Combinations of one torch/xformers pairing (typically its Python
-        versions) go through together: their decisions run in parallel, then
-        one uv resolution locks them all, while other pairings proceed.
+        Every decision starts at once (they share the memoised evidence);
+        the combinations of one torch/xformers pairing (typically its Python
+        versions) are locked together, by one uv resolution, as soon as the
+        last of their decisions is made, while other decisions proceed.
+        Pairings that ask uv the same question share one answer.
         """
         if not combinations:
             return []
@@ -84,25 +86,43 @@ class Resolver:
             pairings.setdefault(_pairing_key(c), []).append(c)
         workers = max(1, min(self.settings.jobs, len(combinations)))
         locking = self.settings.locking
+        solved = SolvedClosures()
         answers: dict[str, ResolvedCombination] = {}
         with (
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decide") as deciders,
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lock") as lockers,
         ):
+            decisions: dict[Future[tuple[Decision, ResolvedCombination | None]], tuple[object, ...]]
+            decisions = {
+                deciders.submit(self._decide, c): key
+                for key, members in pairings.items()
+                for c in members
+            }
+            decided: dict[tuple[object, ...], list[tuple[Decision, ResolvedCombination | None]]]
+            decided = {key: [] for key in pairings}
 
-            def pairing(members: list[Combination]) -> list[ResolvedCombination]:
-                decided = list(deciders.map(self._decide, members))
+            def lock(
+                outcomes: list[tuple[Decision, ResolvedCombination | None]],
+            ) -> list[ResolvedCombination]:
                 groups: dict[tuple[object, ...], list[Decision]] = {}
-                for d, answer in decided:
+                results = [answer for _, answer in outcomes if answer is not None]
+                for d, answer in outcomes:
                     if answer is None:
                         groups.setdefault(d.closure_key(), []).append(d)
-                locked = {
-                    r.id: r for g in groups.values() for r in lock_group(g, locking, self._done)
-                }
-                return [answer or locked[d.combination.id] for d, answer in decided]
+                for g in groups.values():
+                    results += lock_group(g, locking, self._done, solved)
+                return results
 
-            for results in lockers.map(pairing, list(pairings.values())):
-                answers.update((r.id, r) for r in results)
+            locks = []
+            for future in as_completed(decisions):
+                key = decisions[future]
+                decided[key].append(future.result())
+                if len(decided[key]) == len(pairings[key]):
+                    order = {c.id: i for i, c in enumerate(pairings[key])}
+                    outcomes = sorted(decided[key], key=lambda o: order[o[0].combination.id])
+                    locks.append(lockers.submit(lock, outcomes))
+            for done in locks:
+                answers.update((r.id, r) for r in done.result())
         return [answers[c.id] for c in combinations]
 
 
