@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from envbuilder import __version__
+from envbuilder.credentials import RedactingFilter, redact_text
 from envbuilder.errors import EnvbuilderError
 from envbuilder.settings import Settings
 
@@ -70,12 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif getattr(args, "verbose", 0) == 1:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter())
     try:
         rc: int = args._module.run(args)
     except EnvbuilderError as e:
         if debug:
             raise
-        print(f"envbuilder {args.command}: error: {e}", file=sys.stderr)
+        print(f"envbuilder {args.command}: error: {redact_text(str(e))}", file=sys.stderr)
         return e.return_code
     except KeyboardInterrupt:
         print("envbuilder: interrupted", file=sys.stderr)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from envbuilder.credentials import Credentials
     from envbuilder.index.http import HttpClient
 
 __all__ = ["Settings"]
@@ -69,6 +70,13 @@ class Settings:
         return default_index_url(self.environ)
 
     @cached_property
+    def credentials(self) -> Credentials:
+        """User names and passwords from pip's index URLs, which `index_url` carries none of."""
+        from envbuilder.index.pipconfig import index_credentials
+
+        return index_credentials(self.environ)
+
+    @cached_property
     def ca_bundle(self) -> str | None:
         """The CA bundle to verify TLS with, as pip would find it."""
         from envbuilder.index.pipconfig import ca_bundle
@@ -76,7 +84,10 @@ class Settings:
         return ca_bundle(self.environ)
 
     def http_client(self, **options: Any) -> HttpClient:
-        """An HTTP client that verifies TLS with `ca_bundle`; ``options`` go to `HttpClient`."""
+        """An HTTP client that verifies TLS with `ca_bundle` and authenticates with
+        `credentials` (plus any given); other ``options`` go to `HttpClient`."""
         from envbuilder.index.http import HttpClient
 
-        return HttpClient(ca_bundle=self.ca_bundle, **options)
+        extra = options.pop("credentials", None)
+        credentials = self.credentials.merged(extra) if extra else self.credentials
+        return HttpClient(ca_bundle=self.ca_bundle, credentials=credentials, **options)

@@ -75,11 +75,15 @@ def run(args: argparse.Namespace) -> int:
             offline=args.offline,
             upgrade=args.upgrade,
             ca_bundle=args.settings.ca_bundle,
+            credentials=args.settings.credentials.merged(matrix.credentials),
         ),
     )
     progress = _Progress(reporter, total=len(selected))
     with args.settings.http_client(
-        cache_dir=cache_dir, offline=args.offline, max_workers=args.jobs
+        cache_dir=cache_dir,
+        offline=args.offline,
+        max_workers=args.jobs,
+        credentials=matrix.credentials,
     ) as client:
         resolver = Resolver(
             indexes=dict(matrix.indexes),

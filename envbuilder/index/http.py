@@ -32,6 +32,7 @@ from urllib3 import HTTPResponse
 from urllib3.util.retry import Retry
 
 from envbuilder import __version__
+from envbuilder.credentials import Credentials
 from envbuilder.errors import IndexError_
 from envbuilder.files import atomic_writer
 
@@ -144,8 +145,10 @@ class HttpClient:
         backoff_factor: float = 0.5,
         page_ttl: int = 600,
         max_workers: int = 8,
+        credentials: Credentials | None = None,
     ) -> None:
         self.cache_dir = cache_dir
+        self.credentials = credentials or Credentials()
         self.offline = offline
         self.timeout = timeout
         self.max_workers = max_workers
@@ -221,20 +224,25 @@ class HttpClient:
             return session.get(
                 url,
                 headers=dict(headers or {}),
+                auth=self.credentials.for_url(url),
                 timeout=self.timeout,
                 verify=self._verify,
                 stream=True,
             )
         except requests.exceptions.RetryError as e:
-            raise IndexError_(f"GET {url!r} failed after retries: {_cause(e)}") from e
+            raise IndexError_(
+                f"GET {self.credentials.show(url)!r} failed after retries: {_cause(e)}"
+            ) from e
         except requests.exceptions.RequestException as e:
-            raise IndexError_(f"GET {url!r} failed: {_cause(e)}") from e
+            raise IndexError_(f"GET {self.credentials.show(url)!r} failed: {_cause(e)}") from e
 
     def _read_body(self, resp: requests.Response) -> bytes:
         try:
             content = resp.content
         except requests.exceptions.RequestException as e:
-            raise IndexError_(f"GET {resp.url!r}: reading the body failed: {_cause(e)}") from e
+            raise IndexError_(
+                f"GET {self.credentials.show(resp.url)!r}: reading the body failed: {_cause(e)}"
+            ) from e
         if not getattr(resp, "from_cache", False):
             tell = getattr(resp.raw, "tell", None)
             transferred = int(tell()) if callable(tell) else 0
@@ -246,16 +254,22 @@ class HttpClient:
         resp = self._send(self._session, url, headers)
         with resp:
             if resp.status_code in (404, 410):
-                raise HttpNotFound(f"GET {url!r}: HTTP {resp.status_code} (not found)")
+                raise HttpNotFound(
+                    f"GET {self.credentials.show(url)!r}: HTTP {resp.status_code} (not found)"
+                )
             if resp.status_code >= 400:
                 raise IndexError_(
-                    _status_message(url, resp, retried=resp.status_code in RETRY_STATUSES)
+                    _status_message(
+                        self.credentials.show(url),
+                        resp,
+                        retried=resp.status_code in RETRY_STATUSES,
+                    )
                 )
             content = self._read_body(resp)
             from_cache = bool(getattr(resp, "from_cache", False))
             logger.debug(
                 "GET %s -> %s (%s bytes, %s)",
-                url,
+                self.credentials.show(url),
                 resp.status_code,
                 len(content),
                 "cache" if from_cache else "network",
@@ -275,30 +289,34 @@ class HttpClient:
         with resp:
             if resp.status_code in (404, 410):
                 raise HttpNotFound(
-                    f"GET {url!r} (Range {spec}): HTTP {resp.status_code} (not found)"
+                    f"GET {self.credentials.show(url)!r} (Range {spec}): HTTP {resp.status_code} (not found)"
                 )
             if resp.status_code == 200:
                 # Closing without reading: a server that ignores Range would send the whole file.
                 raise IndexError_(
-                    f"GET {url!r}: the server ignored the Range header (HTTP 200 instead of 206); "
+                    f"GET {self.credentials.show(url)!r}: the server ignored the Range header (HTTP 200 instead of 206); "
                     "refusing to download the whole file - use an index that supports range "
                     "requests or serves PEP 658 metadata"
                 )
             if resp.status_code != 206:
                 raise IndexError_(
-                    _status_message(url, resp, retried=resp.status_code in RETRY_STATUSES)
+                    _status_message(
+                        self.credentials.show(url),
+                        resp,
+                        retried=resp.status_code in RETRY_STATUSES,
+                    )
                 )
             match = _CONTENT_RANGE.fullmatch(resp.headers.get("content-range", "").strip())
             if match is None or match.group(3) == "*":
                 raise IndexError_(
-                    f"GET {url!r}: HTTP 206 with an unusable Content-Range "
+                    f"GET {self.credentials.show(url)!r}: HTTP 206 with an unusable Content-Range "
                     f"{resp.headers.get('content-range')!r}"
                 )
             body = self._read_body(resp)
             start, end, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
             if len(body) != end - start + 1:
                 raise IndexError_(
-                    f"GET {url!r}: Content-Range says {end - start + 1} bytes, got {len(body)}"
+                    f"GET {self.credentials.show(url)!r}: Content-Range says {end - start + 1} bytes, got {len(body)}"
                 )
             return body, start, total
 
@@ -308,31 +326,41 @@ class HttpClient:
         resp = self._send(self._range_session, url, None)
         with resp:
             if resp.status_code in (404, 410):
-                raise HttpNotFound(f"GET {url!r}: HTTP {resp.status_code} (not found)")
+                raise HttpNotFound(
+                    f"GET {self.credentials.show(url)!r}: HTTP {resp.status_code} (not found)"
+                )
             if resp.status_code != 200:
                 raise IndexError_(
-                    _status_message(url, resp, retried=resp.status_code in RETRY_STATUSES)
+                    _status_message(
+                        self.credentials.show(url),
+                        resp,
+                        retried=resp.status_code in RETRY_STATUSES,
+                    )
                 )
             try:
                 for chunk in resp.iter_content(chunk_size):
                     self._counters.add_bytes(len(chunk))
                     yield chunk
             except requests.exceptions.RequestException as e:
-                raise IndexError_(f"GET {url!r}: reading the body failed: {_cause(e)}") from e
+                raise IndexError_(
+                    f"GET {self.credentials.show(url)!r}: reading the body failed: {_cause(e)}"
+                ) from e
 
     def get_range(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``start..end`` (inclusive) of ``url``, by an HTTP Range request."""
         if start < 0 or end < start:
-            raise ValueError(f"bad byte range {start!r}-{end!r} for {url!r}")
+            raise ValueError(f"bad byte range {start!r}-{end!r}")
         body, got_start, _total = self._range(url, f"{start}-{end}")
         if got_start != start:
-            raise IndexError_(f"GET {url!r}: asked for bytes from {start}, got from {got_start}")
+            raise IndexError_(
+                f"GET {self.credentials.show(url)!r}: asked for bytes from {start}, got from {got_start}"
+            )
         return body
 
     def get_tail(self, url: str, length: int) -> tuple[bytes, int]:
         """The last ``length`` bytes of ``url`` (fewer if it is shorter) and its total size."""
         if length <= 0:
-            raise ValueError(f"bad tail length {length!r} for {url!r}")
+            raise ValueError(f"bad tail length {length!r}")
         body, _start, total = self._range(url, f"-{length}")
         return body, total
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import platformdirs
 
+from envbuilder.credentials import Credentials, redact_text, split_credentials
 from envbuilder.errors import ConfigError, InputError
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "default_index_url",
     "extra_index_urls",
     "find_links",
+    "index_credentials",
     "pip_config_files",
     "pip_config_value",
 ]
@@ -88,7 +90,13 @@ def pip_config_value(
             for name, raw in parser.items(section, raw=True):
                 if name.replace("_", "-") == key:
                     value = raw.strip()
-                    logger.debug("pip config %s: %s = %s (section %s)", path, key, value, section)
+                    logger.debug(
+                        "pip config %s: %s = %s (section %s)",
+                        path,
+                        key,
+                        redact_text(value),
+                        section,
+                    )
     return value or None
 
 
@@ -122,19 +130,22 @@ def _pip_builtin_index() -> str:
 def default_index_url(
     environ: Mapping[str, str] | None = None, config_files: Sequence[Path] | None = None
 ) -> str:
-    """The Simple API base pip would install from: env, then pip.conf, then pip's default."""
+    """The Simple API base pip would install from: env, then pip.conf, then pip's default.
+
+    Without its user name and password: those are `index_credentials`."""
     configured = pip_config_value("index-url", environ=environ, config_files=config_files)
     if configured:
-        return configured.split()[0]
+        return split_credentials(configured.split()[0])[0]
     return _pip_builtin_index()
 
 
 def extra_index_urls(
     environ: Mapping[str, str] | None = None, config_files: Sequence[Path] | None = None
 ) -> list[str]:
-    """pip's ``extra-index-url`` list (whitespace-separated, as pip splits it)."""
+    """pip's ``extra-index-url`` list (whitespace-separated, as pip splits it), without
+    user names and passwords."""
     value = pip_config_value("extra-index-url", environ=environ, config_files=config_files)
-    return value.split() if value else []
+    return [split_credentials(url)[0] for url in value.split()] if value else []
 
 
 def find_links(
@@ -142,7 +153,20 @@ def find_links(
 ) -> list[str]:
     """pip's ``find-links`` locations: directories, ``file://`` URLs or flat HTML pages."""
     value = pip_config_value("find-links", environ=environ, config_files=config_files)
-    return value.split() if value else []
+    return [split_credentials(url)[0] for url in value.split()] if value else []
+
+
+def index_credentials(
+    environ: Mapping[str, str] | None = None, config_files: Sequence[Path] | None = None
+) -> Credentials:
+    """The user names and passwords in pip's ``index-url``, ``extra-index-url`` and
+    ``find-links``, by host; the URLs the other functions return carry none."""
+    found = Credentials()
+    for key in ("index-url", "extra-index-url", "find-links"):
+        value = pip_config_value(key, environ=environ, config_files=config_files)
+        for url in (value or "").split():
+            found = found.merged(split_credentials(url)[1])
+    return found
 
 
 def ca_bundle(

@@ -27,6 +27,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from envbuilder.credentials import split_credentials
 from envbuilder.errors import IndexError_
 from envbuilder.files import sha256_file
 from envbuilder.index.http import HttpClient, HttpNotFound
@@ -118,8 +119,9 @@ def project_url(index_url: str, project: str) -> str:
 
 
 def _split_url(url: str, base: str) -> tuple[str, dict[str, str]]:
-    """Absolute URL without fragment, and the hash the fragment names (``#sha256=...``)."""
-    absolute = urllib.parse.urljoin(base, url)
+    """Absolute URL without fragment or user name and password, and the hash the
+    fragment names (``#sha256=...``)."""
+    absolute = split_credentials(urllib.parse.urljoin(base, url))[0]
     clean, fragment = urllib.parse.urldefrag(absolute)
     hashes: dict[str, str] = {}
     if fragment:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from packaging.pylock import Pylock
 from packaging.version import Version
 
+from envbuilder.credentials import Credentials, redact_text
 from envbuilder.errors import EnvbuilderError, MissingToolError
 from envbuilder.pylock import (
     LockedArchive,
@@ -115,6 +116,7 @@ def compile_closure(
     offline: bool = False,
     ca_bundle: str | None = None,
     environ: Mapping[str, str] | None = None,
+    credentials: Credentials | None = None,
 ) -> Pylock:
     """Run ``uv pip compile --universal`` from ``python_floor`` up; return its PEP 751 document.
 
@@ -125,6 +127,7 @@ def compile_closure(
     dependency requiring a pinned project back (triton 2.0.0 requires
     torch) gets the pinned release, and one requiring another release is
     uv's error naming it.
+    ``credentials`` reach uv through a private netrc file, never its command line.
     """
     if not requirements:
         return read_lock('lock-version = "1.0"\ncreated-by = "uv"\npackages = []\n', source="uv")
@@ -153,6 +156,11 @@ def compile_closure(
         constraints_in = Path(tmp) / "constraints.txt"
         constraints_in.write_text("".join(f"{c}\n" for c in constraints), encoding="utf-8")
         out = Path(tmp) / "pylock.toml"
+        if credentials:
+            netrc = Path(tmp) / "netrc"
+            netrc.touch(mode=0o600)
+            netrc.write_text(credentials.netrc_text(), encoding="utf-8")
+            env["NETRC"] = str(netrc)
         argv = [
             uv, "pip", "compile", str(req_in),
             "--universal",
@@ -172,7 +180,7 @@ def compile_closure(
         logger.debug("running %s", argv)
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
         if proc.returncode != 0:
-            message = (proc.stderr or proc.stdout).strip()
+            message = redact_text((proc.stderr or proc.stdout).strip())
             raise ClosureError(f"uv could not resolve {', '.join(requirements)}: {message}")
         try:
             return read_lock(out.read_bytes(), source="uv's closure")

@@ -18,7 +18,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from packaging.pylock import Pylock
 from packaging.version import Version
 
 from envbuilder import __version__
+from envbuilder.credentials import Credentials
 from envbuilder.files import write_atomic
 from envbuilder.model import ResolvedCombination, lock_filename
 from envbuilder.pylock import PylockError, packages, read_lock, tool_table
@@ -59,6 +60,7 @@ class LockSettings:
     offline: bool = False
     upgrade: bool = False
     ca_bundle: str | None = None
+    credentials: Credentials = field(default_factory=Credentials)
 
 
 class SolvedClosures:
@@ -130,6 +132,7 @@ def lock_group(
                 uv=settings.uv,
                 offline=settings.offline,
                 ca_bundle=settings.ca_bundle,
+                credentials=settings.credentials,
             )
 
         if solved is None:

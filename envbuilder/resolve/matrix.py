@@ -24,6 +24,7 @@ from typing import Any, Literal
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuilder.credentials import Credentials, redact, split_credentials
 from envbuilder.errors import ConfigError, InputError
 from envbuilder.model import Combination, IndexSpec
 from envbuilder.resolve.selectors import select
@@ -117,6 +118,8 @@ class Matrix:
     unset_variables: Mapping[str, tuple[str, ...]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    #: user names and passwords taken out of the index URLs (never written anywhere)
+    credentials: Credentials = field(default_factory=Credentials, compare=False)
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -198,6 +201,7 @@ class _Loader:
     path: Path
     environ: Mapping[str, str]
     problems: list[str] = field(default_factory=list)
+    credentials: Credentials = field(default_factory=Credentials)
 
     def problem(self, where: str, message: str) -> None:
         self.problems.append(f"{where}: {message}" if where else message)
@@ -368,6 +372,7 @@ class _Loader:
             runners=runners,
             defaults=defaults,
             unset_variables=MappingProxyType(unset),
+            credentials=self.credentials,
         )
 
     def defaults(self, value: Any) -> MatrixDefaults | None:
@@ -430,9 +435,15 @@ class _Loader:
         return indexes, unset
 
     def index_url(self, raw: str, where: str) -> tuple[str | None, tuple[str, ...]]:
-        """Expand ``${VAR}``; an unset variable is reported only if a selected row uses the index."""
+        """Expand ``${VAR}``; an unset variable is reported only if a selected row uses the index.
+
+        A user name and password in the URL (typed in or expanded) are taken out into
+        `credentials`: the URL the matrix keeps, and every output shows, carries none."""
         missing = tuple(dict.fromkeys(v for v in _ENV_VAR.findall(raw) if v not in self.environ))
         expanded = _ENV_VAR.sub(lambda m: self.environ.get(m.group(1), m.group(0)), raw)
+        expanded, found = split_credentials(expanded)
+        self.credentials = self.credentials.merged(found)
+        raw = redact(raw)
         try:
             names = {n for _, n, _, _ in string.Formatter().parse(_ENV_VAR.sub("", expanded)) if n}
         except ValueError as e:
@@ -446,7 +457,9 @@ class _Loader:
             )
             return None, ()
         if not missing and not re.match(r"(https?|file)://", expanded):
-            self.problem(where, f"URL {expanded!r} must start with http://, https:// or file://")
+            self.problem(
+                where, f"URL {redact(expanded)!r} must start with http://, https:// or file://"
+            )
             return None, ()
         return expanded, missing
 

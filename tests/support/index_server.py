@@ -15,7 +15,8 @@ one), ``advertise_metadata`` (PEP 658/714 keys on the page),
 ``ranges`` (honour Range; False sends the whole file with 200),
 ``etag`` (ETag / Last-Modified validators and 304s), ``cache_control``
 (the header on pages; None for none), ``fail_next(n, status, retry_after)``
-(the next n requests answer that status) and ``delay_next(n, seconds)``.
+(the next n requests answer that status), ``delay_next(n, seconds)`` and
+``basic_auth`` ((user, password): every request without them gets 401).
 
 Pages live at ``/<prefix>/<project>/``; files at ``/<prefix>/files/<filename>``
 (HTML links are relative, JSON links absolute).
@@ -23,6 +24,7 @@ Pages live at ``/<prefix>/<project>/``; files at ``/<prefix>/files/<filename>``
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html
 import json
@@ -110,7 +112,9 @@ class IndexServer:
         ranges: bool = True,
         etag: bool = True,
         cache_control: str | None = "max-age=0",
+        basic_auth: tuple[str, str] | None = None,
     ) -> None:
+        self.basic_auth = basic_auth
         self.format = format
         self.advertise_metadata = advertise_metadata
         self.serve_metadata = serve_metadata
@@ -301,6 +305,12 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self, *, send_body: bool) -> None:
             server.stats.arrived()
+            if server.basic_auth is not None:
+                token = base64.b64encode(":".join(server.basic_auth).encode()).decode()
+                if self.headers.get("Authorization") != f"Basic {token}":
+                    challenge = {"WWW-Authenticate": 'Basic realm="index"'}
+                    self._finish(401, b"unauthorized\n", challenge, send_body=send_body)
+                    return
             delay = server._take_delay()
             if delay:
                 time.sleep(delay)
