@@ -13,6 +13,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
@@ -122,23 +123,68 @@ def _archive(file: PackageWheel | PackageSdist) -> LockedArchive:
     )
 
 
-def packages(lock: Pylock) -> tuple[LockedPackage, ...]:
-    """Every package of the lock, in its order, with all of its wheels and its sdist."""
-    return tuple(
-        LockedPackage(
+def _is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _refuse_uninstallable(name: str, archive: LockedArchive, source: Path | str) -> None:
+    """Refuse what an install must never fetch: a source distribution (building one runs
+    its code) and a file from anywhere but ``https://``, ``file://`` or a loopback host."""
+    if archive.kind == "sdist":
+        raise PylockError(
+            f"{source}: {name} is locked as a source distribution ({archive.filename}); "
+            "envbuilder installs wheels only, since building an sdist runs its code - "
+            "resolve again so that the lock holds a wheel"
+        )
+    if archive.url is None:
+        return
+    parts = urlsplit(archive.url)
+    scheme = parts.scheme.lower()
+    if scheme in ("https", "file") or (scheme == "http" and _is_loopback(parts.hostname)):
+        return
+    from envbuilder.credentials import redact
+
+    raise PylockError(
+        f"{source}: {name}'s file {redact(archive.url)!r} is not on https:// "
+        "(nor file:// or a loopback host); envbuilder fetches nothing over plain HTTP - "
+        "lock from an https:// index"
+    )
+
+
+def packages(lock: Pylock, *, source: Path | str = "the lock") -> tuple[LockedPackage, ...]:
+    """Every package of the lock, in its order, with all of its wheels.
+
+    A package with an sdist, or a file on a URL that is not ``https://``,
+    ``file://`` or a loopback host, is refused (`PylockError` naming ``source``).
+    """
+    out: list[LockedPackage] = []
+    for package in lock.packages:
+        locked = LockedPackage(
             name=str(package.name),
             version=str(package.version) if package.version else None,
             marker=str(package.marker) if package.marker else None,
             wheels=tuple(_archive(w) for w in package.wheels or ()),
             sdist=_archive(package.sdist) if package.sdist else None,
         )
-        for package in lock.packages
-    )
+        for archive in (*locked.wheels, *((locked.sdist,) if locked.sdist else ())):
+            _refuse_uninstallable(locked.name, archive, source)
+        out.append(locked)
+    return tuple(out)
 
 
 def select(lock: Pylock, target: Target, *, source: Path | str) -> tuple[LockedPackage, ...]:
     """The target's part of a lock: each package whose marker holds for the target, with
-    the one file that fits its tags (PEP 751 selection, by ``packaging.pylock``)."""
+    the one file that fits its tags (PEP 751 selection, by ``packaging.pylock``).
+
+    A chosen sdist, or a file that is not on ``https://``, ``file://`` or a
+    loopback host, is refused as in `packages`."""
     try:
         chosen = list(lock.select(environment=target.marker_environment, tags=target.tags))  # type: ignore[arg-type]
     except PylockSelectError as e:
@@ -151,6 +197,7 @@ def select(lock: Pylock, target: Target, *, source: Path | str) -> tuple[LockedP
                 "envbuilder locks only wheels and sdists"
             )
         archive = _archive(file)
+        _refuse_uninstallable(str(package.name), archive, source)
         out.append(
             LockedPackage(
                 name=str(package.name),

@@ -164,7 +164,7 @@ def load_lock(data: bytes, *, source: Path) -> tuple[LockedWheel, ...]:
     relative ``path`` entries.
     """
     wheels: list[LockedWheel] = []
-    for package in packages(read_lock(data, source=source)):
+    for package in packages(read_lock(data, source=source), source=source):
         where = f"{source}: package {package.name!r}"
         if package.marker is not None:
             raise InputError(

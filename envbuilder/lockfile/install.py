@@ -205,11 +205,12 @@ def install(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="envbuilder-install-") as tmp:
         if fmt == "pylock":
             file = Path(tmp) / "pylock.toml"
-            cmd = [_uv(), "pip", "install", "--python", str(python_exe), "-r", str(file)]
+            cmd = [_uv(), "pip", "install", "--python", str(python_exe), "--no-build"]
+            cmd += ["-r", str(file)]
         else:
             file = Path(tmp) / "requirements.txt"
             cmd = [str(python_exe), "-m", "pip", "install", "--require-hashes", "--no-deps"]
-            cmd += ["-r", str(file)]
+            cmd += ["--only-binary", ":all:", "-r", str(file)]
         file.write_bytes(data)
         report.command(cmd)
         if args.dry_run:

@@ -55,7 +55,7 @@ def read_pins(pylock: Path) -> tuple[PackagePin, ...]:
             marker=package.marker,
             wheels=tuple(sorted((w.filename, w.sha256 or "") for w in package.wheels)),
         )
-        for package in packages(read_lock(pylock.read_bytes(), source=pylock))
+        for package in packages(read_lock(pylock.read_bytes(), source=pylock), source=pylock)
     ]
     return tuple(sorted(pins, key=lambda p: (p.name, p.marker or "")))
 

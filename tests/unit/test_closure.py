@@ -214,6 +214,7 @@ UNIVERSAL = {
         {
             "name": "sdist-only",
             "version": "1.0",
+            "marker": "sys_platform == 'win32'",
             "sdist": {
                 "url": "http://127.0.0.1:1/files/sdist-only-1.0.tar.gz",
                 "hashes": {"sha256": "f" * 64},
@@ -226,8 +227,8 @@ UNIVERSAL = {
 @pytest.mark.parametrize(
     ("python", "expected"),
     [
-        ("3.11", {"numpy": "numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl", "tomli": "tomli-2.0.1-py3-none-any.whl", "sdist-only": "sdist-only-1.0.tar.gz"}),
-        ("3.12", {"numpy": "numpy-2.1.0-cp312-cp312-manylinux_2_17_x86_64.whl", "sdist-only": "sdist-only-1.0.tar.gz"}),
+        ("3.11", {"numpy": "numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl", "tomli": "tomli-2.0.1-py3-none-any.whl"}),
+        ("3.12", {"numpy": "numpy-2.1.0-cp312-cp312-manylinux_2_17_x86_64.whl"}),
     ],
 )  # fmt: skip
 def test_a_target_takes_its_packages_and_files_from_a_universal_closure(
@@ -238,6 +239,15 @@ def test_a_target_takes_its_packages_and_files_from_a_universal_closure(
     # the selection assembles into a valid lock for that target
     text = assemble_lock(selected, pinned=_pins(), inputs=_inputs(), target=Target(python=python))
     assert Pylock.from_dict(tomllib.loads(text)).packages
+
+
+def test_a_closure_that_gives_the_target_an_sdist_is_an_error_naming_it() -> None:
+    closure: dict[str, Any] = dict(UNIVERSAL)
+    closure["packages"] = [
+        {**p, "marker": None} if p["name"] == "sdist-only" else p for p in closure["packages"]
+    ]
+    with pytest.raises(ClosureError, match=r"sdist-only is locked as a source distribution"):
+        select_for_target(Pylock.from_dict(closure), Target(python="3.11"))
 
 
 def test_a_package_with_no_file_for_the_target_is_an_error_naming_the_target() -> None:

@@ -591,3 +591,23 @@ def test_results_2_fixtures_keep_the_documented_shape(name: str) -> None:
 def test_results_2_fixtures_pass_the_packaged_results_schema(name: str) -> None:
     data = json.loads((DATA / "results" / name).read_text())
     jsonschema.Draft202012Validator(PACKAGED_RESULTS).validate(data)
+
+
+@pytest.mark.parametrize(
+    ("installer", "flags"),
+    [("uv", ["--no-build"]), ("pip", ["--only-binary", ":all:", "--require-hashes", "--no-deps"])],
+)
+def test_install_never_builds_a_source_distribution(
+    workdir: Path, capsys: pytest.CaptureFixture[str], installer: str, flags: list[str]
+) -> None:
+    assert lock("--results", "results") == 0
+    capsys.readouterr()
+    combination = "py3.12-default-torch2.10.0-xformers0.0.34"
+    args = [combination, "--allow-unverified", "--installer", installer, "--dry-run"]
+    assert main(["install", *args, "--lock", "compat.lock.json"]) == 0
+    out = capsys.readouterr()
+    commands = [line for line in (out.out + out.err).splitlines() if " install " in line]
+    assert len(commands) == 1, commands
+    words = commands[0].split()
+    for flag in flags:
+        assert flag in words

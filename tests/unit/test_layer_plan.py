@@ -188,7 +188,7 @@ ONE_WHEEL = f'wheels = [{{ url = "https://x/torch-2.5.1-py3-none-any.whl", hashe
         ('lock-version = "1.0"\n', "not a valid PEP 751 lock"),
         (LOCK_HEAD, "not a valid PEP 751 lock (Missing required value in 'packages')"),
         (LOCK_HEAD + "packages = []\n", "the lock has no packages"),
-        (LOCK_HEAD + package("torch", "2.5.1", 'sdist = { url = "https://x/torch-2.5.1.tar.gz", hashes = { sha256 = "' + SHA_A + '" } }'), "has 0 wheel(s); a target's lock must pin exactly one wheel"),
+        (LOCK_HEAD + package("torch", "2.5.1", 'sdist = { url = "https://x/torch-2.5.1.tar.gz", hashes = { sha256 = "' + SHA_A + '" } }'), "torch is locked as a source distribution"),
         (LOCK_HEAD + package("torch", "2.5.1", TWO_WHEELS), "has 2 wheel(s)"),
         (LOCK_HEAD + package("torch", "2.5.1", ONE_WHEEL.replace("sha256", "md5")), "has no sha256 hash; re-resolve with --generate-hashes"),
         (LOCK_HEAD + package("torch", "2.5.1", ONE_WHEEL.replace("torch-2.5.1-", "sympy-1.0-")), "not a valid PEP 751 lock (Name in 'sympy-1.0-py3-none-any.whl' is not consistent"),

@@ -29,11 +29,11 @@ NUMPY = f"""
 name = "numpy"
 version = "2.1.0"
 [[packages.wheels]]
-url = "http://h/files/numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl"
+url = "https://h/files/numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl"
 size = 10
 hashes = {{ sha256 = "{SHA_A}" }}
 [[packages.wheels]]
-url = "http://h/files/numpy-2.1.0-cp312-cp312-manylinux_2_17_x86_64.whl"
+url = "https://h/files/numpy-2.1.0-cp312-cp312-manylinux_2_17_x86_64.whl"
 hashes = {{ sha256 = "{SHA_B}" }}
 """
 SDIST = f"""
@@ -48,7 +48,7 @@ LOCAL = f"""
 name = "torch"
 version = "2.5.1+cu121"
 [[packages.wheels]]
-url = "http://h/cu121/torch-2.5.1%2Bcu121-cp311-cp311-linux_x86_64.whl"
+url = "https://h/cu121/torch-2.5.1%2Bcu121-cp311-cp311-linux_x86_64.whl"
 hashes = {{ sha256 = "{SHA_A}" }}
 [[packages.wheels]]
 path = "wheels/torch-2.5.1+cu121-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -70,19 +70,74 @@ def test_a_lock_that_is_not_pep_751_is_an_error_naming_the_file(text: str, probl
 
 
 def test_packages_are_typed_records_with_every_file() -> None:
-    locked = packages(read_lock(HEAD + NUMPY + SDIST, source="t"))
-    assert [p.name for p in locked] == ["numpy", "sdist-only"]
-    numpy, sdist = locked
+    (numpy,) = packages(read_lock(HEAD + NUMPY, source="t"))
     assert numpy.archive == LockedArchive(
         kind="wheel",
-        url="http://h/files/numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl",
+        url="https://h/files/numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl",
         sha256=SHA_A,
         size=10,
     )
     assert len(numpy.wheels) == 2
-    assert sdist.marker == 'python_version < "3.12"'
-    assert sdist.archive is not None and sdist.archive.kind == "sdist"
-    assert sdist.archive.filename == "sdist-only-1.0.tar.gz"
+
+
+def _wheel_at(url: str) -> str:
+    return f"""
+[[packages]]
+name = "x"
+version = "1.0"
+wheels = [{{ url = "{url}", hashes = {{ sha256 = "{SHA_A}" }} }}]
+"""
+
+
+INSTALLABLE_URLS = [
+    "https://h/x-1.0-py3-none-any.whl",
+    "file:///wheels/x-1.0-py3-none-any.whl",
+    "http://127.0.0.1:8080/x-1.0-py3-none-any.whl",
+    "http://localhost/x-1.0-py3-none-any.whl",
+    "http://[::1]:9/x-1.0-py3-none-any.whl",
+]
+REFUSED = [
+    (
+        SDIST.replace("marker = \"python_version < '3.12'\"\n", ""),
+        "sdist-only is locked as a source distribution (sdist-only-1.0.tar.gz)",
+    ),
+    (
+        _wheel_at("http://h/x-1.0-py3-none-any.whl"),
+        "x's file 'http://h/x-1.0-py3-none-any.whl' is not on https://",
+    ),
+    (
+        _wheel_at("http://user:secret@h/x-1.0-py3-none-any.whl"),
+        "x's file 'http://user:***@h/x-1.0-py3-none-any.whl' is not on https://",
+    ),
+    (
+        _wheel_at("ftp://h/x-1.0-py3-none-any.whl"),
+        "x's file 'ftp://h/x-1.0-py3-none-any.whl' is not on https://",
+    ),
+    (
+        _wheel_at("http://127.0.0.1.example/x-1.0-py3-none-any.whl"),
+        "x's file 'http://127.0.0.1.example/x-1.0-py3-none-any.whl' is not on https://",
+    ),
+]
+
+
+@pytest.mark.parametrize("url", INSTALLABLE_URLS)
+def test_files_on_https_file_or_loopback_are_read(url: str) -> None:
+    lock = read_lock(HEAD + _wheel_at(url), source="lock.toml")
+    assert [p.archive.url for p in packages(lock) if p.archive] == [url]
+    assert [
+        p.archive.url for p in select(lock, Target(python="3.11"), source="t") if p.archive
+    ] == [url]
+
+
+@pytest.mark.parametrize(("text", "problem"), REFUSED)
+def test_sdists_and_files_over_plain_http_are_refused_by_every_reader(
+    text: str, problem: str
+) -> None:
+    lock = read_lock(HEAD + text, source="lock.toml")
+    with pytest.raises(PylockError, match="^" + re.escape(f"lock.toml: {problem}")):
+        packages(lock, source="lock.toml")
+    with pytest.raises(PylockError, match="^" + re.escape(f"lock.toml: {problem}")):
+        select(lock, Target(python="3.11"), source="lock.toml")
 
 
 def test_a_file_s_name_is_its_unquoted_url_or_path_and_a_path_lies_beside_the_lock() -> None:
@@ -100,14 +155,14 @@ def test_a_file_s_name_is_its_unquoted_url_or_path_and_a_path_lies_beside_the_lo
 @pytest.mark.parametrize(
     ("python", "expected"),
     [
-        ("3.11", {"numpy": "numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl", "sdist-only": "sdist-only-1.0.tar.gz"}),
+        ("3.11", {"numpy": "numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl"}),
         ("3.12", {"numpy": "numpy-2.1.0-cp312-cp312-manylinux_2_17_x86_64.whl"}),
     ],
 )  # fmt: skip
 def test_a_target_selects_its_packages_each_with_one_file(
     python: str, expected: dict[str, str]
 ) -> None:
-    lock = read_lock(HEAD + NUMPY + SDIST, source="t")
+    lock = read_lock(HEAD + NUMPY, source="t")
     chosen = select(lock, Target(python=python), source="t")
     assert {p.name: p.archive.filename for p in chosen if p.archive} == expected
 
@@ -133,12 +188,12 @@ def test_tool_table(tool: str, expected: dict[str, str] | None) -> None:
 
 def test_assemble_writes_a_valid_lock_that_reads_back_to_the_same_records() -> None:
     wheel = LockedArchive(
-        kind="wheel", name="x-1.0-py3-none-any.whl", url="http://h/x.whl", sha256=SHA_A, size=3
+        kind="wheel", name="x-1.0-py3-none-any.whl", url="https://h/x.whl", sha256=SHA_A, size=3
     )
-    sdist = LockedArchive(kind="sdist", url="http://h/y-2.0.tar.gz", sha256=SHA_B)
+    local = LockedArchive(kind="wheel", path="wheels/y-2.0-py3-none-any.whl", sha256=SHA_B)
     locked = [
         LockedPackage(name="x", version="1.0", wheels=(wheel,)),
-        LockedPackage(name="y", version="2.0", sdist=sdist),
+        LockedPackage(name="y", version="2.0", wheels=(local,)),
     ]
     text = assemble(
         locked, requires_python="==3.11.*", tool={"t": {"k": "v"}}, header=["made here"]
