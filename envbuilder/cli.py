@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import Sequence
 
 from envbuilder import __version__
@@ -81,6 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"envbuilder {args.command}: error: {redact_text(str(e))}", file=sys.stderr)
         return e.return_code
     except KeyboardInterrupt:
-        print("envbuilder: interrupted", file=sys.stderr)
+        print("envbuilder: interrupted; nothing more was written", file=sys.stderr)
+        main_thread = threading.main_thread()
+        if any(t is not main_thread and not t.daemon for t in threading.enumerate()):
+            # Worker threads may sit in a network read for up to its timeout, and the
+            # interpreter would wait for them at exit: leave now. Every file is written
+            # atomically, so none is left half-written.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         return 130
     return rc

@@ -97,7 +97,11 @@ def run(args: argparse.Namespace) -> int:
             ) as step,
             progress,
         ):
-            results = resolver.resolve(selected)
+            try:
+                results = resolver.resolve(selected)
+            except KeyboardInterrupt:
+                client.cancel()  # requests still in flight fail at their next step
+                raise
             if any(r.status == "error" for r in results):
                 step.fail()
         downloaded, requests_made = client.bytes_downloaded, client.requests_made

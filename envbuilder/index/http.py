@@ -17,19 +17,20 @@ import hashlib
 import logging
 import re
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
+import urllib3
 from cachecontrol import CacheControlAdapter
 from cachecontrol.caches import FileCache
 from cachecontrol.controller import CacheController
 from cachecontrol.heuristics import BaseHeuristic
 from requests.adapters import HTTPAdapter
 from urllib3 import HTTPResponse
-from urllib3.util.retry import Retry
 
 from envbuilder import __version__
 from envbuilder.credentials import Credentials
@@ -51,6 +52,15 @@ _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 class HttpNotFound(IndexError_):
     """The server answered 404 or 410: the resource does not exist."""
+
+
+class _Transient(Exception):
+    """A body that broke off mid-stream (reset, shorter than its Content-Length): retried."""
+
+
+_T = TypeVar("_T")
+#: failures before a response that may pass: retried
+_TRANSIENT = (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,7 +142,16 @@ class _CachingGate(CacheControlAdapter, _NetworkGate):
 
 
 class HttpClient:
-    """One HTTP session for every index request of a run; safe to share between threads."""
+    """One HTTP session for every index request of a run; safe to share between threads.
+
+    Every request is retried the same way, whether it failed at the connection,
+    the status line (429, 5xx, honouring Retry-After) or in the middle of the
+    body (a reset, a body shorter than its Content-Length): up to ``retries``
+    more attempts with exponential backoff, within ``url_budget`` seconds for
+    the URL in all. A URL that still fails is remembered: asking for it again
+    in the same run fails at once with the same message. `cancel` (Ctrl-C)
+    makes every request in flight or to come fail at its next step.
+    """
 
     def __init__(
         self,
@@ -143,6 +162,7 @@ class HttpClient:
         retries: int = 4,
         timeout: float = 30,
         backoff_factor: float = 0.5,
+        url_budget: float = 90,
         page_ttl: int = 600,
         max_workers: int = 8,
         credentials: Credentials | None = None,
@@ -151,25 +171,20 @@ class HttpClient:
         self.credentials = credentials or Credentials()
         self.offline = offline
         self.timeout = timeout
+        self.retries = retries
+        self.backoff_factor = backoff_factor
+        self.url_budget = url_budget
         self.max_workers = max_workers
         self._counters = _Counters()
         self._verify: bool | str = ca_bundle if ca_bundle else True
-        retry = Retry(
-            total=retries,
-            connect=retries,
-            read=retries,
-            status=retries,
-            backoff_factor=backoff_factor,
-            status_forcelist=sorted(RETRY_STATUSES),
-            allowed_methods=frozenset({"GET", "HEAD"}),
-            respect_retry_after_header=True,
-            raise_on_status=False,
-        )
+        self._failed: dict[str, str] = {}
+        self._failed_lock = threading.Lock()
+        self._cancelled = threading.Event()
         pool = max(10, max_workers)
         gate_kwargs: dict[str, Any] = {
             "counters": self._counters,
             "offline": offline,
-            "max_retries": retry,
+            "max_retries": 0,  # retried here, body reads included, under one time budget
             "pool_connections": pool,
             "pool_maxsize": pool,
         }
@@ -197,7 +212,7 @@ class HttpClient:
 
     @property
     def requests_made(self) -> int:
-        """Requests sent over the network (cache hits not included; retries count once)."""
+        """Requests sent over the network (cache hits not included; each attempt counts)."""
         return self._counters.requests_made
 
     @property
@@ -215,56 +230,111 @@ class HttpClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def cancel(self) -> None:
+        """Stop: requests in flight fail at their next step, new ones at once (Ctrl-C)."""
+        self._cancelled.set()
+
     # -- requests ---------------------------------------------------------------------------
 
-    def _send(
-        self, session: requests.Session, url: str, headers: Mapping[str, str] | None
-    ) -> requests.Response:
-        try:
-            return session.get(
-                url,
-                headers=dict(headers or {}),
-                auth=self.credentials.for_url(url),
-                timeout=self.timeout,
-                verify=self._verify,
-                stream=True,
+    def _retrying(
+        self,
+        session: requests.Session,
+        url: str,
+        headers: Mapping[str, str] | None,
+        read: Callable[[requests.Response], _T],
+        *,
+        keep_open: bool = False,
+    ) -> _T:
+        """``read`` of a response to GET ``url``, each failure that may pass retried.
+
+        ``read`` raises `_Transient` for a body that broke off; `IndexError_` for
+        an answer that retrying cannot change (404, 403, a bad page). The response
+        is closed after ``read`` unless ``keep_open`` (``read`` returns it to stream).
+        """
+        shown = self.credentials.show(url)
+        with self._failed_lock:
+            earlier = self._failed.get(url)
+        if earlier is not None:
+            raise IndexError_(f"{earlier} (failed earlier in this run; not asked again)")
+        started = time.monotonic()
+        deadline = started + self.url_budget
+        attempts = 0
+        while True:
+            self._check_cancelled(shown)
+            attempts += 1
+            retry_after: float | None = None
+            timeout = max(0.1, min(self.timeout, deadline - time.monotonic()))
+            try:
+                resp = session.get(
+                    url,
+                    headers=dict(headers or {}),
+                    auth=self.credentials.for_url(url),
+                    timeout=timeout,
+                    verify=self._verify,
+                    stream=True,
+                )
+            except _TRANSIENT as e:
+                problem = f"GET {shown!r} failed: {_cause(e)}"
+            except requests.exceptions.RequestException as e:
+                raise IndexError_(f"GET {shown!r} failed: {_cause(e)}") from e
+            else:
+                handed_over = False
+                try:
+                    if resp.status_code not in RETRY_STATUSES:
+                        result = read(resp)
+                        handed_over = keep_open
+                        return result
+                    problem = _status_message(shown, resp)
+                    retry_after = _retry_after(resp)
+                except _Transient as e:
+                    problem = f"GET {shown!r}: reading the body failed: {e}"
+                finally:
+                    if not handed_over:
+                        resp.close()
+            self._check_cancelled(shown)
+            wait = (
+                retry_after
+                if retry_after is not None
+                else self.backoff_factor * 2 ** (attempts - 1)
             )
-        except requests.exceptions.RetryError as e:
-            raise IndexError_(
-                f"GET {self.credentials.show(url)!r} failed after retries: {_cause(e)}"
-            ) from e
-        except requests.exceptions.RequestException as e:
-            raise IndexError_(f"GET {self.credentials.show(url)!r} failed: {_cause(e)}") from e
+            if attempts > self.retries or time.monotonic() + wait >= deadline:
+                break
+            logger.debug("%s; retrying in %.1f s", problem, wait)
+            if self._cancelled.wait(wait):
+                self._check_cancelled(shown)
+        elapsed = time.monotonic() - started
+        message = f"{problem} (after retries: {attempts} attempt(s) in {elapsed:.1f} s)"
+        with self._failed_lock:
+            self._failed[url] = message
+        raise IndexError_(message)
+
+    def _check_cancelled(self, shown: str) -> None:
+        if self._cancelled.is_set():
+            raise IndexError_(f"GET {shown!r}: interrupted")
 
     def _read_body(self, resp: requests.Response) -> bytes:
         try:
             content = resp.content
-        except requests.exceptions.RequestException as e:
-            raise IndexError_(
-                f"GET {self.credentials.show(resp.url)!r}: reading the body failed: {_cause(e)}"
-            ) from e
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as e:
+            raise _Transient(_body_cause(e)) from e
         if not getattr(resp, "from_cache", False):
             tell = getattr(resp.raw, "tell", None)
             transferred = int(tell()) if callable(tell) else 0
             self._counters.add_bytes(transferred or len(content))
         return content
 
+    def _refuse_status(self, url: str, resp: requests.Response, what: str = "") -> None:
+        shown = self.credentials.show(url)
+        if resp.status_code in (404, 410):
+            raise HttpNotFound(f"GET {shown!r}{what}: HTTP {resp.status_code} (not found)")
+        if resp.status_code >= 400:
+            raise IndexError_(_status_message(shown, resp))
+
     def get(self, url: str, *, headers: Mapping[str, str] | None = None) -> HttpResponse:
         """GET a whole resource through the cache; 404/410 raise `HttpNotFound`, other errors `IndexError_`."""
-        resp = self._send(self._session, url, headers)
-        with resp:
-            if resp.status_code in (404, 410):
-                raise HttpNotFound(
-                    f"GET {self.credentials.show(url)!r}: HTTP {resp.status_code} (not found)"
-                )
-            if resp.status_code >= 400:
-                raise IndexError_(
-                    _status_message(
-                        self.credentials.show(url),
-                        resp,
-                        retried=resp.status_code in RETRY_STATUSES,
-                    )
-                )
+
+        def read(resp: requests.Response) -> HttpResponse:
+            self._refuse_status(url, resp)
             content = self._read_body(resp)
             from_cache = bool(getattr(resp, "from_cache", False))
             logger.debug(
@@ -282,69 +352,60 @@ class HttpClient:
                 from_cache=from_cache,
             )
 
+        return self._retrying(self._session, url, headers, read)
+
     def _range(self, url: str, spec: str) -> tuple[bytes, int, int]:
         """One Range request; returns (body, first byte offset, total size)."""
         headers = {"Range": f"bytes={spec}", "Accept-Encoding": "identity"}
-        resp = self._send(self._range_session, url, headers)
-        with resp:
-            if resp.status_code in (404, 410):
-                raise HttpNotFound(
-                    f"GET {self.credentials.show(url)!r} (Range {spec}): HTTP {resp.status_code} (not found)"
-                )
+        shown = self.credentials.show(url)
+
+        def read(resp: requests.Response) -> tuple[bytes, int, int]:
+            self._refuse_status(url, resp, f" (Range {spec})")
             if resp.status_code == 200:
                 # Closing without reading: a server that ignores Range would send the whole file.
                 raise IndexError_(
-                    f"GET {self.credentials.show(url)!r}: the server ignored the Range header (HTTP 200 instead of 206); "
-                    "refusing to download the whole file - use an index that supports range "
-                    "requests or serves PEP 658 metadata"
+                    f"GET {shown!r}: the server ignored the Range header (HTTP 200 instead of "
+                    "206); refusing to download the whole file - use an index that supports "
+                    "range requests or serves PEP 658 metadata"
                 )
             if resp.status_code != 206:
-                raise IndexError_(
-                    _status_message(
-                        self.credentials.show(url),
-                        resp,
-                        retried=resp.status_code in RETRY_STATUSES,
-                    )
-                )
+                raise IndexError_(_status_message(shown, resp))
             match = _CONTENT_RANGE.fullmatch(resp.headers.get("content-range", "").strip())
             if match is None or match.group(3) == "*":
                 raise IndexError_(
-                    f"GET {self.credentials.show(url)!r}: HTTP 206 with an unusable Content-Range "
+                    f"GET {shown!r}: HTTP 206 with an unusable Content-Range "
                     f"{resp.headers.get('content-range')!r}"
                 )
             body = self._read_body(resp)
             start, end, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
             if len(body) != end - start + 1:
                 raise IndexError_(
-                    f"GET {self.credentials.show(url)!r}: Content-Range says {end - start + 1} bytes, got {len(body)}"
+                    f"GET {shown!r}: Content-Range says {end - start + 1} bytes, got {len(body)}"
                 )
             return body, start, total
 
+        return self._retrying(self._range_session, url, headers, read)
+
     def stream(self, url: str, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
         """GET a whole file in chunks, past the HTTP cache (wheels are too big to keep
-        twice); retried, verified with the CA bundle and refused offline like every request."""
-        resp = self._send(self._range_session, url, None)
-        with resp:
-            if resp.status_code in (404, 410):
-                raise HttpNotFound(
-                    f"GET {self.credentials.show(url)!r}: HTTP {resp.status_code} (not found)"
-                )
+        twice); the status line is retried (a body that breaks off is the caller's to
+        retry: it has the chunks), verified with the CA bundle and refused offline."""
+        shown = self.credentials.show(url)
+
+        def opened(resp: requests.Response) -> requests.Response:
+            self._refuse_status(url, resp)
             if resp.status_code != 200:
-                raise IndexError_(
-                    _status_message(
-                        self.credentials.show(url),
-                        resp,
-                        retried=resp.status_code in RETRY_STATUSES,
-                    )
-                )
+                raise IndexError_(_status_message(shown, resp))
+            return resp
+
+        resp = self._retrying(self._range_session, url, None, opened, keep_open=True)
+        with resp:
             try:
                 for chunk in resp.iter_content(chunk_size):
                     self._counters.add_bytes(len(chunk))
                     yield chunk
             except requests.exceptions.RequestException as e:
-                raise IndexError_(
-                    f"GET {self.credentials.show(url)!r}: reading the body failed: {_cause(e)}"
-                ) from e
+                raise IndexError_(f"GET {shown!r}: reading the body failed: {_cause(e)}") from e
 
     def get_range(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``start..end`` (inclusive) of ``url``, by an HTTP Range request."""
@@ -353,7 +414,8 @@ class HttpClient:
         body, got_start, _total = self._range(url, f"{start}-{end}")
         if got_start != start:
             raise IndexError_(
-                f"GET {self.credentials.show(url)!r}: asked for bytes from {start}, got from {got_start}"
+                f"GET {self.credentials.show(url)!r}: asked for bytes from {start}, "
+                f"got from {got_start}"
             )
         return body
 
@@ -403,6 +465,27 @@ def _cause(e: BaseException) -> str:
     return str(inner or reason or e)
 
 
-def _status_message(url: str, resp: requests.Response, *, retried: bool) -> str:
-    after = " (after retries)" if retried else ""
-    return f"GET {url!r}: HTTP {resp.status_code} {resp.reason or ''}{after}".rstrip()
+def _body_cause(e: BaseException) -> str:
+    """Why a body broke off, without the exception tuples urllib3 wraps it in."""
+    inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else e
+    if isinstance(inner, urllib3.exceptions.ProtocolError) and inner.args:
+        return str(inner.args[0])
+    return _cause(e)
+
+
+def _status_message(shown: str, resp: requests.Response) -> str:
+    return f"GET {shown!r}: HTTP {resp.status_code} {resp.reason or ''}".rstrip()
+
+
+def _retry_after(resp: requests.Response) -> float | None:
+    """Seconds the server asks to wait (Retry-After: seconds or an HTTP date), if it asks."""
+    value = resp.headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -88,10 +88,10 @@ class Resolver:
         locking = self.settings.locking
         solved = SolvedClosures()
         answers: dict[str, ResolvedCombination] = {}
-        with (
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decide") as deciders,
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lock") as lockers,
-        ):
+        deciders = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decide")
+        lockers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lock")
+        finished = False
+        try:
             decisions: dict[Future[tuple[Decision, ResolvedCombination | None]], tuple[object, ...]]
             decisions = {
                 deciders.submit(self._decide, c): key
@@ -123,6 +123,11 @@ class Resolver:
                     locks.append(lockers.submit(lock, outcomes))
             for done in locks:
                 answers.update((r.id, r) for r in done.result())
+            finished = True
+        finally:
+            # Interrupted (Ctrl-C): cancel what has not started and do not wait for the rest.
+            for pool in (lockers, deciders):
+                pool.shutdown(wait=finished, cancel_futures=not finished)
         return [answers[c.id] for c in combinations]
 
 

@@ -11,22 +11,32 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.integration.test_resolver import (  # the resolver's wheels and index layout
+from envbuilder.errors import IndexError_
+from envbuilder.index.http import HttpClient
+from envbuilder.index.simple import fetch_project_page
+from tests.integration.conftest import ClientFactory, ServerFactory, WheelFactory
+from tests.integration.test_resolver import (  # the resolver's wheels, index layout and runner
     OK,
     PER_CUDA,
     Wheels,
+    _matrix,
     _server,
+    resolve,
     uv,
     wheels,
 )
+from tests.support.index_server import PageFault
 
-__all__ = ["uv", "wheels"]  # fixtures, used by name
+__all__ = ["resolve", "uv", "wheels"]  # fixtures, used by name
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-Pa55"
@@ -111,3 +121,113 @@ def test_credentials_authenticate_but_are_never_written_or_shown(
         assert not re.search(rb"user:(?!\*\*\*@)", data), f"{path} carries userinfo"
     assert given not in proc.stdout
     assert given not in proc.stderr
+
+
+# -- body reads are retried -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", ["cut", "reset"])
+@pytest.mark.parametrize("fmt", ["json", "html"])
+def test_a_body_broken_off_mid_stream_is_retried(
+    wheel_factory: WheelFactory,
+    index_server: ServerFactory,
+    http_client: ClientFactory,
+    fault: PageFault,
+    fmt: str,
+) -> None:
+    six = wheel_factory("six", "1.16.0")
+    server = index_server({"six": [six]}, format=fmt)
+    server.break_next(2, fault)
+    page = fetch_project_page(http_client(retries=3), server.index_url("simple"), "six")
+    assert [f.filename for f in page.files] == [six.filename]
+    assert server.stats.paths().count("/simple/six/") == 3
+
+
+def test_a_body_that_always_breaks_off_is_an_error_after_the_retries(
+    wheel_factory: WheelFactory, index_server: ServerFactory, http_client: ClientFactory
+) -> None:
+    server = index_server({"six": [wheel_factory("six", "1.16.0")]})
+    server.break_next(10, "cut")
+    with pytest.raises(IndexError_, match=r"reading the body failed.*after retries: 3 attempt"):
+        fetch_project_page(http_client(retries=2), server.index_url("simple"), "six")
+    assert server.stats.paths().count("/simple/six/") == 3
+
+
+# -- a hung index -----------------------------------------------------------------------------
+
+
+def test_a_hung_url_costs_its_time_budget_once_per_run(
+    wheel_factory: WheelFactory, index_server: ServerFactory, http_client: ClientFactory
+) -> None:
+    server = index_server({"six": [wheel_factory("six", "1.16.0")]})
+    server.delay_next(100, 5.0)
+    client = http_client(retries=4, timeout=0.3, url_budget=1.0)
+    started = time.monotonic()
+    with pytest.raises(IndexError_, match=r"after retries"):
+        fetch_project_page(client, server.index_url("simple"), "six")
+    first = time.monotonic() - started
+    assert first < 2.0  # bounded by the budget, not 5 attempts x timeout + backoff
+    asked = server.stats.arrivals
+    started = time.monotonic()
+    with pytest.raises(IndexError_, match=r"failed earlier in this run; not asked again"):
+        fetch_project_page(client, server.index_url("simple"), "six")
+    assert time.monotonic() - started < 0.1
+    assert server.stats.arrivals == asked
+
+
+def test_a_hung_index_fails_each_combination_that_needs_it_once(
+    wheels: Wheels, tmp_path: Path, resolve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    defaults = HttpClient.__init__.__kwdefaults__
+    assert defaults is not None
+    monkeypatch.setitem(defaults, "timeout", 0.3)
+    monkeypatch.setitem(defaults, "url_budget", 1.0)
+    with _server(wheels) as server:
+        server.delay_next(1000, 5.0)
+        matrix = _matrix(tmp_path, server.index_url("simple"), server.index_url("whl") + "/{cuda}")
+        started = time.monotonic()
+        run = resolve(matrix, OK, "py3.11-cu121-torch2.4.1-xformers0.0.26.post1")
+        took = time.monotonic() - started
+        torch_page_asks = server.stats.arrivals
+    assert run.rc == 1
+    reasons = [c["reason"] for c in run.doc["combinations"]]
+    assert len(reasons) == 2
+    for reason in reasons:
+        assert server.index_url("simple") + "/" in reason
+    assert took < 5.0  # one budget for the shared page, not one per combination
+    assert torch_page_asks <= 5
+
+
+def test_ctrl_c_stops_a_run_on_a_hung_index_at_once_writing_nothing(
+    wheels: Wheels, tmp_path: Path, uv: str
+) -> None:
+    with _server(wheels) as server:
+        server.delay_next(1000, 60.0)
+        matrix = _matrix(tmp_path, server.index_url("simple"), server.index_url("whl") + "/{cuda}")
+        out = tmp_path / "locks"
+        argv = ["resolve", "--matrix", str(matrix), "--out", str(out), "--json"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "envbuilder", *argv, "--cache-dir", str(tmp_path / "c")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "PIP_CONFIG_FILE": os.devnull},
+            cwd=tmp_path,
+        )
+        deadline = time.monotonic() + 60
+        while server.stats.arrivals < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.stats.arrivals >= 2, "resolve never reached the index"
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        try:
+            stdout, stderr = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        took = time.monotonic() - sent
+    assert took < 2.0, f"took {took:.1f} s to stop"
+    assert proc.returncode == 130
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert stdout == ""
+    assert not out.exists() or not any(out.iterdir())

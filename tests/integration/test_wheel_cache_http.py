@@ -56,7 +56,10 @@ def _cache(root: Path, *, offline: bool = False) -> WheelCache:
 
 @pytest.mark.parametrize(
     ("failures", "status", "problem"),
-    [(1, 404, "HTTP 404 (not found)"), (3, 503, "HTTP 503 Service Unavailable (after retries)")],
+    [
+        (1, 404, "HTTP 404 (not found)"),
+        (3, 503, "HTTP 503 Service Unavailable (after retries: 3 attempt(s)"),
+    ],
 )
 def test_an_http_failure_leaves_nothing_behind(
     tmp_path: Path,

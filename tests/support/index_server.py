@@ -16,7 +16,8 @@ one), ``advertise_metadata`` (PEP 658/714 keys on the page),
 ``etag`` (ETag / Last-Modified validators and 304s), ``cache_control``
 (the header on pages; None for none), ``fail_next(n, status, retry_after)``
 (the next n requests answer that status), ``delay_next(n, seconds)`` and
-``basic_auth`` ((user, password): every request without them gets 401).
+``basic_auth`` ((user, password): every request without them gets 401) and
+``break_next(n, fault)``: the next n project pages come back broken (`PageFault`).
 
 Pages live at ``/<prefix>/<project>/``; files at ``/<prefix>/files/<filename>``
 (HTML links are relative, JSON links absolute).
@@ -29,6 +30,8 @@ import hashlib
 import html
 import json
 import re
+import socket
+import struct
 import threading
 import time
 import urllib.parse
@@ -41,7 +44,20 @@ from packaging.utils import canonicalize_name
 
 from tests.support.wheels import BuiltWheel
 
-__all__ = ["IndexServer", "IndexedFile", "RequestRecord", "ServerStats"]
+__all__ = ["IndexServer", "IndexedFile", "PageFault", "RequestRecord", "ServerStats"]
+
+#: How `IndexServer.break_next` breaks a project page:
+#: "portal" - HTTP 200 HTML of a login page (links, none to a file);
+#: "blank" - HTTP 200 HTML with no links at all (an error page served as 200);
+#: "short-length" - the page cut to half, with a Content-Length that says so;
+#: "cut" - Content-Length of the whole page, half of it sent, then the connection closed;
+#: "reset" - as "cut", but the connection is reset (RST).
+PageFault = Literal["portal", "blank", "short-length", "cut", "reset"]
+_PORTAL = (
+    b"<!DOCTYPE html><html><head><title>Sign in to the network</title></head><body>"
+    b'<a href="/login">Sign in</a> <a href="/terms">Terms</a></body></html>'
+)
+_BLANK = b"<!DOCTYPE html><html><body><p>Service temporarily unavailable</p></body></html>"
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 HTML_TYPE = "application/vnd.pypi.simple.v1+html"
@@ -125,6 +141,7 @@ class IndexServer:
         self._indexes: dict[str, dict[str, list[IndexedFile]]] = {}
         self._failures: list[tuple[int, int | None]] = []
         self._delays: list[float] = []
+        self._page_faults: list[PageFault] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._server.daemon_threads = True
@@ -152,6 +169,15 @@ class IndexServer:
         """The next ``count`` requests wait ``seconds`` before answering (client timeouts)."""
         with self._lock:
             self._delays += [seconds] * count
+
+    def break_next(self, count: int, fault: PageFault) -> None:
+        """The next ``count`` project page requests come back broken in the way ``fault`` says."""
+        with self._lock:
+            self._page_faults += [fault] * count
+
+    def _take_page_fault(self) -> PageFault | None:
+        with self._lock:
+            return self._page_faults.pop(0) if self._page_faults else None
 
     def _take_delay(self) -> float:
         with self._lock:
@@ -228,7 +254,11 @@ class IndexServer:
         return json.dumps(doc).encode()
 
     def render_html(self, prefix: str, project: str) -> bytes:
-        lines = ["<!DOCTYPE html>", "<html><body>", f"<h1>Links for {html.escape(project)}</h1>"]
+        lines = [
+            "<!DOCTYPE html>",
+            '<html><head><meta name="pypi:repository-version" content="1.0"></head><body>',
+            f"<h1>Links for {html.escape(project)}</h1>",
+        ]
         for entry in self._indexes[prefix][project]:
             w = entry.wheel
             attrs = [f'href="../files/{urllib.parse.quote(w.filename)}#sha256={w.sha256}"']
@@ -343,6 +373,11 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
             if project not in server._indexes[prefix]:
                 self._finish(404, b"no such project\n", {}, send_body=send_body)
                 return
+            fault = server._take_page_fault()
+            if fault in ("portal", "blank"):
+                body = _PORTAL if fault == "portal" else _BLANK
+                self._finish(200, body, {"Content-Type": "text/html"}, send_body=send_body)
+                return
             fmt = server.format
             if fmt == "auto":
                 fmt = "json" if _wants_json(self.headers.get("Accept", "")) else "html"
@@ -353,7 +388,36 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
             headers = {"Content-Type": ctype, "Vary": "Accept"}
             if server.cache_control is not None:
                 headers["Cache-Control"] = server.cache_control
+            if fault == "short-length":
+                body = body[: len(body) // 2]
+            elif fault in ("cut", "reset"):
+                self._break_off(body, headers, reset=fault == "reset")
+                return
             self._validated(body, headers, send_body=send_body)
+
+        def _break_off(self, body: bytes, headers: Mapping[str, str], *, reset: bool) -> None:
+            """Promise the whole body, send half of it, and drop the connection."""
+            server.stats.record(
+                RequestRecord(
+                    method=self.command,
+                    path=self.path,
+                    status=200,
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                    body_bytes=len(body) // 2,
+                )
+            )
+            self.send_response(200)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            if reset:  # SO_LINGER 0: close sends RST instead of FIN
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+            self.close_connection = True
 
         def _validated(self, body: bytes, headers: dict[str, str], *, send_body: bool) -> None:
             if server.etag:
