@@ -435,7 +435,7 @@ def test_torch_cpu_combination_installs_with_uv_and_pip(tmp_path: Path) -> None:
         pytest.skip("no torch 2.13.0 wheel in pip's configured find-links")
     req = tmp_path / "torch.in"
     req.write_text("torch==2.13.0\n")
-    uv_args = [a for d in links for a in ("--find-links", d)] + [str(req)]
+    uv_args = [a for d in links for a in ("--find-links", d)] + ["--only-binary", ":all:", str(req)]
     lock = make_repo(
         tmp_path / "repo", {"py3.11-cpu-torch2.13.0": uv_args}, {"py3.11-cpu-torch2.13.0"}
     )
