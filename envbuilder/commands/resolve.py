@@ -115,6 +115,12 @@ def run(args: argparse.Namespace) -> int:
         except InputError as e:
             reporter.line(f"note: not keeping earlier results: {e}")
     fresh = {r.id: r for r in results}
+    for cid, result in list(fresh.items()):
+        # An error is no answer: it never replaces an earlier one (the index may be down).
+        earlier = previous.get(cid)
+        if result.status == "error" and earlier is not None and earlier.status != "error":
+            reporter.line(f"note: {cid}: kept the earlier {earlier.status} answer after this error")
+            del fresh[cid]
     merged = tuple(
         fresh.get(c.id) or previous[c.id]
         for c in matrix.combinations

@@ -190,9 +190,11 @@ class HttpClient:
         }
         self._session = requests.Session()
         self._session.headers["User-Agent"] = f"envbuilder/{__version__}"
+        self._cache: FileCache | None = None
         if cache_dir is not None:
+            self._cache = FileCache(str(cache_dir / "http"))
             adapter: HTTPAdapter = _CachingGate(
-                cache=FileCache(str(cache_dir / "http")),
+                cache=self._cache,
                 heuristic=_KeepUnvalidated(page_ttl),
                 controller_class=_OfflineController if offline else None,
                 **gate_kwargs,
@@ -233,6 +235,11 @@ class HttpClient:
     def cancel(self) -> None:
         """Stop: requests in flight fail at their next step, new ones at once (Ctrl-C)."""
         self._cancelled.set()
+
+    def forget(self, url: str) -> None:
+        """Drop ``url``'s cached response: what it said turned out not to be usable."""
+        if self._cache is not None:
+            self._cache.delete(CacheController.cache_url(url))
 
     # -- requests ---------------------------------------------------------------------------
 

@@ -171,6 +171,9 @@ def parse_json_page(
             raise IndexError_(f"{page_url!r}: not a valid PEP 691 JSON page ({e})") from e
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         raise IndexError_(f"{page_url!r}: PEP 691 JSON page without a 'files' list")
+    meta = data.get("meta")
+    if not isinstance(meta, dict) or not isinstance(meta.get("api-version"), str):
+        raise IndexError_(f"{page_url!r}: PEP 691 JSON page without meta.api-version")
     files: list[DistributionFile] = []
     for entry in data["files"]:
         if not isinstance(entry, dict) or "filename" not in entry or "url" not in entry:
@@ -214,6 +217,8 @@ class _AnchorCollector(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.base: str | None = None
+        self.repository_version: str | None = None  # PEP 629's pypi:repository-version
+        self.links_for = False  # the "Links for <project>" heading of PEP 503 pages
         self.anchors: list[tuple[dict[str, str | None], str]] = []
         self._current: dict[str, str | None] | None = None
         self._text: list[str] = []
@@ -221,6 +226,8 @@ class _AnchorCollector(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "base" and self.base is None:
             self.base = dict(attrs).get("href")
+        elif tag == "meta" and dict(attrs).get("name") == "pypi:repository-version":
+            self.repository_version = dict(attrs).get("content")
         elif tag == "a":
             self._flush()
             self._current = dict(attrs)
@@ -231,6 +238,8 @@ class _AnchorCollector(HTMLParser):
             self._flush()
 
     def handle_data(self, data: str) -> None:
+        if data.strip().lower().startswith("links for "):
+            self.links_for = True
         if self._current is not None:
             self._text.append(data)
 
@@ -265,6 +274,12 @@ def parse_html_page(
     document: bytes | str, *, page_url: str, project: str | None = None
 ) -> ProjectPage:
     """A PEP 503 HTML page; with ``project``, keeps only that project's files (flat pages)."""
+    return _parse_html(document, page_url=page_url, project=project)[0]
+
+
+def _parse_html(
+    document: bytes | str, *, page_url: str, project: str | None
+) -> tuple[ProjectPage, _AnchorCollector]:
     text = document.decode("utf-8", errors="replace") if isinstance(document, bytes) else document
     parser = _AnchorCollector()
     parser.feed(text)
@@ -298,7 +313,37 @@ def parse_html_page(
             )
         )
     name = wanted or canonicalize_name(project or _last_path_segment(page_url))
-    return ProjectPage(name=name, url=page_url, files=tuple(files), versions=_versions_from(files))
+    page = ProjectPage(name=name, url=page_url, files=tuple(files), versions=_versions_from(files))
+    return page, parser
+
+
+def _check_simple_html(
+    document: bytes, page: ProjectPage, parser: _AnchorCollector, *, page_url: str
+) -> None:
+    """Refuse an HTML answer that is not a whole Simple API project page.
+
+    A captive portal or an error page served with HTTP 200 lists no files (or
+    links that are not files); a body cut short by a wrong Content-Length lacks
+    the closing ``</html>`` every index writes. Read as pages they would say
+    "not on the index"; refused, they are an error naming the URL.
+    """
+    if b"</html" not in document[-4096:].lower():
+        raise IndexError_(
+            f"{page_url!r}: the page ends before </html> (a truncated response?); "
+            "not reading it as the index's list of files"
+        )
+    if parser.anchors and not any(_parse_filename(f.filename) for f in page.files):
+        raise IndexError_(
+            f"{page_url!r}: HTTP 200 but not an index page: none of its "
+            f"{len(parser.anchors)} link(s) is a distribution file "
+            "(a login or captive portal page?)"
+        )
+    if not parser.anchors and parser.repository_version is None and not parser.links_for:
+        raise IndexError_(
+            f"{page_url!r}: HTTP 200 but not an index page: no links, no "
+            "pypi:repository-version and no 'Links for' heading (an error or captive "
+            "portal page?)"
+        )
 
 
 def _last_path_segment(url: str) -> str:
@@ -309,12 +354,14 @@ def _last_path_segment(url: str) -> str:
 def parse_project_page(
     content: bytes, *, content_type: str, page_url: str, project: str
 ) -> ProjectPage:
-    """Dispatch on the response's Content-Type, as PEP 691 asks."""
+    """Dispatch on the response's Content-Type, as PEP 691 asks; refuse (`IndexError_`)
+    an answer that is not a whole project page (see `_check_simple_html`)."""
     media = content_type.split(";")[0].strip().lower()
     if media == JSON_TYPE:
         return parse_json_page(content, page_url=page_url, project=project)
     if media in HTML_TYPES or media == "":
-        page = parse_html_page(content, page_url=page_url, project=None)
+        page, parser = _parse_html(content, page_url=page_url, project=None)
+        _check_simple_html(content, page, parser, page_url=page_url)
         return dataclasses.replace(page, name=canonicalize_name(project))
     raise IndexError_(
         f"{page_url!r}: unsupported Content-Type {content_type!r} for a Simple API page "
@@ -385,7 +432,9 @@ def _local_project_page(location: str, project: str) -> ProjectPage:
 def fetch_project_page(client: HttpClient, index_url: str, project: str) -> ProjectPage:
     """The project's page on a Simple API index (or a local directory of wheels).
 
-    A project the index does not have (HTTP 404) gives an empty page.
+    A project the index does not have (HTTP 404) gives an empty page. An answer
+    that is not a project page is an `IndexError_` naming the URL, and is dropped
+    from the HTTP cache so that the next run asks again.
     """
     if is_local(index_url):
         return _local_project_page(index_url, project)
@@ -395,12 +444,18 @@ def fetch_project_page(client: HttpClient, index_url: str, project: str) -> Proj
     except HttpNotFound:
         logger.debug("%s: no project %s (404)", index_url, project)
         return ProjectPage(name=canonicalize_name(project), url=url)
-    page = parse_project_page(
-        response.content,
-        content_type=response.headers.get("content-type", ""),
-        page_url=response.url,
-        project=project,
-    )
+    try:
+        page = parse_project_page(
+            response.content,
+            content_type=response.headers.get("content-type", ""),
+            page_url=response.url,
+            project=project,
+        )
+    except IndexError_:
+        client.forget(url)
+        raise
+    if not page.files:
+        logger.info("%s lists no files for %s", response.url, project)
     return ProjectPage(
         name=page.name,
         url=page.url,

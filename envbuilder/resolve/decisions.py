@@ -234,8 +234,10 @@ class _Steps:
         self.found.notes += ranked.notes
         if not ranked.candidates:
             where = f"index {spec.name!r} ({url})"
+            page = self.evidence.page(url, project, spec.kind)
+            if not page:
+                self.found.notes.append(f"index {spec.name!r} lists no files for {project}")
             if not ranked.rejected:
-                page = self.evidence.page(url, project, spec.kind)
                 raise _Unsatisfiable(_not_on_index(project, version, where, page))
             offered = describe_release(
                 files, project=project, version=version, local_label=local_label

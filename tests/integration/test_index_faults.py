@@ -28,13 +28,14 @@ from tests.integration.test_resolver import (  # the resolver's wheels, index la
     OK,
     PER_CUDA,
     Wheels,
+    _default_projects,
     _matrix,
     _server,
     resolve,
     uv,
     wheels,
 )
-from tests.support.index_server import PageFault
+from tests.support.index_server import IndexServer, PageFault
 
 __all__ = ["resolve", "uv", "wheels"]  # fixtures, used by name
 
@@ -121,6 +122,74 @@ def test_credentials_authenticate_but_are_never_written_or_shown(
         assert not re.search(rb"user:(?!\*\*\*@)", data), f"{path} carries userinfo"
     assert given not in proc.stdout
     assert given not in proc.stderr
+
+
+# -- a page that is not an index page ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "fmt", "problem"),
+    [
+        ("portal", "auto", "not an index page: none of its 2 link(s) is a distribution file"),
+        ("blank", "auto", "not an index page: no links"),
+        ("short-length", "html", "the page ends before </html>"),
+        ("short-length", "json", "not a valid PEP 691 JSON page"),
+    ],
+)
+def test_a_page_that_is_not_an_index_page_is_an_error_never_cached(
+    wheel_factory: WheelFactory,
+    index_server: ServerFactory,
+    http_client: ClientFactory,
+    fault: PageFault,
+    fmt: str,
+    problem: str,
+) -> None:
+    six = wheel_factory("six", "1.16.0")
+    server = index_server({"six": [six]}, format=fmt, cache_control="max-age=600", etag=False)
+    url = server.index_url("simple")
+    server.break_next(1, fault)
+    with pytest.raises(IndexError_, match=re.escape(problem)) as raised:
+        fetch_project_page(http_client(), url, "six")
+    assert f"{url}/six/" in str(raised.value)
+    # the next run asks again (nothing cached) and reads the recovered index
+    page = fetch_project_page(http_client(), url, "six")
+    assert [f.filename for f in page.files] == [six.filename]
+    assert server.stats.paths().count("/simple/six/") == 2
+
+
+def test_a_broken_page_is_an_error_that_keeps_the_earlier_answer(
+    wheels: Wheels, tmp_path: Path, resolve: Any
+) -> None:
+    with _server(wheels) as server:
+        matrix = _matrix(tmp_path, server.index_url("simple"), server.index_url("whl") + "/{cuda}")
+        first = resolve(matrix, OK)
+        assert first.by_id()[OK]["status"] == "resolved"
+        server.break_next(1, "portal")
+        broken = resolve(matrix, OK)
+        assert broken.rc == 1
+        answer = broken.by_id()[OK]
+        assert answer["status"] == "error"
+        assert "not an index page" in answer["reason"]
+        assert server.index_url("simple") + "/torch/" in answer["reason"]
+        assert broken.written()[OK] == first.written()[OK]  # the earlier answer stands
+        assert "kept the earlier resolved answer" in broken.stderr + broken.doc.get("note", "")
+        recovered = resolve(matrix, OK)
+        assert (recovered.rc, recovered.by_id()[OK]["status"]) == (0, "resolved")
+
+
+def test_an_index_page_listing_no_files_is_a_note(
+    wheels: Wheels, tmp_path: Path, resolve: Any
+) -> None:
+    server = IndexServer()
+    projects = _default_projects(wheels)
+    projects["torch"] = []
+    server.add_index("simple", projects)
+    with server:
+        matrix = _matrix(tmp_path, server.index_url("simple"), server.index_url("whl") + "/{cuda}")
+        run = resolve(matrix, OK)
+    answer = run.by_id()[OK]
+    assert (run.rc, answer["status"]) == (0, "unsatisfiable")
+    assert "index 'default' lists no files for torch" in answer["notes"]
 
 
 # -- body reads are retried -------------------------------------------------------------------
