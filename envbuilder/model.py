@@ -257,5 +257,7 @@ def load_resolution(path: Path) -> Resolution:
         raise InputError(f"{path}: not a resolution file (the top level is not an object)")
     try:
         return Resolution.from_json(data)
+    except InputError as e:
+        raise InputError(f"{path}: {e}") from e
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise InputError(f"{path}: not a resolution file ({e!r})") from e

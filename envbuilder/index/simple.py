@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import urllib.parse
 import urllib.request
@@ -27,6 +26,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from envbuilder import jsondoc
 from envbuilder.credentials import split_credentials
 from envbuilder.errors import IndexError_
 from envbuilder.files import sha256_file
@@ -158,6 +158,33 @@ def _json_core_metadata(entry: Mapping[str, Any]) -> CoreMetadata:
     return bool(value)
 
 
+def _json_file(entry: object, page_url: str) -> DistributionFile | None:
+    """One entry of a PEP 691 ``files`` list, or None when its fields have the wrong types."""
+    if not isinstance(entry, dict):
+        return None
+    filename, url, hashes = entry.get("filename"), entry.get("url"), entry.get("hashes") or {}
+    requires_python = entry.get("requires-python") or None
+    yanked, size, uploaded = entry.get("yanked", False), entry.get("size"), entry.get("upload-time")
+    if not (isinstance(filename, str) and filename and isinstance(url, str) and url):
+        return None
+    if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
+        return None
+    if not isinstance(requires_python, str | None) or not isinstance(yanked, bool | str):
+        return None
+    absolute, fragment_hashes = _split_url(url, page_url)
+    return DistributionFile(
+        filename=filename,
+        url=absolute,
+        hashes={str(k): v.lower() for k, v in hashes.items()} or fragment_hashes,
+        requires_python=requires_python,
+        yanked=bool(yanked),
+        yanked_reason=yanked if isinstance(yanked, str) and yanked else None,
+        core_metadata=_json_core_metadata(entry),
+        size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+        upload_time=uploaded if isinstance(uploaded, str) else None,
+    )
+
+
 def parse_json_page(
     document: bytes | str | Mapping[str, Any], *, page_url: str, project: str
 ) -> ProjectPage:
@@ -166,8 +193,8 @@ def parse_json_page(
         data: Any = document
     else:
         try:
-            data = json.loads(document)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            data = jsondoc.parse(document)
+        except jsondoc.NotJSON as e:
             raise IndexError_(f"{page_url!r}: not a valid PEP 691 JSON page ({e})") from e
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         raise IndexError_(f"{page_url!r}: PEP 691 JSON page without a 'files' list")
@@ -176,28 +203,11 @@ def parse_json_page(
         raise IndexError_(f"{page_url!r}: PEP 691 JSON page without meta.api-version")
     files: list[DistributionFile] = []
     for entry in data["files"]:
-        if not isinstance(entry, dict) or "filename" not in entry or "url" not in entry:
-            logger.debug("skipping malformed file entry on %s: %s", page_url, entry)
+        file = _json_file(entry, page_url)
+        if file is None:
+            logger.debug("skipping malformed file entry on %s: %.200r", page_url, entry)
             continue
-        url, fragment_hashes = _split_url(str(entry["url"]), page_url)
-        hashes = {str(k): str(v).lower() for k, v in (entry.get("hashes") or {}).items()}
-        yanked_value = entry.get("yanked", False)
-        size = entry.get("size")
-        files.append(
-            DistributionFile(
-                filename=str(entry["filename"]),
-                url=url,
-                hashes=hashes or fragment_hashes,
-                requires_python=entry.get("requires-python") or None,
-                yanked=bool(yanked_value),
-                yanked_reason=yanked_value
-                if isinstance(yanked_value, str) and yanked_value
-                else None,
-                core_metadata=_json_core_metadata(entry),
-                size=size if isinstance(size, int) else None,
-                upload_time=entry.get("upload-time"),
-            )
-        )
+        files.append(file)
     name = canonicalize_name(str(data.get("name") or project))
     versions = data.get("versions")
     return ProjectPage(

@@ -168,6 +168,8 @@ def parse_matrix(data: bytes, *, path: Path, environ: Mapping[str, str]) -> Matr
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(str(path), [_toml_problem(path, e, text)]) from e
+    except RecursionError as e:  # tomllib recurses once per nesting level
+        raise ConfigError(str(path), ["not a TOML file (nested too deeply)"]) from e
     loader = _Loader(path=path, environ=environ)
     matrix = loader.load(document, sha256=hashlib.sha256(data).hexdigest())
     if loader.problems:
