@@ -157,9 +157,12 @@ def compile_closure(
         constraints_in.write_text("".join(f"{c}\n" for c in constraints), encoding="utf-8")
         out = Path(tmp) / "pylock.toml"
         if credentials:
+            # The user's own netrc still counts: its entries follow ours.
+            own = Path(env.get("NETRC") or Path.home() / ".netrc")
+            kept = own.read_text(encoding="utf-8", errors="replace") if own.is_file() else ""
             netrc = Path(tmp) / "netrc"
             netrc.touch(mode=0o600)
-            netrc.write_text(credentials.netrc_text(), encoding="utf-8")
+            netrc.write_text(credentials.netrc_text() + kept, encoding="utf-8")
             env["NETRC"] = str(netrc)
         argv = [
             uv, "pip", "compile", str(req_in),
