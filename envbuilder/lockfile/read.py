@@ -67,5 +67,5 @@ def load_lockfile(path: Path) -> CompatLock:
         )
     try:
         return CompatLock.from_json(data)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise InputError(f"{path}: malformed lockfile ({e!r})") from e
