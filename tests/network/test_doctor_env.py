@@ -60,6 +60,8 @@ def make_lockfile(root: Path, torch: str, *, pin: str | None = None) -> Path:
             "--format",
             "pylock.toml",
             "--generate-hashes",
+            "--only-binary",  # envbuilder's lock readers refuse sdists
+            ":all:",
             "--python-version",
             PY,
             *links,
