@@ -3,11 +3,15 @@
 # debootstrap a Debian (variant minbase) with python3 + venv from the Debian mirror this
 # machine's apt is configured with, then `docker import` it. Used by the Docker tests and
 # the build benchmark, where no base image can be pulled. Run as root.
-#   usage: docker/make-base.sh TAG [SUITE]     (bookworm's python3 is 3.11)
+#   usage: docker/make-base.sh TAG [SUITE [PACKAGE...]]     (bookworm's python3 is 3.11)
+# PACKAGEs are Debian packages added to the image (the workflow rehearsal's runner
+# image adds git, curl and ca-certificates: what a hosted runner has before any step).
 # Does nothing when TAG already exists (delete the image to re-create it).
 set -euo pipefail
-tag=${1:?usage: make-base.sh TAG [SUITE]}
+tag=${1:?usage: make-base.sh TAG [SUITE [PACKAGE...]]}
 suite=${2:-bookworm}
+include=python3,python3-venv
+for package in "${@:3}"; do include+=",$package"; done
 if docker image inspect "$tag" >/dev/null 2>&1; then
   echo "make-base.sh: $tag exists"
   exit 0
@@ -20,8 +24,8 @@ mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sourc
 [ -n "$mirror" ] || { echo "make-base.sh: no Debian mirror found in /etc/apt/sources.list*" >&2; exit 3; }
 root=$(mktemp -d "${TMPDIR:-/tmp}/envbuilder-base.XXXXXX")
 trap 'rm -rf "$root"' EXIT
-echo "+ debootstrap --variant=minbase $suite $root $mirror"
-debootstrap --variant=minbase --include=python3,python3-venv "$suite" "$root" "$mirror" >"$root.log" 2>&1 \
+echo "+ debootstrap --variant=minbase --include=$include $suite $root $mirror"
+debootstrap --variant=minbase --include="$include" "$suite" "$root" "$mirror" >"$root.log" 2>&1 \
   || { tail -n 30 "$root.log" >&2; rm -f "$root.log"; exit 1; }
 rm -f "$root.log"
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
