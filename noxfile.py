@@ -61,14 +61,44 @@ def matrix(session: nox.Session) -> None:
     session.run("envbuilder", "matrix", "--resolution", "locks/resolution.json", *session.posargs)
 
 
-@nox.session(python=False, default=False, tags=["pipeline"])
+#: `envbuilder conformance` options that take a value (the others are flags).
+_CONFORMANCE_VALUE_OPTIONS = ("--out-dir", "--checks", "--locks", "--matrix")
+
+
+def _selectors_and_locks(posargs: list[str]) -> tuple[list[str], Path]:
+    """The SELECTORs among `envbuilder conformance` arguments, and its --locks directory."""
+    selectors: list[str] = []
+    locks = Path("locks")
+    args = iter(posargs)
+    for arg in args:
+        name, has_value, value = arg.partition("=")
+        if name in _CONFORMANCE_VALUE_OPTIONS:
+            value = value if has_value else next(args, "")
+            if name == "--locks":
+                locks = Path(value)
+        elif not arg.startswith("-"):
+            selectors.append(arg)
+    return selectors, locks
+
+
+@nox.session(python=PYTHON, default=False, tags=["pipeline"])
 def conformance(session: nox.Session) -> None:
     """Run the conformance suite: nox -s conformance -- SELECTOR [--in-place] [--quick] (results/<id>.json)."""
-    if not [a for a in session.posargs if not a.startswith("-")]:
+    selectors, locks = _selectors_and_locks(session.posargs)
+    if not selectors:
         session.error("Usage: nox -s conformance -- SELECTOR [SELECTOR...] [--in-place] [--quick]")
-    # No virtualenv: --in-place tests the environment nox was started from, whose `python`
-    # must be able to import envbuilder (run from the repository root, or install it there).
-    session.run("python", "-m", "envbuilder", "conformance", *session.posargs, external=True)
+    _install_project(session)
+    if "--in-place" in session.posargs:
+        # In place, the suite measures this session's environment: it gets the combination's
+        # lock, installed exactly (hashes, no dependencies of its own), over the project.
+        requirements = locks / f"requirements.{selectors[0]}.txt"
+        if len(selectors) != 1 or not requirements.is_file():
+            session.error(
+                f"--in-place installs one combination's lock ({requirements}): name one resolved"
+                " combination id, after `nox -s resolve` (or with the locks downloaded)"
+            )
+        session.install("--require-hashes", "--no-deps", "-r", str(requirements))
+    session.run("envbuilder", "conformance", *session.posargs)
 
 
 @nox.session(python=PYTHON, tags=["pipeline"])
