@@ -399,3 +399,46 @@ def test_rehearsal_runs_the_gpu_matrix_workflow_steps_locally_in_order(
     rehearsal.run("aggregate", "publish", values)
     assert (repo / "site" / "index.html").is_file()
     assert expected_id in summary.read_text(), "no compatibility table in the step summary"
+
+
+# --- re-runs, lock policy and runner hygiene (run for real by tests/docker/test_runner_rehearsal.py)
+
+
+def step_named(job: str, name: str) -> dict[str, Any]:
+    for step in jobs(GPU_MATRIX)[job]["steps"]:
+        if step.get("name") == name:
+            assert isinstance(step, dict)
+            return step
+    pytest.fail(f"gpu-matrix.yml: job {job!r} has no step {name!r}")
+
+
+def test_a_release_tag_names_the_run_and_its_attempt() -> None:
+    step = step_named("release", "Create the release with the lockfile as its asset")
+    assert step["env"]["RUN_NUMBER"] == "${{ github.run_number }}"
+    assert step["env"]["RUN_ATTEMPT"] == "${{ github.run_attempt }}"
+    assert '${RUN_NUMBER}.${RUN_ATTEMPT}"' in step["run"]
+    assert "gh release upload" in step["run"] and "--clobber" in step["run"]
+
+
+def test_the_resolve_job_starts_from_the_published_locks_unless_upgrading() -> None:
+    wf = load(GPU_MATRIX)
+    assert wf["on"]["workflow_dispatch"]["inputs"]["upgrade"]["type"] == "boolean"
+    crons = [entry["cron"] for entry in wf["on"]["schedule"]]
+    names = [s.get("name", s.get("uses", "")) for s in jobs(GPU_MATRIX)["resolve"]["steps"]]
+    start = "Start from the locks of the latest published lockfile"
+    assert names.index(start) < names.index(
+        "Resolve the selected combinations into hash-pinned locks"
+    )
+    upgrade = step_named("resolve", start)["env"]["UPGRADE"]
+    assert "inputs.upgrade" in upgrade
+    # the slower schedule is the upgrade; the weekly one keeps the locks
+    assert [c for c in crons if f"'{c}'" in upgrade] == [crons[1]] and len(crons) == 2
+
+
+def test_a_gpu_runner_cleans_up_after_every_conformance_job() -> None:
+    steps = jobs(GPU_MATRIX)["conformance"]["steps"]
+    last = steps[-1]
+    assert last["if"] == "always()"
+    assert last["env"]["IMAGE"] == "${{ matrix.image }}"
+    assert "docker image rm" in last["run"] and "docker system df" in last["run"]
+    assert "$GITHUB_STEP_SUMMARY" in last["run"]
