@@ -29,6 +29,9 @@ from envbuilder.model import Resolution, ResolvedCombination, ResolvedTorch, loc
 from tests.support.wheels import BuiltWheel
 
 BASE_IMAGE = "envbuilder-test/python:3.11"
+#: the workflow rehearsal's runner image: the base's python3 and bash, and these packages
+RUNNER_IMAGE = "envbuilder-test/runner:bookworm"
+RUNNER_PACKAGES = ("git", "curl", "ca-certificates")
 TORCH_ID = "py3.11-cpu-torch2.13.0"
 TORCH_VERSION = "2.13.0"
 
@@ -54,23 +57,33 @@ def docker_client() -> Any:
     return client
 
 
-@pytest.fixture(scope="session")
-def base_image(docker_client: Any) -> str:
+def local_image(client: Any, tag: str, *packages: str) -> str:
+    """``tag``, debootstrapped by ``docker/make-base.sh`` (with ``packages``) when absent."""
     from docker.errors import ImageNotFound
 
     try:
-        docker_client.images.get(BASE_IMAGE)
-        return BASE_IMAGE
+        client.images.get(tag)
+        return tag
     except ImageNotFound:
         pass
     if shutil.which("debootstrap") is None:
-        pytest.skip(
-            f"{BASE_IMAGE} is absent and debootstrap is not installed (sudo bash .ci/setup)"
-        )
+        pytest.skip(f"{tag} is absent and debootstrap is not installed (sudo bash .ci/setup)")
     if os.geteuid() != 0:
-        pytest.skip(f"{BASE_IMAGE} is absent and debootstrap needs root")
-    subprocess.run(["bash", str(DOCKER_DIR / "make-base.sh"), BASE_IMAGE, "bookworm"], check=True)
-    return BASE_IMAGE
+        pytest.skip(f"{tag} is absent and debootstrap needs root")
+    make = [str(DOCKER_DIR / "make-base.sh"), tag, "bookworm", *packages]
+    subprocess.run(["bash", *make], check=True)
+    return tag
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client: Any) -> str:
+    return local_image(docker_client, BASE_IMAGE)
+
+
+@pytest.fixture(scope="session")
+def runner_image(docker_client: Any) -> str:
+    """What a hosted runner has before any step: python3 (with venv), git, curl, bash."""
+    return local_image(docker_client, RUNNER_IMAGE, *RUNNER_PACKAGES)
 
 
 @pytest.fixture(scope="session")

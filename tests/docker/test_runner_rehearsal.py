@@ -1,0 +1,401 @@
+"""The workflows on bare runners: every job of gpu-matrix.yml and ci.yml runs from a clean
+clone, in fresh containers of a runner image that has python3, git, curl and bash only,
+each step of the YAML in order with its env (tests/docker/rehearsal.py emulates the
+`uses:` steps). A step that needs something no earlier step installed fails here.
+
+The GPU matrix is rehearsed with one CPU combination (the CPU build of torch from pip's
+find-links) and ``--in-place --allow-cpu --quick``: the conformance job installs that lock
+and runs the suite's CPU checks. Twice: between the runs a dependency of torch gets a new
+release; the second run (a re-run of the first) starts from the published locks, keeps
+them because their inputs hold, and publishes without colliding.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from envbuilder.pipconfig import pip_config_value
+from tests.docker.rehearsal import (
+    ExpressionError,
+    JobResult,
+    Rehearsal,
+    RunSettings,
+    evaluate,
+    load_workflow,
+    parse_output_file,
+)
+from tests.support.wheels import build_wheel
+
+REPO = Path(__file__).resolve().parents[2]
+TORCH_VERSION = "2.13.0"
+COMBINATION = f"py3.11-cpu-torch{TORCH_VERSION}"
+SUITE_ARGS = "--in-place --allow-cpu --quick"
+#: jobs left out of the rehearsal, and why
+NOT_REHEARSED = {
+    "ci.yml": {
+        "tests": "runs the README's test command (this suite, this rehearsal included) in a"
+        " privileged container with its own Docker daemon; CI runs that very command"
+    },
+    "gpu-matrix.yml": {},
+}
+#: pip settings the runners get from this machine, as PIP_* variables (the CA bundle too:
+#: this machine's may hold a proxy's CA). Extra local indexes are not passed: their pages
+#: link files outside the directory named.
+PIP_SETTINGS = ("index-url", "find-links", "cert")
+
+
+# --- expressions: the evaluator the rehearsal reads `if:`, `env:` and `with:` with ----------
+
+CONTEXTS: dict[str, Any] = {
+    "inputs": {"suite-args": "--in-place --quick", "upgrade": False, "publish": True},
+    "github": {"event_name": "schedule", "event": {"schedule": "17 3 1 * *"}},
+    "needs": {"resolve": {"result": "success", "outputs": {"count": "0", "matrix": '{"a": 1}'}}},
+    "matrix": {"id": "py3.11-x", "gpu": None},
+}
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ("${{ !contains(inputs.suite-args, '--in-place') }}", False),
+        ("contains(inputs.suite-args, '--IN-PLACE')", True),
+        ("needs.resolve.outputs.count != '0'", False),
+        ("inputs.upgrade || github.event.schedule == '17 3 1 * *'", True),
+        ("inputs.missing || 'fallback'", "fallback"),
+        ("matrix.gpu && format(' on {0}', matrix.gpu) || ''", ""),
+        ("format('{0}-{1}', matrix.id, 2)", "py3.11-x-2"),
+        ("fromJSON(needs.resolve.outputs.matrix).a", 1),
+        ("!cancelled() && needs.resolve.result == 'success'", True),
+        ("always()", True),
+        ("(inputs.publish && 'yes') || 'no'", "yes"),
+        ("needs['resolve'].outputs.count", "0"),
+    ],
+)
+def test_expressions(expression: str, value: Any) -> None:
+    status = {"always": True, "cancelled": False, "success": True, "failure": False}
+    assert evaluate(expression, CONTEXTS, status) == value
+
+
+@pytest.mark.parametrize(
+    ("expression", "problem"),
+    [
+        ("secrets.TOKEN", "no context 'secrets'"),
+        ("hashFiles('x')", "no function hashFiles()"),
+        ("inputs.a ==", "ends early"),
+        ("inputs.a inputs.b", "unexpected"),
+    ],
+)
+def test_expressions_the_rehearsal_cannot_read_are_refused(expression: str, problem: str) -> None:
+    with pytest.raises(ExpressionError, match=re.escape(problem)):
+        evaluate(expression, CONTEXTS, {})
+
+
+def test_output_files_read_lines_and_blocks() -> None:
+    text = "count=1\nmatrix<<EOF\n{\n}\nEOF\nempty=\n"
+    assert parse_output_file(text) == {"count": "1", "matrix": "{\n}", "empty": ""}
+
+
+# --- the rehearsal ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def torch_wheels() -> Path:
+    """The directory in pip's find-links that holds the CPU torch for cp311."""
+    find_links = pip_config_value("find-links") or ""
+    for entry in find_links.split():
+        directory = Path(urllib.parse.urlparse(entry).path if "://" in entry else entry)
+        if list(directory.glob(f"torch-{TORCH_VERSION}+cpu-cp311-*.whl")):
+            return directory
+    pytest.skip(f"no CPU wheel of torch {TORCH_VERSION} for cp311 in pip's find-links")
+
+
+def rehearsal_matrix(torch_wheels: Path) -> str:
+    return f"""\
+# The rehearsal's matrix: one CPU combination, its torch from a local directory of wheels.
+[defaults]
+platform = "manylinux_2_28_x86_64"
+
+[indexes.torch-cpu]
+url = "{torch_wheels.as_uri()}"
+kind = "find-links"
+projects = ["torch"]
+
+[axes]
+python = ["3.11"]
+
+[runners]
+default = ["ubuntu-24.04"]
+
+[[combinations]]
+python = "3.11"
+cuda = "cpu"
+torch = "{TORCH_VERSION}"
+index = "torch-cpu"
+"""
+
+
+def clean_clone(target: Path, edit: Callable[[Path], None]) -> Path:
+    """The working tree's tracked and unignored files, edited, committed in a new repository."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=False,
+    )
+    if listed.returncode != 0:
+        pytest.skip(f"{REPO} is not a git checkout: {listed.stderr.decode()[-300:]}")
+    for name in filter(None, listed.stdout.split(b"\0")):
+        source = REPO / os.fsdecode(name)
+        if source.is_file() and not source.is_symlink():
+            destination = target / os.fsdecode(name)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(source.read_bytes())
+            destination.chmod(source.stat().st_mode)
+    edit(target)
+    git = {"GIT_AUTHOR_NAME": "rehearsal", "GIT_AUTHOR_EMAIL": "rehearsal@localhost"}
+    env = {**os.environ, **git, "GIT_COMMITTER_NAME": "rehearsal"}
+    env["GIT_COMMITTER_EMAIL"] = "rehearsal@localhost"
+    for command in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "x"]):
+        subprocess.run(["git", *command], cwd=target, env=env, check=True)
+    return target
+
+
+def for_this_machine(torch_wheels: Path) -> Callable[[Path], None]:
+    """The rehearsal's own matrix; the committed results (of the real matrix's locks) go."""
+
+    def edit(clone: Path) -> None:
+        (clone / "matrix.toml").write_text(rehearsal_matrix(torch_wheels), encoding="utf-8")
+        for result in (clone / "results").glob("*.json"):
+            result.unlink()
+
+    return edit
+
+
+def runner_machine() -> tuple[dict[str, str], list[str]]:
+    """pip's settings here as PIP_* variables, and the local paths they name (mounted)."""
+    env: dict[str, str] = {}
+    mounts: list[str] = []
+    for key in PIP_SETTINGS:
+        value = pip_config_value(key)
+        if not value:
+            continue
+        env["PIP_" + key.upper().replace("-", "_")] = value
+        for entry in value.split():
+            path = urllib.parse.urlparse(entry).path if entry.startswith("file:") else entry
+            if path.startswith("/") and Path(path).exists() and path not in mounts:
+                mounts.append(path)
+    return env, mounts
+
+
+def rehearsal(
+    docker_client: Any,
+    image: str,
+    clone: Path,
+    workflow: str,
+    home: Path,
+    *,
+    extra_mounts: tuple[str, ...] = (),
+    **kwargs: Any,
+) -> Rehearsal:
+    env, mounts = runner_machine()
+    return Rehearsal(
+        client=docker_client,
+        image=image,
+        clone=clone,
+        workflow=workflow,
+        home=home,
+        machine_env=env,
+        mounts=[*mounts, *extra_mounts],
+        not_rehearsed=NOT_REHEARSED[workflow],
+        **kwargs,
+    )
+
+
+def results_of(run: dict[str, JobResult]) -> dict[str, str]:
+    return {name: job.result for name, job in run.items()}
+
+
+def step_log(job: JobResult, name: str) -> str:
+    return next(s.log for s in job.steps if s.name == name)
+
+
+def released_locks(release: Path) -> dict[str, bytes]:
+    """The files under locks/ in a release's compat-locks.tar.gz, by name."""
+    with tarfile.open(release / "assets" / "compat-locks.tar.gz") as archive:
+        return {
+            m.name: archive.extractfile(m).read()  # type: ignore[union-attr]
+            for m in archive.getmembers()
+            if m.isfile() and m.name.startswith("locks/")
+        }
+
+
+def locked_version(pylock: bytes, project: str) -> str:
+    packages = tomllib.loads(pylock.decode())["packages"]
+    return str(next(p["version"] for p in packages if p["name"] == project))
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
+    docker_client: Any, runner_image: str, torch_wheels: Path, tmp_path: Path
+) -> None:
+    # The combination's own directory of wheels: the CPU torch, and later a new release
+    # of one of its dependencies.
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for torch in torch_wheels.glob(f"torch-{TORCH_VERSION}+cpu-cp311-*.whl"):
+        try:
+            os.link(torch, wheels / torch.name)
+        except OSError:
+            shutil.copyfile(torch, wheels / torch.name)
+    clone = clean_clone(tmp_path / "clone", for_this_machine(wheels))
+    home = tmp_path / "home"
+    run = rehearsal(
+        docker_client, runner_image, clone, "gpu-matrix.yml", home, extra_mounts=(str(wheels),)
+    )
+    # A runner that already ran an older lock of this combination keeps its image, until
+    # the job's hygiene step removes it.
+    old_image = f"envbuilder/{COMBINATION}:000000000000"
+    docker_client.images.get(runner_image).tag(f"envbuilder/{COMBINATION}", "000000000000")
+    inputs = {"suite-args": SUITE_ARGS, "publish": True}
+
+    first = run.run(RunSettings(event_name="workflow_dispatch", inputs=inputs, run_number=7))
+    expected = {
+        "resolve": "success",
+        "conformance": "success",
+        "aggregate": "success",
+        "pages": "success",
+        "release": "success",
+    }
+    assert results_of(first) == expected
+    start = "Start from the locks of the latest published lockfile"
+    assert "No published lockfile yet" in step_log(first["resolve"], start)
+    assert json.loads(first["resolve"].outputs["matrix"])["include"][0]["id"] == COMBINATION
+    results = json.loads(
+        (home / "run-7-1" / "artifacts" / f"results-{COMBINATION}" / f"{COMBINATION}.json")
+        .read_text()
+    )  # fmt: skip
+    assert results["combination"] == COMBINATION and results["checks"]
+    # hygiene: the older lock's image is gone; the disk use is in the job summary
+    assert not docker_client.images.list(name=old_image)
+    assert "docker system df" not in first["conformance"].summary  # the output, not the command
+    assert "Build Cache" in first["conformance"].summary
+    # published: the site, and a release with the lockfile and its locks
+    pages = (home / "published" / "pages" / "index.html").read_text(encoding="utf-8")
+    assert COMBINATION in pages
+    day = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d")
+    releases = home / "published" / "releases"
+    assert sorted(p.name for p in releases.iterdir()) == [f"compat-{day}-7.1"]
+    first_locks = released_locks(releases / f"compat-{day}-7.1")
+    pylock = next(name for name in first_locks if name.endswith(".toml"))
+    old_filelock = locked_version(first_locks[pylock], "filelock")
+
+    # Upstream releases a new filelock (torch requires it, unpinned); the resolver sees it.
+    build_wheel(wheels, "filelock", "99.0.0")
+    upgraded = subprocess.run(
+        [sys.executable, "-m", "envbuilder", "resolve", "--upgrade", "--matrix",
+         str(clone / "matrix.toml"), "--out", str(tmp_path / "upgraded")],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+    moved = (tmp_path / "upgraded" / Path(pylock).name).read_bytes()
+    assert locked_version(moved, "filelock") == "99.0.0"
+
+    # Re-run all jobs (attempt 2): it starts from the published locks and keeps them (their
+    # inputs hold), so the evidence stays bound to the current locks; it publishes beside
+    # the first release, and Pages is replaced.
+    second = run.run(
+        RunSettings(event_name="workflow_dispatch", inputs=inputs, run_number=7, run_attempt=2)
+    )
+    assert results_of(second) == expected
+    assert f"Starting from the locks of compat-{day}-7.1" in step_log(second["resolve"], start)
+    assert sorted(p.name for p in releases.iterdir()) == [f"compat-{day}-7.1", f"compat-{day}-7.2"]
+    second_locks = released_locks(releases / f"compat-{day}-7.2")
+    assert second_locks[pylock] == first_locks[pylock]
+    assert locked_version(second_locks[pylock], "filelock") == old_filelock
+    resolutions = [
+        json.loads(locks["locks/resolution.json"])["combinations"]
+        for locks in (first_locks, second_locks)
+    ]
+    assert [c["lock_sha256"] for c in resolutions[1]] == [c["lock_sha256"] for c in resolutions[0]]
+    assert COMBINATION in (home / "published" / "pages" / "index.html").read_text()
+    for job in ("resolve", "conformance", "aggregate", "pages", "release"):
+        print(f"{job}: run 1 {first[job].seconds:.0f} s, run 2 {second[job].seconds:.0f} s")
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_ci_runs_on_bare_runners(
+    docker_client: Any, runner_image: str, torch_wheels: Path, tmp_path: Path
+) -> None:
+    clone = clean_clone(tmp_path / "clone", for_this_machine(torch_wheels))
+    run = rehearsal(docker_client, runner_image, clone, "ci.yml", tmp_path / "home")
+    done = run.run(RunSettings(event_name="pull_request"))
+    assert results_of(done) == {"lint": "success", "typecheck": "success", "tests": "skipped"}
+    assert done["tests"].reason == NOT_REHEARSED["ci.yml"]["tests"]
+
+
+def without_step(workflow: str, job: str, name: str) -> Callable[[Path], None]:
+    def edit(clone: Path) -> None:
+        path = clone / ".github" / "workflows" / workflow
+        data = load_workflow(path)
+        steps = data["jobs"][job]["steps"]
+        kept = [s for s in steps if s.get("name") != name]
+        assert len(kept) == len(steps) - 1, f"{workflow}: job {job} has no step {name!r}"
+        data["jobs"][job]["steps"] = kept
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+    return edit
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("workflow", "job", "removed", "failing"),
+    [
+        ("ci.yml", "lint", "Install nox", "Lint"),
+        ("ci.yml", "typecheck", "Install nox", "Type check"),
+        (
+            "gpu-matrix.yml",
+            "resolve",
+            "Install nox",
+            "Resolve the selected combinations into hash-pinned locks",
+        ),
+    ],
+)
+def test_a_step_fails_when_the_install_it_needs_is_removed(
+    docker_client: Any,
+    runner_image: str,
+    torch_wheels: Path,
+    tmp_path: Path,
+    workflow: str,
+    job: str,
+    removed: str,
+    failing: str,
+) -> None:
+    def edit(clone: Path) -> None:
+        for_this_machine(torch_wheels)(clone)
+        without_step(workflow, job, removed)(clone)
+
+    clone = clean_clone(tmp_path / "clone", edit)
+    run = rehearsal(docker_client, runner_image, clone, workflow, tmp_path / "home", only=[job])
+    done = run.run(RunSettings(event_name="workflow_dispatch"))[job]
+    assert done.result == "failure"
+    outcomes = [(s.name, s.outcome) for s in done.steps if s.outcome != "skipped"]
+    assert outcomes[-1] == (failing, "failure"), outcomes
+    assert all(outcome == "success" for _, outcome in outcomes[:-1]), outcomes
+    assert "nox: command not found" in step_log(done, failing)
