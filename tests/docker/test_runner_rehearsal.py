@@ -22,7 +22,7 @@ import sys
 import tarfile
 import tomllib
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -249,8 +249,27 @@ def locked_version(pylock: bytes, project: str) -> str:
     return str(next(p["version"] for p in packages if p["name"] == project))
 
 
+@pytest.fixture
+def images_kept(docker_client: Any) -> Iterator[None]:
+    """The daemon's images of the rehearsed combination (other tests build them) survive the
+    runners' hygiene step: a second tag keeps each, and its own tag is restored afterwards."""
+    kept = [
+        (tag, image)
+        for image in docker_client.images.list(name=f"envbuilder/{COMBINATION}")
+        for tag in image.tags
+    ]
+    for number, (_, image) in enumerate(kept):
+        image.tag("envbuilder-test/kept", str(number))
+    yield
+    for number, (tag, image) in enumerate(kept):
+        repository, _, name = tag.rpartition(":")
+        image.tag(repository, name)
+        docker_client.images.remove(f"envbuilder-test/kept:{number}")
+
+
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.usefixtures("images_kept")
 def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
     docker_client: Any, runner_image: str, torch_wheels: Path, tmp_path: Path
 ) -> None:
