@@ -442,3 +442,18 @@ def test_a_gpu_runner_cleans_up_after_every_conformance_job() -> None:
     assert last["env"]["IMAGE"] == "${{ matrix.image }}"
     assert "docker image rm" in last["run"] and "docker system df" in last["run"]
     assert "$GITHUB_STEP_SUMMARY" in last["run"]
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_a_re_run_can_upload_again(workflow: Path) -> None:
+    """Artifacts belong to the run: a re-run job's upload under the same name must overwrite."""
+    for job, step in steps(workflow):
+        uses = step.get("uses", "")
+        if "actions/upload-artifact@" in uses:
+            assert step["with"].get("overwrite") is True, (job, step.get("name"))
+        if "actions/upload-pages-artifact@" in uses:  # it has no overwrite: a name per attempt
+            assert step["with"]["name"] == "github-pages-${{ github.run_attempt }}"
+            assert jobs(workflow)[job]["outputs"]["pages-artifact"] == step["with"]["name"]
+        if "actions/deploy-pages@" in uses:
+            name = step["with"]["artifact_name"]
+            assert re.fullmatch(r"\$\{\{ needs\.\w+\.outputs\.pages-artifact \}\}", name)
