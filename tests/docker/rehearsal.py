@@ -9,7 +9,9 @@ workspace; ``$GITHUB_OUTPUT``, ``$GITHUB_ENV``, ``$GITHUB_PATH`` and
 
 - ``actions/checkout``: a copy of the clean clone (mounted read-only at ``/clone``);
 - ``actions/setup-python``: the image's own interpreter (a venv with pip) put on PATH;
-- ``actions/upload-artifact`` / ``download-artifact``: a directory shared by the run's jobs;
+- ``actions/upload-artifact`` / ``download-artifact``: a directory shared by the run's jobs
+  and kept across its attempts (as for a re-run of failed jobs; stricter than a re-run of
+  all jobs, which starts afresh): a second upload under one name fails unless it overwrites;
 - ``actions/upload-pages-artifact`` / ``deploy-pages``: the site goes to ``published/pages``.
 
 Tools a hosted runner has preinstalled are given the same way: ``gh`` is
@@ -321,12 +323,15 @@ echo "python-version=$have" >> "$GITHUB_OUTPUT"
 """,
     ),
     "actions/upload-artifact": (
-        {"name": "artifact", "path": "", "if-no-files-found": "warn"},
+        {"name": "artifact", "path": "", "if-no-files-found": "warn", "overwrite": "false"},
         """\
 dest=/artifacts/$INPUT_NAME
 if [ -e "$dest" ]; then
-  echo "upload-artifact: this run already has an artifact named $INPUT_NAME" >&2
-  exit 1
+  if [ "$INPUT_OVERWRITE" != true ]; then
+    echo "upload-artifact: (409) Conflict: an artifact with this name already exists on the workflow run" >&2
+    exit 1
+  fi
+  rm -rf "$dest"
 fi
 mapfile -t paths < <(printf '%s\\n' "$INPUT_PATH" | sed -e 's/^[[:space:]]*//' -e '/^$/d')
 found=()
@@ -374,7 +379,10 @@ if [ ! -d "$INPUT_PATH" ]; then
   echo "upload-pages-artifact: $INPUT_PATH is not a directory" >&2
   exit 1
 fi
-mkdir "/artifacts/$INPUT_NAME"
+if ! mkdir "/artifacts/$INPUT_NAME"; then
+  echo "upload-pages-artifact: (409) Conflict: an artifact with this name already exists on the workflow run" >&2
+  exit 1
+fi
 tar -C "$INPUT_PATH" -cf "/artifacts/$INPUT_NAME/artifact.tar" .
 """,
     ),
@@ -471,8 +479,8 @@ class Rehearsal:
             raise ValueError(f"{workflow} has no job(s) {sorted(unknown)} to leave out")
 
     def run(self, settings: RunSettings) -> dict[str, JobResult]:
-        run_dir = self.home / f"run-{settings.run_number}-{settings.run_attempt}"
-        (run_dir / "artifacts").mkdir(parents=True)
+        run_dir = self.home / f"run-{settings.run_number}"
+        (run_dir / "artifacts").mkdir(parents=True, exist_ok=True)
         (self.home / "published").mkdir(exist_ok=True)
         inputs = self._inputs(settings)
         sha = self._head()
@@ -517,7 +525,9 @@ class Rehearsal:
                 results[name] = JobResult(name=name, result="skipped", reason=f"if: {condition}")
                 self.echo(f"=== {name}: skipped (if: {condition})")
                 continue
-            results[name] = self._run_job(name, job, contexts, run_dir)
+            results[name] = self._run_job(
+                name, job, contexts, run_dir, f"attempt-{settings.run_attempt}"
+            )
         return results
 
     # -- one job ----------------------------------------------------------------------------
@@ -538,7 +548,12 @@ class Rehearsal:
         return head
 
     def _run_job(
-        self, name: str, job: Mapping[str, Any], contexts: dict[str, Any], run_dir: Path
+        self,
+        name: str,
+        job: Mapping[str, Any],
+        contexts: dict[str, Any],
+        run_dir: Path,
+        attempt: str,
     ) -> JobResult:
         if "container" in job or "services" in job:
             raise ValueError(f"job {name} runs in a container of its own: leave it out, with why")
@@ -553,7 +568,10 @@ class Rehearsal:
         for index, entry in enumerate(entries):
             label = name if matrix is None else f"{name} ({index + 1}/{len(entries)})"
             one = self._run_instance(
-                label, job, {**contexts, "matrix": entry}, run_dir / f"job-{name}-{index}"
+                label,
+                job,
+                {**contexts, "matrix": entry},
+                run_dir / attempt / f"job-{name}-{index}",
             )
             result.steps += one.steps
             result.outputs.update(one.outputs)
@@ -571,7 +589,7 @@ class Rehearsal:
         (runner_dir / "summary.md").touch()
         volumes = {
             str(self.clone): {"bind": "/clone", "mode": "ro"},
-            str(runner_dir.parent / "artifacts"): {"bind": "/artifacts", "mode": "rw"},
+            str(runner_dir.parent.parent / "artifacts"): {"bind": "/artifacts", "mode": "rw"},
             str(self.home / "published"): {"bind": "/published", "mode": "rw"},
             str(runner_dir): {"bind": "/runner", "mode": "rw"},
             str(RUNNER_TOOLS / "gh"): {"bind": "/usr/local/bin/gh", "mode": "ro"},

@@ -306,7 +306,7 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
     assert "No published lockfile yet" in step_log(first["resolve"], start)
     assert json.loads(first["resolve"].outputs["matrix"])["include"][0]["id"] == COMBINATION
     results = json.loads(
-        (home / "run-7-1" / "artifacts" / f"results-{COMBINATION}" / f"{COMBINATION}.json")
+        (home / "run-7" / "artifacts" / f"results-{COMBINATION}" / f"{COMBINATION}.json")
         .read_text()
     )  # fmt: skip
     assert results["combination"] == COMBINATION and results["checks"]
@@ -418,3 +418,37 @@ def test_a_step_fails_when_the_install_it_needs_is_removed(
     assert outcomes[-1] == (failing, "failure"), outcomes
     assert all(outcome == "success" for _, outcome in outcomes[:-1]), outcomes
     assert "nox: command not found" in step_log(done, failing)
+
+
+def without_overwrite(workflow: str, job: str, name: str) -> Callable[[Path], None]:
+    def edit(clone: Path) -> None:
+        path = clone / ".github" / "workflows" / workflow
+        data = load_workflow(path)
+        step = next(s for s in data["jobs"][job]["steps"] if s.get("name") == name)
+        assert step["with"].pop("overwrite") is True
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+    return edit
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_re_run_fails_where_an_upload_does_not_overwrite(
+    docker_client: Any, runner_image: str, torch_wheels: Path, tmp_path: Path
+) -> None:
+    def edit(clone: Path) -> None:
+        for_this_machine(torch_wheels)(clone)
+        without_overwrite("gpu-matrix.yml", "resolve", "Upload the locks")(clone)
+
+    clone = clean_clone(tmp_path / "clone", edit)
+    run = rehearsal(
+        docker_client, runner_image, clone, "gpu-matrix.yml", tmp_path / "home", only=["resolve"]
+    )
+    first = run.run(RunSettings(event_name="workflow_dispatch", run_number=3))["resolve"]
+    assert first.result == "success"
+    again = run.run(RunSettings(event_name="workflow_dispatch", run_number=3, run_attempt=2))
+    outcomes = [(s.name, s.outcome) for s in again["resolve"].steps]
+    assert outcomes[-1] == ("Upload the locks", "failure"), outcomes
+    assert "artifact with this name already exists" in step_log(
+        again["resolve"], "Upload the locks"
+    )
