@@ -353,6 +353,9 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
     ]
     assert [c["lock_sha256"] for c in resolutions[1]] == [c["lock_sha256"] for c in resolutions[0]]
     assert COMBINATION in (home / "published" / "pages" / "index.html").read_text()
+    for number, done in enumerate((first, second), start=1):
+        for job in ("conformance", "aggregate"):
+            print(f"=== run {number}, {job}: the job summary\n{done[job].summary}")
     for job in ("resolve", "conformance", "aggregate", "pages", "release"):
         print(f"{job}: run 1 {first[job].seconds:.0f} s, run 2 {second[job].seconds:.0f} s")
 
