@@ -446,7 +446,8 @@ class Rehearsal:
     releases would hold), ``home/run-<n>-<attempt>`` holds one run's artifacts and logs.
     ``machine_env`` and ``mounts`` are the runner machine's own environment and
     read-only host paths (pip's configuration, local wheel directories).
-    ``not_rehearsed`` names jobs left out, with the reason.
+    ``not_rehearsed`` names jobs left out, with the reason; ``pip_cache`` is pip's download
+    cache, shared by the jobs (it saves downloads, not installs).
     """
 
     def __init__(
@@ -461,6 +462,7 @@ class Rehearsal:
         mounts: Sequence[str] = (),
         not_rehearsed: Mapping[str, str] | None = None,
         only: Sequence[str] | None = None,
+        pip_cache: Path | None = None,
         echo: Callable[[str], None] = print,
     ) -> None:
         self.client = client
@@ -473,6 +475,7 @@ class Rehearsal:
         self.mounts = list(mounts)
         self.not_rehearsed = dict(not_rehearsed or {})
         self.only = list(only) if only is not None else None
+        self.pip_cache = pip_cache or home / "pip-cache"
         self.echo = echo
         unknown = set(self.not_rehearsed) - set(self.workflow["jobs"])
         if unknown:
@@ -594,7 +597,7 @@ class Rehearsal:
             str(runner_dir): {"bind": "/runner", "mode": "rw"},
             str(RUNNER_TOOLS / "gh"): {"bind": "/usr/local/bin/gh", "mode": "ro"},
             # pip's download cache, shared by the run's jobs: it saves downloads, not installs
-            str(self.home / "pip-cache"): {"bind": "/cache/pip", "mode": "rw"},
+            str(self.pip_cache): {"bind": "/cache/pip", "mode": "rw"},
         }
         docker_cli = shutil.which("docker")
         if docker_cli is not None:

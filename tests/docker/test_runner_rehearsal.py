@@ -202,6 +202,12 @@ def runner_machine() -> tuple[dict[str, str], list[str]]:
     return env, mounts
 
 
+@pytest.fixture(scope="session")
+def pip_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pip's download cache for every rehearsed job of the session."""
+    return tmp_path_factory.mktemp("pip-cache")
+
+
 def rehearsal(
     docker_client: Any,
     image: str,
@@ -209,6 +215,7 @@ def rehearsal(
     workflow: str,
     home: Path,
     *,
+    pip_cache: Path,
     extra_mounts: tuple[str, ...] = (),
     **kwargs: Any,
 ) -> Rehearsal:
@@ -222,6 +229,7 @@ def rehearsal(
         machine_env=env,
         mounts=[*mounts, *extra_mounts],
         not_rehearsed=NOT_REHEARSED[workflow],
+        pip_cache=pip_cache,
         **kwargs,
     )
 
@@ -271,7 +279,11 @@ def images_kept(docker_client: Any) -> Iterator[None]:
 @pytest.mark.slow
 @pytest.mark.usefixtures("images_kept")
 def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
-    docker_client: Any, runner_image: str, torch_wheels: Path, tmp_path: Path
+    docker_client: Any,
+    runner_image: str,
+    torch_wheels: Path,
+    tmp_path: Path,
+    pip_cache: Path,
 ) -> None:
     # The combination's own directory of wheels: the CPU torch, and later a new release
     # of one of its dependencies.
@@ -285,7 +297,13 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
     clone = clean_clone(tmp_path / "clone", for_this_machine(wheels))
     home = tmp_path / "home"
     run = rehearsal(
-        docker_client, runner_image, clone, "gpu-matrix.yml", home, extra_mounts=(str(wheels),)
+        docker_client,
+        runner_image,
+        clone,
+        "gpu-matrix.yml",
+        home,
+        pip_cache=pip_cache,
+        extra_mounts=(str(wheels),),
     )
     # A runner that already ran an older lock of this combination keeps its image, until
     # the job's hygiene step removes it.
@@ -363,10 +381,16 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
 @pytest.mark.docker
 @pytest.mark.slow
 def test_ci_runs_on_bare_runners(
-    docker_client: Any, runner_image: str, torch_wheels: Path, tmp_path: Path
+    docker_client: Any,
+    runner_image: str,
+    torch_wheels: Path,
+    tmp_path: Path,
+    pip_cache: Path,
 ) -> None:
     clone = clean_clone(tmp_path / "clone", for_this_machine(torch_wheels))
-    run = rehearsal(docker_client, runner_image, clone, "ci.yml", tmp_path / "home")
+    run = rehearsal(
+        docker_client, runner_image, clone, "ci.yml", tmp_path / "home", pip_cache=pip_cache
+    )
     done = run.run(RunSettings(event_name="pull_request"))
     assert results_of(done) == {"lint": "success", "typecheck": "success", "tests": "skipped"}
     assert done["tests"].reason == NOT_REHEARSED["ci.yml"]["tests"]
@@ -404,6 +428,7 @@ def test_a_step_fails_when_the_install_it_needs_is_removed(
     runner_image: str,
     torch_wheels: Path,
     tmp_path: Path,
+    pip_cache: Path,
     workflow: str,
     job: str,
     removed: str,
@@ -414,7 +439,15 @@ def test_a_step_fails_when_the_install_it_needs_is_removed(
         without_step(workflow, job, removed)(clone)
 
     clone = clean_clone(tmp_path / "clone", edit)
-    run = rehearsal(docker_client, runner_image, clone, workflow, tmp_path / "home", only=[job])
+    run = rehearsal(
+        docker_client,
+        runner_image,
+        clone,
+        workflow,
+        tmp_path / "home",
+        pip_cache=pip_cache,
+        only=[job],
+    )
     done = run.run(RunSettings(event_name="workflow_dispatch"))[job]
     assert done.result == "failure"
     outcomes = [(s.name, s.outcome) for s in done.steps if s.outcome != "skipped"]
@@ -437,7 +470,11 @@ def without_overwrite(workflow: str, job: str, name: str) -> Callable[[Path], No
 @pytest.mark.docker
 @pytest.mark.slow
 def test_a_re_run_fails_where_an_upload_does_not_overwrite(
-    docker_client: Any, runner_image: str, torch_wheels: Path, tmp_path: Path
+    docker_client: Any,
+    runner_image: str,
+    torch_wheels: Path,
+    tmp_path: Path,
+    pip_cache: Path,
 ) -> None:
     def edit(clone: Path) -> None:
         for_this_machine(torch_wheels)(clone)
@@ -445,7 +482,13 @@ def test_a_re_run_fails_where_an_upload_does_not_overwrite(
 
     clone = clean_clone(tmp_path / "clone", edit)
     run = rehearsal(
-        docker_client, runner_image, clone, "gpu-matrix.yml", tmp_path / "home", only=["resolve"]
+        docker_client,
+        runner_image,
+        clone,
+        "gpu-matrix.yml",
+        tmp_path / "home",
+        pip_cache=pip_cache,
+        only=["resolve"],
     )
     first = run.run(RunSettings(event_name="workflow_dispatch", run_number=3))["resolve"]
     assert first.result == "success"
