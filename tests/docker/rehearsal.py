@@ -443,7 +443,8 @@ class Rehearsal:
     """One workflow run: its jobs in order, each in fresh containers of ``image``.
 
     ``home`` is a host directory: ``home/published`` outlives runs (what Pages and the
-    releases would hold), ``home/run-<n>-<attempt>`` holds one run's artifacts and logs.
+    releases would hold); ``home/run-<n>`` holds one run's artifacts (across its attempts)
+    and, under ``attempt-<a>``, each job's step scripts, output files and summary.
     ``machine_env`` and ``mounts`` are the runner machine's own environment and
     read-only host paths (pip's configuration, local wheel directories).
     ``not_rehearsed`` names jobs left out, with the reason; ``pip_cache`` is pip's download
