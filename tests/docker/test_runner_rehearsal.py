@@ -371,6 +371,27 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
     ]
     assert [c["lock_sha256"] for c in resolutions[1]] == [c["lock_sha256"] for c in resolutions[0]]
     assert COMBINATION in (home / "published" / "pages" / "index.html").read_text()
+
+    # The monthly schedule is an upgrade: its resolve job takes the new release (the rest
+    # of a scheduled run is the full suite in containers, not rehearsed here).
+    monthly = load_workflow(clone / ".github" / "workflows" / "gpu-matrix.yml")["on"]["schedule"][1]
+    resolve_only = rehearsal(
+        docker_client,
+        runner_image,
+        clone,
+        "gpu-matrix.yml",
+        home,
+        pip_cache=pip_cache,
+        extra_mounts=(str(wheels),),
+        only=["resolve"],
+    )
+    upgrade = resolve_only.run(
+        RunSettings(event_name="schedule", schedule=monthly["cron"], run_number=8)
+    )
+    assert upgrade["resolve"].result == "success"
+    assert "Upgrade run" in step_log(upgrade["resolve"], start)
+    upgraded_lock = (home / "run-8" / "artifacts" / pylock).read_bytes()  # the `locks` artifact
+    assert locked_version(upgraded_lock, "filelock") == "99.0.0"
     for number, done in enumerate((first, second), start=1):
         for job in ("conformance", "aggregate"):
             print(f"=== run {number}, {job}: the job summary\n{done[job].summary}")
