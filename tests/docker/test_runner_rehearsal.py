@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from envbuilder.pipconfig import pip_config_value
+from envbuilder.index.pipconfig import pip_config_value
 from tests.docker.rehearsal import (
     ExpressionError,
     JobResult,
