@@ -27,7 +27,7 @@ def _install_project(session: nox.Session, *groups: str) -> None:
             "Install nox with a newer interpreter, e.g. `python3.12 -m pip install nox`, "
             "or run `pipx run --python python3.12 nox ...`."
         )
-    args = ["-e", "."]
+    args = ["-e", ".[all]"]  # the pipeline needs every extra (envbuilder/extras.py)
     for group in groups:
         args += ["--group", group]
     session.install("--upgrade", "pip>=25.1")

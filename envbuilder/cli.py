@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from envbuilder import __version__
 from envbuilder.credentials import RedactingFilter, redact_text
 from envbuilder.errors import EnvbuilderError
+from envbuilder.extras import check_command
 from envbuilder.settings import Settings
 
 __all__ = ["COMMANDS", "main"]
@@ -75,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactingFilter())
     try:
+        check_command(args.command, args)
         rc: int = args._module.run(args)
     except EnvbuilderError as e:
         if debug:

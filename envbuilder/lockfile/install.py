@@ -46,16 +46,22 @@ def _interpreter_version(exe: Path) -> str:
 
 
 def _uv() -> str:
+    """uv from the ``install`` extra, else on PATH; neither names the extra and --installer pip."""
+    import shutil
+
     from envbuilder.errors import MissingToolError
+    from envbuilder.extras import missing
 
     try:
         from uv import find_uv_bin
 
         return os.fsdecode(find_uv_bin())
     except (ImportError, FileNotFoundError) as e:
-        raise MissingToolError(
-            f"uv is not installed ({e}); install it with `pip install uv`"
-        ) from e
+        found = shutil.which("uv")
+        if found:
+            return found
+        gap = missing("uv", extra="install", needed_for="envbuilder install (uv is its default)")
+        raise MissingToolError(f"{gap}; or put uv on PATH, or pass --installer pip") from e
 
 
 def _how_to_get(python: str) -> str:

@@ -231,7 +231,9 @@ def _major(version: object) -> int | None:
 
 def read_results(path: Path) -> ResultsFile:
     """Read and validate one results file, raising `Rejected` with the reason."""
-    import jsonschema
+    from envbuilder.extras import require
+
+    jsonschema = require("jsonschema", extra="resolve", needed_for="reading conformance results")
 
     try:
         raw = path.read_bytes()

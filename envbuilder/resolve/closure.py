@@ -24,7 +24,8 @@ from packaging.pylock import Pylock
 from packaging.version import Version
 
 from envbuilder.credentials import Credentials, redact_text
-from envbuilder.errors import EnvbuilderError, MissingToolError
+from envbuilder.errors import EnvbuilderError
+from envbuilder.extras import missing
 from envbuilder.pylock import (
     LockedArchive,
     LockedPackage,
@@ -83,9 +84,7 @@ def find_uv() -> str:
 
         return str(find_uv_bin())
     except (ImportError, FileNotFoundError) as e:
-        raise MissingToolError(
-            "uv is needed to compute dependency closures: `python -m pip install uv`"
-        ) from e
+        raise missing("uv", extra="resolve", needed_for="computing dependency closures") from e
 
 
 def lock_inputs(
