@@ -35,6 +35,7 @@ __all__ = [
     "LockedPackage",
     "PylockError",
     "assemble",
+    "constraints_text",
     "packages",
     "read_lock",
     "requirements_text",
@@ -272,4 +273,20 @@ def requirements_text(
     separator = " \\\n    " if wrap else " "
     lines = [f"# {line}" for line in header] + list(options)
     lines += [f"{requirement}{separator}--hash=sha256:{sha}" for requirement, sha in pins]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def constraints_text(packages: Iterable[LockedPackage], *, header: Sequence[str] = ()) -> str:
+    """A constraints file (``pip install -c``, ``uv pip install -c``): ``name==version`` lines.
+
+    No ``--hash``: uv checks hashes given in constraints, but pip (26.3) then turns on
+    ``--require-hashes`` for the whole install and refuses the user's own unpinned
+    requirements, which is what constraints are for. Hashes stay in the pylock and
+    requirements exports.
+    """
+    lines = [f"# {line}" for line in header]
+    for package in sorted(packages, key=lambda p: p.name):
+        if not package.version:
+            raise PylockError(f"{package.name} is locked without a version; it cannot be pinned")
+        lines.append(f"{package.name}=={package.version}")
     return "".join(f"{line}\n" for line in lines)

@@ -7,15 +7,23 @@ import sys
 from pathlib import Path
 
 from envbuilder.lockfile.cli_args import add_lock_argument
+from envbuilder.lockfile.export import FORMATS
 
 HELP = (
-    "write one combination's installable lock (pylock.toml or a --require-hashes requirements file)"
+    "write one combination's installable lock (pylock.toml, a --require-hashes requirements "
+    "file, or a constraints file to layer your own requirements on)"
 )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", help="combination id (see `envbuilder query`)")
-    parser.add_argument("--format", choices=["pylock", "requirements"], default="pylock")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="pylock",
+        help="pylock (uv pip install -r), requirements (pip install --require-hashes -r) or "
+        "constraints (pip/uv install -c FILE -r your-requirements.txt); default: pylock",
+    )
     parser.add_argument(
         "-o",
         "--out",

@@ -8,7 +8,9 @@ pylock.toml`` (uv recognises a PEP 751 lock only by its file name:
 combination id such as ``py3.11-…`` cannot be the name as it stands). ``requirements`` output pins
 every wheel the target (the combination's Python and platform, not the host)
 selects, as a direct URL with its sha256, for ``pip install --require-hashes
---no-deps -r``.
+--no-deps -r``. ``constraints`` output pins the same closure's versions
+(``name==version``) for ``pip install -c`` / ``uv pip install -c`` beside one's own
+requirements: the resolver keeps the verified stack and adds the rest.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from envbuilder.files import sha256_file
 from envbuilder.lockfile.model import Entry
 from envbuilder.target import Target
 
-__all__ = ["exported", "exported_requirements", "locate_pylock"]
+__all__ = ["FORMATS", "exported", "exported_constraints", "exported_requirements", "locate_pylock"]
+
+#: what `envbuilder export --format` writes
+FORMATS = ("pylock", "requirements", "constraints")
 
 
 def locate_pylock(lockfile: Path, entry: Entry) -> Path:
@@ -85,6 +90,25 @@ def exported_requirements(entry: Entry, pylock: Path) -> str:
     )
 
 
+def exported_constraints(entry: Entry, pylock: Path) -> str:
+    """A constraints file of the closure the entry's target installs, versions only."""
+    from envbuilder.pylock import constraints_text, read_lock, select
+
+    chosen = select(read_lock(pylock.read_bytes(), source=pylock), _target(entry), source=pylock)
+    return constraints_text(
+        chosen,
+        header=(
+            f"{entry.id}: exported by `envbuilder export --format constraints` from "
+            f"{pylock.name} (sha256 {entry.lock.sha256 if entry.lock else '?'})",
+            f"target: Python {entry.python}, {entry.platform}; verdict: {entry.verdict.verdict}",
+            "use: uv pip install -c <this file> -r your-requirements.txt "
+            "(or pip install -c ... -r ...)",
+            "versions only: pip refuses --hash in constraints beside unhashed requirements; "
+            "the pylock and requirements exports carry the hashes",
+        ),
+    )
+
+
 def exported(lockfile: Path, combination: str, fmt: str) -> bytes:
     """The bytes `envbuilder export` writes (also used by `install`)."""
     import difflib
@@ -101,4 +125,6 @@ def exported(lockfile: Path, combination: str, fmt: str) -> bytes:
     pylock = locate_pylock(lockfile, entry)
     if fmt == "pylock":
         return pylock.read_bytes()
+    if fmt == "constraints":
+        return exported_constraints(entry, pylock).encode("utf-8")
     return exported_requirements(entry, pylock).encode("utf-8")

@@ -58,6 +58,9 @@ def wheel_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("wheels")
     build_wheel(root, "envb-demo-a", "1.0", ["envb-demo-b==2.0"])
     build_wheel(root, "envb-demo-b", "2.0", [])
+    # a newer b and a user's project that takes any b: only constraints keep b at 2.0
+    build_wheel(root, "envb-demo-b", "3.0", [])
+    build_wheel(root, "envb-demo-user", "0.1", ["envb-demo-b>=2"])
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -231,6 +234,33 @@ def test_exported_requirements_install_with_pip_require_hashes(
         [str(python), "-m", "pip", "install", "-q", "--require-hashes", "-r", str(out)], check=True
     )
     assert installed(python, "envb-demo-a", "envb-demo-b") == ["1.0", "2.0"]
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_exported_constraints_keep_the_verified_stack_beside_ones_own(
+    demo_lock: Path, wheel_server: str, tmp_path: Path, installer: str
+) -> None:
+    """``install -c constraints.txt -r my-requirements.txt``: the user's project is added,
+    the lock's closure keeps its versions though the index has a newer one."""
+    out = tmp_path / "constraints.txt"
+    argv = ["export", VERIFIED, "--format", "constraints", "-o", str(out), "--lock", str(demo_lock)]
+    assert main(argv) == 0
+    assert [line for line in out.read_text().splitlines() if not line.startswith("#")] == [
+        "envb-demo-a==1.0",
+        "envb-demo-b==2.0",
+    ]
+    mine = tmp_path / "my-requirements.txt"
+    mine.write_text("envb-demo-user\n")
+    source = ["--no-index", "--find-links", wheel_server]
+    for constraints, b in (([], "3.0"), (["-c", str(out)], "2.0")):
+        venv = tmp_path / f"venv{len(constraints)}"
+        python = fresh_venv(venv, pip=installer == "pip")
+        if installer == "uv":
+            cmd = [UV, "pip", "install", "-q", "--python", str(python)]
+        else:
+            cmd = [str(python), "-m", "pip", "install", "-q"]
+        subprocess.run([*cmd, *source, *constraints, "-r", str(mine)], check=True)
+        assert installed(python, "envb-demo-user", "envb-demo-b") == ["0.1", b]
 
 
 def test_a_changed_wheel_hash_is_refused_by_pip(demo_lock: Path, tmp_path: Path) -> None:

@@ -75,6 +75,7 @@ def test_query_needs_no_extra(lockfile: Path) -> None:
     [
         ("pylock", 'lock-version = "1.0"'),
         ("requirements", "--hash=sha256:"),
+        ("constraints", "torch==2.5.1"),
     ],
 )
 def test_export_needs_no_extra(lockfile: Path, fmt: str, expected: str) -> None:

@@ -13,6 +13,7 @@ from envbuilder.pylock import (
     LockedPackage,
     PylockError,
     assemble,
+    constraints_text,
     packages,
     read_lock,
     requirements_text,
@@ -228,3 +229,25 @@ def test_requirements_text(wrap: bool, expected: str) -> None:
 
 def test_no_pins_no_text() -> None:
     assert requirements_text([], wrap=False) == ""
+
+
+@pytest.mark.parametrize(
+    ("packages", "expected"),
+    [
+        (
+            [("torch", "2.5.1+cu121"), ("filelock", "3.16.1")],
+            "# h\nfilelock==3.16.1\ntorch==2.5.1+cu121\n",
+        ),
+        ([], "# h\n"),
+        ([("torch", None)], PylockError),
+    ],
+)
+def test_constraints_text(
+    packages: list[tuple[str, str | None]], expected: str | type[Exception]
+) -> None:
+    locked = [LockedPackage(name=n, version=v) for n, v in packages]
+    if isinstance(expected, str):
+        assert constraints_text(locked, header=["h"]) == expected
+    else:
+        with pytest.raises(expected, match="without a version"):
+            constraints_text(locked, header=["h"])
