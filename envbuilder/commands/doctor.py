@@ -11,7 +11,6 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
 from envbuilder.lockfile.cli_args import add_lock_argument
 
@@ -55,9 +54,10 @@ def run(args: argparse.Namespace) -> int:
         run_probe,
         summary,
     )
-    from envbuilder.lockfile.read import default_lockfile, load_lockfile
+    from envbuilder.lockfile.published import lockfile_argument
+    from envbuilder.lockfile.read import load_lockfile
 
-    path: Path = args.lock or default_lockfile(args.settings)
+    path = lockfile_argument(args.lock, args.settings)
     lock = load_lockfile(path)
     env = inspect_environment(args.python) if args.python else installed()
     probe = None if args.no_probe else run_probe(env.executable if args.python else sys.executable)

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     from envbuilder.errors import InputError
     from envbuilder.files import write_atomic
-    from envbuilder.lockfile.read import default_lockfile
+    from envbuilder.lockfile.published import lockfile_argument
 
     if args.out is not None and args.format == "pylock" and not is_valid_pylock_path(args.out):
         raise InputError(
@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         )
     from envbuilder.lockfile.export import exported
 
-    data = exported(args.lock or default_lockfile(args.settings), args.id, args.format)
+    lockfile = lockfile_argument(args.lock, args.settings, with_locks=True, combination=args.id)
+    data = exported(lockfile, args.id, args.format)
     if args.out is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()

@@ -97,10 +97,11 @@ def _match_json(m: Match) -> dict[str, object]:
 def run(args: argparse.Namespace) -> int:
     from envbuilder.lockfile.gpus import gpu_arch
     from envbuilder.lockfile.host import detect_host
+    from envbuilder.lockfile.published import lockfile_argument
     from envbuilder.lockfile.query import answer
-    from envbuilder.lockfile.read import default_lockfile, load_lockfile
+    from envbuilder.lockfile.read import load_lockfile
 
-    path = args.lock or default_lockfile()
+    path = lockfile_argument(args.lock, args.settings)
     lock = load_lockfile(path)
     host = detect_host() if args.here else None
     query = _query(args, host)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from envbuilder.lockfile.model import USES
 
@@ -13,10 +12,10 @@ __all__ = ["add_lock_argument", "add_selection_arguments"]
 def add_lock_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lock",
-        type=Path,
         default=None,
-        metavar="FILE",
-        help="the compatibility lockfile (default: $ENVBUILDER_LOCK or ./compat.lock.json)",
+        metavar="FILE|URL",
+        help="the compatibility lockfile, or the https URL of a published one (downloaded, "
+        "its content hash checked); default: $ENVBUILDER_LOCK or ./compat.lock.json",
     )
 
 

@@ -129,12 +129,13 @@ def install(args: argparse.Namespace) -> int:
     from envbuilder.errors import EnvbuilderError, InputError
     from envbuilder.lockfile.export import exported
     from envbuilder.lockfile.model import use_verdict
+    from envbuilder.lockfile.published import lockfile_argument
     from envbuilder.lockfile.query import Query, select
-    from envbuilder.lockfile.read import default_lockfile, load_lockfile
+    from envbuilder.lockfile.read import load_lockfile
     from envbuilder.reporter import Reporter
 
     report = Reporter(verbose=args.verbose)
-    lockfile = args.lock or default_lockfile(args.settings)
+    lockfile = lockfile_argument(args.lock, args.settings, with_locks=True)
     lock = load_lockfile(lockfile)
     python_exe: Path = args.python_exe or Path(sys.executable)
     if args.venv is not None:
