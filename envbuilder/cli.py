@@ -9,6 +9,7 @@ Commands import their heavy dependencies inside ``run`` so that
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import os
@@ -22,7 +23,7 @@ from envbuilder.errors import EnvbuilderError
 from envbuilder.extras import check_command
 from envbuilder.settings import Settings
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "build_parser", "main", "parse"]
 
 #: subcommand name -> module; the order is the order of ``--help``.
 COMMANDS: dict[str, str] = {
@@ -39,38 +40,100 @@ COMMANDS: dict[str, str] = {
 }
 
 
+#: commands that act on every selected combination and ask for a selector or --all rather
+#: than taking none to mean everything (an image build per combination is expensive)
+ASK_FOR_SELECTION = frozenset({"build"})
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, prefix: str = "") -> None:
+    """``--debug`` and ``-v``: accepted before the subcommand and after it (``prefix`` keeps
+    the two apart, and `main` adds them up)."""
+    parser.add_argument(
+        "--debug",
+        dest=f"{prefix}debug",
+        action="store_true",
+        help="show tracebacks for errors (or set ENVBUILDER_DEBUG=1)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        dest=f"{prefix}verbose",
+        action="count",
+        default=0,
+        help="more detail (-vv for debug logs)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="envbuilder",
         description="Resolve, build, test and publish torch + xformers environments.",
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"envbuilder {__version__}")
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        help="show tracebacks for errors (or set ENVBUILDER_DEBUG=1)",
-    )
+    _add_global_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         module = importlib.import_module(COMMANDS[name])
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        p.add_argument(
-            "-v", "--verbose", action="count", default=0, help="more detail (-vv for debug logs)"
-        )
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP, allow_abbrev=False)
+        _add_global_options(p, prefix="sub_")
         module.configure(p)
-        p.set_defaults(_module=module)
+        if name in ASK_FOR_SELECTION:
+            _ask_for_selection(p)
+        p.set_defaults(_module=module, _parser=p)
     return parser
 
 
+def _ask_for_selection(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if action.dest == "selectors":
+            action.help = "cu121, py3.11, torch2.5, an id, a glob (or --all)"
+    parser.add_argument("--all", action="store_true", help="every resolved combination")
+
+
+def _first_command(argv: Sequence[str]) -> str | None:
+    """The subcommand as typed: the first word that is not a global option."""
+    for word in argv:
+        if word in ("-h", "--help", "--version"):
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def parse(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """Parse ``argv``; a mistyped subcommand gets a did-you-mean, an error its subcommand's usage."""
+    parser = parser or build_parser()
+    typed = _first_command(argv)
+    if typed is not None and typed not in COMMANDS:
+        near = difflib.get_close_matches(typed, list(COMMANDS), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        parser.error(f"unknown command {typed!r}{hint} (commands: {', '.join(COMMANDS)})")
+    args, extra = parser.parse_known_args(argv)
+    chosen: argparse.ArgumentParser = args._parser
+    if extra:
+        chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command in ASK_FOR_SELECTION:
+        if args.all and args.selectors:
+            chosen.error("give SELECTORs or --all, not both")
+        if not args.all and not args.selectors:
+            chosen.error(
+                "which combinations? give one or more SELECTORs (an id, cu121, py3.11, "
+                "torch2.5, a glob) or --all for every resolved one"
+            )
+    args.debug = args.debug or args.sub_debug
+    args.verbose = args.verbose + args.sub_verbose
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(sys.argv[1:] if argv is None else argv)
     args.settings = Settings.from_environment(os.environ, debug=args.debug)
     debug = args.settings.debug
     level = logging.WARNING
-    if getattr(args, "verbose", 0) >= 2 or debug:
+    if args.verbose >= 2 or debug:
         level = logging.DEBUG
-    elif getattr(args, "verbose", 0) == 1:
+    elif args.verbose == 1:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:

@@ -2,7 +2,7 @@
 
 Each combination's image is built (``envbuilder.docker.build.ensure_image``) and
 the suite runs in a container with the host's GPUs (Docker device requests),
-writing ``<out-dir>/<id>.json``. ``--in-place`` runs it in this environment
+writing ``<--out>/<id>.json``. ``--in-place`` runs it in this environment
 instead, after checking that this environment is the selected combination.
 """
 
@@ -36,7 +36,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="with --in-place: run even if this environment differs"
     )
-    parser.add_argument("--out-dir", type=Path, default=Path("results"), help="default: results/")
+    parser.add_argument(
+        "-o",
+        "--out",
+        dest="out_dir",
+        type=Path,
+        default=Path("results"),
+        metavar="DIR",
+        help="directory for <id>.json (default: results/)",
+    )
+    # the spelling before every command's output became -o/--out; kept for scripts that use it
+    parser.add_argument("--out-dir", dest="out_dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument(
         "--quick", action="store_true", help="the smaller run (about 2 minutes per GPU)"
     )

@@ -25,7 +25,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_selectors(parser)
     add_matrix_argument(parser)
     parser.add_argument(
-        "--out", type=Path, default=Path("locks"), help="output directory (default: %(default)s)"
+        "-o",
+        "--out",
+        type=Path,
+        default=Path("locks"),
+        metavar="DIR",
+        help="output directory (default: %(default)s)",
     )
     parser.add_argument(
         "--cache-dir",

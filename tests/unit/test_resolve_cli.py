@@ -40,7 +40,7 @@ def _result(
 
 
 def test_defaults() -> None:
-    args = cli.build_parser().parse_args(["resolve"])
+    args = cli.parse(["resolve"])
     assert (args.selectors, args.matrix, args.out, args.cache_dir) == (
         [],
         Path("matrix.toml"),
@@ -59,7 +59,7 @@ def test_defaults() -> None:
 def test_options() -> None:
     argv = ["resolve", "cu121", "py3.11", "--matrix", "m.toml", "--out", "o", "--cache-dir", "c"]
     argv += ["--offline", "--upgrade", "--jobs", "3", "--json", "-v"]
-    args = cli.build_parser().parse_args(argv)
+    args = cli.parse(argv)
     assert args.selectors == ["cu121", "py3.11"]
     assert (args.matrix, args.out, args.cache_dir) == (Path("m.toml"), Path("o"), Path("c"))
     assert (args.offline, args.upgrade, args.jobs, args.json, args.verbose) == (
