@@ -8,7 +8,7 @@ The rest comes with an extra:
 extra      brings                           for
 =========  ===============================  ====================================
 resolve    uv, rich, jsonschema             resolve, matrix, lock, publish
-install    uv                               install (its default installer)
+install    uv                               install (default installer, --venv)
 docker     the Docker SDK                   build, conformance in a container
 all        all of the above                 the maintainers' pipeline (nox)
 =========  ===============================  ====================================
