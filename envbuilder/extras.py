@@ -80,10 +80,13 @@ def require(module: str, *, extra: str, needed_for: str) -> ModuleType:
 
 
 def _installed(module: str) -> bool:
+    """Importable as a real module: a directory of that name in the working directory (the
+    checkout has ``docker/``) is only a namespace package, with no origin."""
     try:
-        return importlib.util.find_spec(module) is not None
+        spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         return False
+    return spec is not None and spec.origin is not None
 
 
 def check_command(command: str, args: argparse.Namespace) -> None:
