@@ -70,10 +70,11 @@ def test_forced_build_writes_one_log_per_combination(
     [
         (["torch9"], 2, "selector 'torch9' matches no combination"),
         (
-            ["--locks", "/nonexistent-locks"],
+            ["--all", "--locks", "/nonexistent-locks"],
             2,
             "resolution.json: not found; run `nox -s resolve` first",
         ),
+        ([], 2, "or --all"),
     ],
 )
 def test_bad_input_exits_2_with_the_problem(
@@ -89,6 +90,7 @@ def test_without_a_daemon_the_error_says_how_to_start_one(
 ) -> None:
     done = envbuilder(
         "build",
+        "--all",
         "--locks",
         str(torch_locks),
         env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"},
