@@ -1,27 +1,56 @@
 #!/bin/sh
-# Installs one layer group of a lock inside an envbuilder build stage:
-#   install-group.sh GROUP WHEELS_DIR STAGE_DIR
-# WHEELS_DIR holds the group's wheels and requirements.txt (name==version --hash=sha256:...).
-# Every wheel is checked against its hash, nothing is resolved (--no-deps), nothing is
-# fetched (--no-index), nothing is byte-compiled (--no-compile keeps the tree reproducible).
-# Files land under STAGE_DIR/opt/venv, to be copied into the final image's /opt/venv, with
-# the group's requirements as /opt/venv/.envbuilder/GROUP.txt: a record of what the layer holds
-# (it also keeps an empty group's layer distinct from its neighbours').
+# Makes the trees of an envbuilder image's layers, in a container of the base image
+# (envbuilder/docker/build.py runs it with network "none"):
+#   install-group.sh OUT GROUP...
+# GROUP "venv": the empty venv /opt/venv and the non-root user envbuilder (uid 10001),
+#   as OUT/venv/{opt/venv,etc/passwd,etc/group,home/envbuilder}.
+# Any other GROUP: the wheels in /envbuilder/wheels/GROUP (mounted read-only from the
+#   host's wheel cache, with requirements.txt: name==version --hash=sha256:...), installed
+#   by pip into OUT/GROUP/opt/venv. Every wheel is checked against its hash, nothing is
+#   resolved (--no-deps) or fetched (--no-index). Then the tree is byte-compiled with
+#   unchecked-hash .pyc files (no timestamps, one process, fixed hash seed), so the same
+#   wheels give the same bytes. OUT/GROUP/opt/venv/.envbuilder/GROUP.txt records the group's
+#   requirements (it also keeps an empty group's layer distinct from its neighbours').
+# envbuilder writes each OUT/GROUP as one layer (envbuilder/docker/layers.py).
 set -eu
-group=$1
-wheels=$2
-stage=$3
-mkdir -p "$stage/opt/venv/.envbuilder"
-cp "$wheels/requirements.txt" "$stage/opt/venv/.envbuilder/$group.txt"
-if grep -q '[^[:space:]]' "$wheels/requirements.txt"; then
-  PIP_CONFIG_FILE=/dev/null /opt/venv/bin/python -m pip install \
-    --root "$stage" --ignore-installed --no-deps --require-hashes --no-index \
-    --find-links "$wheels" --no-compile --no-cache-dir --disable-pip-version-check \
-    --no-warn-script-location --root-user-action=ignore --progress-bar off \
-    -r "$wheels/requirements.txt"
-else
-  echo "install-group.sh: no wheels in this group"
-fi
-# Same files, same layer: with every timestamp fixed, the layer copied from this stage is
-# byte-identical wherever and whenever the same wheels are installed (no build cache needed).
-find "$stage" -exec touch -h -d @0 {} +
+out=$1
+shift
+installer=""
+for group in "$@"; do
+  stage="$out/$group"
+  mkdir -p "$stage"
+  if [ "$group" = venv ]; then
+    python3 -m venv --without-pip /opt/venv
+    mkdir -p "$stage/opt" "$stage/etc" "$stage/home/envbuilder"
+    cp -a /opt/venv "$stage/opt/venv"
+    rm -rf /opt/venv
+    cp -p /etc/passwd /etc/group "$stage/etc/"
+    if ! grep -q '^envbuilder:' /etc/passwd; then
+      echo 'envbuilder:x:10001:10001:envbuilder:/home/envbuilder:/bin/sh' >> "$stage/etc/passwd"
+      echo 'envbuilder:x:10001:' >> "$stage/etc/group"
+    fi
+    continue
+  fi
+  if [ -z "$installer" ]; then
+    # pip for this container only: the image's venv has none.
+    python3 -m venv /opt/venv
+    installer=/opt/venv/bin/python
+  fi
+  wheels=/envbuilder/wheels/$group
+  mkdir -p "$stage/opt/venv/.envbuilder"
+  cp "$wheels/requirements.txt" "$stage/opt/venv/.envbuilder/$group.txt"
+  if grep -q '[^[:space:]]' "$wheels/requirements.txt"; then
+    echo "install-group.sh: installing $group"
+    PIP_CONFIG_FILE=/dev/null "$installer" -m pip install \
+      --root "$stage" --ignore-installed --no-deps --require-hashes --no-index \
+      --find-links "$wheels" --no-compile --no-cache-dir --disable-pip-version-check \
+      --no-warn-script-location --root-user-action=ignore --progress-bar off \
+      -r "$wheels/requirements.txt"
+    echo "install-group.sh: byte-compiling $group"
+    PYTHONHASHSEED=0 "$installer" -m compileall -q --invalidation-mode unchecked-hash \
+      -s "$stage" -p / "$stage/opt/venv" \
+      || echo "install-group.sh: some files of $group did not byte-compile; they stay source only"
+  else
+    echo "install-group.sh: no wheels in $group"
+  fi
+done

@@ -1,48 +1,60 @@
 """Benchmark of ``envbuilder build``: ``nox -s bench -- build [--synthetic]``.
 
-Builds three combinations that share a CUDA runtime twice: with envbuilder's
-layer plan, and naively (``docker/Dockerfile.naive``: the same lock installed
-as one layer). It prints the disk their layers take above the base image,
-each set counted once per distinct layer, and the time of a no-change
-rebuild. Targets: layered ≤ 60% of naive; a no-change rebuild ≤ 5 s per
-combination.
+Builds combinations with envbuilder's layers and naively
+(``docker/Dockerfile.naive``: the same lock installed as one layer by
+``docker build``), interleaved, ``--repeat`` times each from cold (images
+removed, no cache), and prints medians and spreads of:
 
-Real mode takes three resolved combinations from ``--locks`` whose locks pin
-the same CUDA runtime wheels (multi-GB downloads). ``--synthetic`` generates
-three locks of real wheels instead: a shared 200 MB runtime group, a 100 MB
-torch-like wheel each and small rest, so the ratio can be measured anywhere.
+- the cold build, layered against naive (target: layered ≤ naive);
+- a ``--force`` rebuild with nothing changed (target ≤ 5 s);
+- the image id of every cold build (target: one id per lock);
+- a container's start to ``import torch`` (and ``xformers.ops`` when locked)
+  (target ≤ 2.5 s), beside the naive image's (no bytecode), and the bytes the
+  bytecode adds;
+- with three combinations that share a runtime, the disk their layers take
+  above the base, each distinct layer once (target: layered ≤ 60% of naive).
+
+It exits 1 when a target is missed. Real mode takes three resolved CUDA
+combinations from ``--locks`` whose locks pin the same CUDA runtime wheels
+(multi-GB downloads), or the ones named by ``--combination``. ``--synthetic``
+generates three locks of real wheels instead: a shared 200 MB runtime group,
+a 100 MB torch-like wheel each and small rest.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import io
 import itertools
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import tomli_w
 
 from envbuilder.docker.build import (
     DOCKER_DIR,
-    build_context,
-    docker_build,
+    BuildFailed,
     docker_client,
     ensure_image,
+    link_wheels,
     lock_path,
 )
 from envbuilder.docker.cache import WheelCache
+from envbuilder.docker.layers import chain_ids
 from envbuilder.docker.plan import (
     GROUPS,
     image_tag,
@@ -63,6 +75,7 @@ MB = 1_000_000
 TEST_BASE = "envbuilder-test/python:3.11"
 DISK_TARGET = 0.60
 REBUILD_TARGET_S = 5.0
+IMPORT_TARGET_S = 2.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,15 +100,27 @@ def _main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--locks", type=Path, default=Path("locks"), help="real mode: resolve output"
     )
+    parser.add_argument(
+        "--combination",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="real mode: measure these resolved combinations (repeatable)",
+    )
     parser.add_argument("--base-image", default=None, help="base image (default: per mode)")
     parser.add_argument(
         "--python", default=None, help="real mode: only combinations for this Python (e.g. 3.11)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=2, help="cold builds per combination and kind"
     )
     parser.add_argument("--runtime-mb", type=int, default=200, help="synthetic runtime group size")
     parser.add_argument("--torch-mb", type=int, default=100, help="synthetic torch wheel size")
     parser.add_argument("--work", type=Path, default=None, help="synthetic wheels and locks")
     parser.add_argument("-v", "--verbose", action="count", default=0)
     args = parser.parse_args(argv)
+    if args.repeat < 2:
+        raise InputError("--repeat must be at least 2: two cold builds show whether ids agree")
     reporter = Reporter(verbose=args.verbose)
     client = docker_client()
     settings = Settings.from_environment(os.environ)
@@ -110,113 +135,227 @@ def _main(argv: Sequence[str]) -> int:
         )
         if base == TEST_BASE:
             subprocess.run(["bash", str(DOCKER_DIR / "make-base.sh"), TEST_BASE], check=True)
+    elif args.combination:
+        cases = named_cases(args.locks, args.combination)
+        base = args.base_image
+        mode = f"real locks from {args.locks} ({', '.join(c.resolved.id for c in cases)})"
     else:
         cases = cases_sharing_a_runtime(args.locks, python=args.python)
         base = args.base_image
         mode = f"real locks from {args.locks} ({', '.join(c.resolved.id for c in cases)})"
     log_dir = cache.root.parent / "bench-logs"
     print(f"bench build: mode={mode}; base image {base or 'python:<python>-slim'}", flush=True)
+    quiet = Reporter(io.StringIO())
 
-    layered: list[str] = []
-    naive: list[str] = []
-    for case in cases:
-        start = time.monotonic()
-        tag = ensure_image(
+    def layered_build(case: Case, **kwargs: Any) -> str:
+        return ensure_image(
             case.resolved, case.lock, client=client, base_image=base, reporter=reporter,
-            log_dir=log_dir, cache=cache,
+            log_dir=log_dir, cache=cache, **kwargs,
         )  # fmt: skip
-        layered.append(tag)
-        built = time.monotonic() - start
-        start = time.monotonic()
-        naive.append(naive_image(client, case, base, cache, log_dir, reporter))
+
+    missed: list[str] = []
+    layered: dict[str, str] = {}
+    naive: dict[str, str] = {}
+    for case in cases:
+        cid = case.resolved.id
+        cold_layered: list[float] = []
+        cold_naive: list[float] = []
+        ids: list[str] = []
+        for _ in range(args.repeat):
+            _remove(client, image_tag(cid, lock_digest(case.lock.read_bytes())))
+            start = time.monotonic()
+            layered[cid] = layered_build(case, force=True, no_cache=True)
+            cold_layered.append(time.monotonic() - start)
+            ids.append(str(client.images.get(layered[cid]).id))
+            _remove(client, naive_tag(case))
+            start = time.monotonic()
+            naive[cid] = naive_image(client, case, base, cache, log_dir, reporter)
+            cold_naive.append(time.monotonic() - start)
+        force: list[float] = []
+        for _ in range(args.repeat):
+            start = time.monotonic()
+            ensure_image(case.resolved, case.lock, client=client, base_image=base, reporter=quiet, log_dir=log_dir, cache=cache, force=True)  # fmt: skip
+            force.append(time.monotonic() - start)
+        modules = ["torch"] + (["xformers.ops"] if "xformers" in _locked(case) else [])
+        start_layered = [start_to_import(client, layered[cid], modules) for _ in range(args.repeat)]
+        start_naive = [start_to_import(client, naive[cid], modules) for _ in range(args.repeat)]
+        pyc = bytecode_bytes(client, layered[cid])
+        layered_median, naive_median = (
+            statistics.median(cold_layered),
+            statistics.median(cold_naive),
+        )
+        checks = [
+            ("cold layered ≤ naive", layered_median <= naive_median),
+            (f"--force no-change ≤ {REBUILD_TARGET_S:.0f} s", max(force) <= REBUILD_TARGET_S),
+            ("one image id from every --no-cache build", len(set(ids)) == 1),
+            (
+                f"start to import ≤ {IMPORT_TARGET_S} s",
+                statistics.median(start_layered) <= IMPORT_TARGET_S,
+            ),
+        ]
         print(
-            f"  {case.resolved.id}: layered build {built:.1f} s, naive build {time.monotonic() - start:.1f} s",
+            f"{cid}:\n"
+            f"  cold build      layered {_spread(cold_layered)}, naive {_spread(cold_naive)} "
+            f"(ratio {layered_median / naive_median:.2f})\n"
+            f"  --force no-change rebuild {_spread(force)}\n"
+            f"  --no-cache image ids {', '.join(i.removeprefix('sha256:')[:19] for i in ids)}\n"
+            f"  start to `import {', '.join(modules)}`: layered {_spread(start_layered)}, "
+            f"naive {_spread(start_naive)}; bytecode adds {pyc / MB:.1f} MB to the image\n"
+            + "".join(f"  {'✓' if ok else '✕'} {what}\n" for what, ok in checks),
             flush=True,
         )
+        missed += [f"{cid}: {what}" for what, ok in checks if not ok]
 
     base_ref = base or f"python:{cases[0].resolved.python}-slim"
-    layered_bytes, layered_layers = unique_layers(client, layered, base_ref)
-    naive_bytes, naive_layers = unique_layers(client, naive, base_ref)
+    layered_bytes, layered_layers = unique_layers(client, list(layered.values()), base_ref)
+    naive_bytes, naive_layers = unique_layers(client, list(naive.values()), base_ref)
     ratio = layered_bytes / naive_bytes
+    shared = len(cases) >= 3 and not args.combination
     print(
         f"disk above the base, each distinct layer once:\n"
         f"  layered {layered_bytes / MB:9.1f} MB in {layered_layers} layers\n"
         f"  naive   {naive_bytes / MB:9.1f} MB in {naive_layers} layers\n"
-        f"  ratio layered/naive = {ratio:.2f} (target ≤ {DISK_TARGET:.2f}) {'✓' if ratio <= DISK_TARGET else '✕'}",
+        f"  ratio layered/naive = {ratio:.2f} "
+        + (
+            f"(target ≤ {DISK_TARGET:.2f}) {'✓' if ratio <= DISK_TARGET else '✕'}"
+            if shared
+            else "(no target: needs three combinations that share a runtime)"
+        ),
         flush=True,
     )
+    if shared and ratio > DISK_TARGET:
+        missed.append(f"disk ratio {ratio:.2f} > {DISK_TARGET:.2f}")
+    if missed:
+        print(f"bench build: {len(missed)} target(s) missed: {'; '.join(missed)}", flush=True)
+        return 1
+    return 0
 
-    skip_times: list[float] = []
-    rebuild_times: list[float] = []
-    quiet = Reporter(io.StringIO())
-    for case in cases:
-        start = time.monotonic()
-        ensure_image(case.resolved, case.lock, client=client, base_image=base, reporter=quiet, log_dir=log_dir, cache=cache)  # fmt: skip
-        skip_times.append(time.monotonic() - start)
-        start = time.monotonic()
-        ensure_image(case.resolved, case.lock, client=client, base_image=base, reporter=quiet, log_dir=log_dir, cache=cache, force=True)  # fmt: skip
-        rebuild_times.append(time.monotonic() - start)
-    worst = max(rebuild_times)
-    print(
-        "no-change rebuild per combination:\n"
-        f"  envbuilder build (image with the lock's tag exists): "
-        f"{', '.join(f'{t:.2f}' for t in skip_times)} s\n"
-        f"  --force (docker build through its layer cache):      "
-        f"{', '.join(f'{t:.2f}' for t in rebuild_times)} s "
-        f"(target ≤ {REBUILD_TARGET_S:.0f} s) {'✓' if worst <= REBUILD_TARGET_S else '✕'}",
-        flush=True,
+
+def _spread(times: Sequence[float]) -> str:
+    return f"median {statistics.median(times):.2f} s ({min(times):.2f}–{max(times):.2f}, n={len(times)})"
+
+
+def _locked(case: Case) -> set[str]:
+    return {w.name for w in load_lock(case.lock.read_bytes(), source=case.lock)}
+
+
+def _remove(client: Any, tag: str) -> None:
+    from docker.errors import ImageNotFound
+
+    with contextlib.suppress(ImageNotFound):
+        client.images.remove(tag)
+
+
+def start_to_import(client: Any, tag: str, modules: Sequence[str]) -> float:
+    """Seconds from creating a container of ``tag`` to its exit after importing ``modules``."""
+    start = time.monotonic()
+    client.containers.run(
+        tag, ["python", "-c", f"import {', '.join(modules)}"], network_mode="none", remove=True
     )
-    return 0 if ratio <= DISK_TARGET and worst <= REBUILD_TARGET_S else 1
+    return time.monotonic() - start
+
+
+def bytecode_bytes(client: Any, tag: str) -> int:
+    """Bytes of the ``.pyc`` files in the image's venv."""
+    code = (
+        "import os; print(sum(os.path.getsize(os.path.join(d, f)) "
+        "for d, _, fs in os.walk('/opt/venv') for f in fs if f.endswith('.pyc')))"
+    )
+    out = client.containers.run(tag, ["python", "-c", code], network_mode="none", remove=True)
+    return int(out)
 
 
 def unique_layers(client: Any, tags: Sequence[str], base: str) -> tuple[int, int]:
     """Bytes and count of the distinct layers of ``tags`` above ``base``.
 
-    A history entry's id is the image its build step made; images that share
-    a layer share that step's image, so each id is counted once.
+    A layer is named by its chain id (it and every layer below it); its size
+    comes from the image's history, whose entries of size 0 that record no
+    layer (``#(nop)`` steps, empty entries) are left out.
     """
-    base_ids = {entry["Id"] for entry in client.api.history(base)}
+    base_chains = set(chain_ids(client.images.get(base).attrs["RootFS"]["Layers"]))
     sizes: dict[str, int] = {}
     for tag in tags:
-        for entry in client.api.history(tag):
-            if entry["Id"] in base_ids or entry["Id"] == "<missing>":
-                continue
-            sizes[entry["Id"]] = int(entry["Size"])
+        diff_ids = client.images.get(tag).attrs["RootFS"]["Layers"]
+        history = [
+            int(entry["Size"])
+            for entry in reversed(client.api.history(tag))
+            if int(entry["Size"]) or "#(nop)" not in str(entry.get("CreatedBy"))
+        ]
+        # the top entries are this image's own layers; the base's are not counted anyway
+        history = ([0] * len(diff_ids) + history)[-len(diff_ids) :]
+        for chain, size in zip(chain_ids(diff_ids), history, strict=True):
+            if chain not in base_chains:
+                sizes[chain] = size
     layers = sum(1 for size in sizes.values() if size > 0)
     return sum(sizes.values()), layers
+
+
+def naive_tag(case: Case) -> str:
+    lock_bytes = case.lock.read_bytes()
+    return (
+        "envbuilder-bench/naive-"
+        + image_tag(case.resolved.id, lock_digest(lock_bytes)).split("/", 1)[1]
+    )
 
 
 def naive_image(
     client: Any, case: Case, base: str | None, cache: WheelCache, log_dir: Path, reporter: Reporter
 ) -> str:
-    """The same lock as one install layer (``docker/Dockerfile.naive``)."""
-    lock_bytes = case.lock.read_bytes()
-    tag = (
-        "envbuilder-bench/naive-"
-        + image_tag(case.resolved.id, lock_digest(lock_bytes)).split("/", 1)[1]
-    )
-    from docker.errors import ImageNotFound
-
-    try:
-        client.images.get(tag)
-        return tag
-    except ImageNotFound:
-        pass
-    plan = plan_layers(load_lock(lock_bytes, source=case.lock))
+    """The same lock as one install layer (``docker/Dockerfile.naive``), built with
+    ``docker build`` from a context of the lock's wheels."""
+    tag = naive_tag(case)
+    plan = plan_layers(load_lock(case.lock.read_bytes(), source=case.lock))
+    for wheel in plan.wheels():
+        cache.fetch(wheel)
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"naive-{case.resolved.id}.log"
-    with build_context(plan, cache) as context, log_path.open("w", encoding="utf-8") as log:
+    with (
+        tempfile.TemporaryDirectory(prefix="envbuilder-naive-", dir=cache.root) as tmp,
+        log_path.open("w", encoding="utf-8") as log,
+    ):
+        context = Path(tmp)
+        link_wheels(plan, cache, context / "wheels")
         shutil.copyfile(DOCKER_DIR / "Dockerfile.naive", context / "Dockerfile")
-        docker_build(
+        classic_build(
             client,
             path=str(context),
             tag=tag,
+            nocache=True,
             buildargs={"BASE_IMAGE": base or f"python:{case.resolved.python}-slim"},
             log=log,
             log_path=log_path,
-            reporter=reporter,
         )
     return tag
+
+
+def classic_build(client: Any, *, log: IO[str], log_path: Path, **kwargs: Any) -> None:
+    """One ``docker build`` (the daemon's classic builder), its output into ``log``."""
+    from docker.errors import APIError
+
+    try:
+        for item in client.api.build(
+            rm=True, forcerm=True, pull=False, network_mode="none", decode=True, **kwargs
+        ):
+            if "stream" in item:
+                log.write(str(item["stream"]))
+            if "error" in item:
+                raise BuildFailed(f"docker build failed: {item['error'].strip()} (log: {log_path})")
+    except APIError as e:
+        raise BuildFailed(f"docker build failed: {e} (log: {log_path})") from e
+
+
+def named_cases(locks: Path, ids: Sequence[str]) -> list[Case]:
+    """The resolved combinations ``ids`` of ``locks/resolution.json``."""
+    resolved = load_resolution(locks / "resolution.json").by_id()
+    cases: list[Case] = []
+    for cid in ids:
+        rc = resolved.get(cid)
+        if rc is None or rc.status != "resolved":
+            raise InputError(
+                f"{locks / 'resolution.json'}: {cid!r} is not a resolved combination there"
+            )
+        cases.append(Case(resolved=rc, lock=lock_path(rc, locks)))
+    return cases
 
 
 def cases_sharing_a_runtime(locks: Path, *, python: str | None = None) -> list[Case]:

@@ -1,31 +1,46 @@
-"""Build one image per combination from its lock, through the Docker SDK.
+"""Build one image per combination from its lock, without ``docker build``.
 
 ``ensure_image`` is the entry point: it returns ``envbuilder/<id>:<lock
-sha256[:12]>``, building only when no image has that tag (or when forced).
-A build fetches and verifies the lock's wheels into the host's wheel cache,
-links exactly those wheels into a fresh build context, builds
-``docker/Dockerfile`` with network ``none`` (the installer inside checks
-every hash again), measures the installed tree, and tags the image with
-labels that carry the combination, the lock hash and the manifest hash.
+sha256[:12]>``, building only when no image with that tag was made from the
+same inputs: the lock, the base image (by id) and the recipe.
+
+A build checks the base's Python first, then makes only the layers the layer
+cache does not hold: it fetches and verifies those wheels into the host's
+wheel cache, mounts hard links of them read-only into one container of the
+base image (network ``none``), where ``docker/install-group.sh`` installs each
+group with pip (checking every hash again) and byte-compiles it. The host
+writes each installed tree as a reproducible layer tar and the image config
+(``layers.py``), and ``docker load``s them, leaving out layers the daemon has.
+Nothing is sent as a build context, no build stage or dangling image is left,
+and the same inputs give the same layers and image id on any machine.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
+import importlib.util
 import json
 import logging
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from envbuilder import __version__
 from envbuilder.docker.cache import WheelCache
+from envbuilder.docker.layers import (
+    BaseImage,
+    Layer,
+    archive_chunks,
+    chain_ids,
+    image_config,
+    image_env,
+    image_id,
+    write_layer,
+)
 from envbuilder.docker.plan import (
     GROUPS,
     LayerPlan,
@@ -37,23 +52,25 @@ from envbuilder.docker.plan import (
     plan_layers,
 )
 from envbuilder.errors import EnvbuilderError, InputError, MissingToolError
+from envbuilder.files import write_atomic
 from envbuilder.model import ResolvedCombination
 from envbuilder.reporter import Reporter
 
 __all__ = [
     "DOCKER_DIR",
     "LABEL_PREFIX",
+    "LAYERS",
     "BuildFailed",
     "Manifest",
-    "build_context",
-    "docker_build",
     "docker_client",
     "ensure_image",
     "image_labels",
-    "label_dockerfile",
+    "inputs_digest",
+    "link_wheels",
     "lock_path",
     "measure_manifest",
     "push_image",
+    "recipe_digest",
     "source_revision",
 ]
 
@@ -63,7 +80,7 @@ logger = logging.getLogger(__name__)
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
 LABEL_PREFIX = "io.envbuilder"
 VENV = "/opt/venv"
-_API_TIMEOUT_S = 3600  # a torch layer can take minutes without output
+_API_TIMEOUT_S = 3600  # loading a torch layer can take minutes without output
 
 
 class BuildFailed(EnvbuilderError):
@@ -162,6 +179,18 @@ def lock_path(resolved: ResolvedCombination, locks: Path) -> Path:
     return path if path.is_absolute() else locks.parent / path
 
 
+def inputs_digest(*, lock_sha256: str, base_id: str, recipe: str, library_path: str) -> str:
+    """sha256 of everything an image is made from: an image with the lock's tag is
+    reused only when the same lock, base image (by id) and recipe made it."""
+    document = {
+        "lock": lock_sha256,
+        "base": base_id,
+        "recipe": recipe,
+        "library-path": library_path,
+    }
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
 def ensure_image(
     resolved: ResolvedCombination,
     lock_path: Path,
@@ -174,11 +203,15 @@ def ensure_image(
     cache: WheelCache,
     revision: str | None = None,
     no_cache: bool = False,
+    keep_stages: bool = False,
 ) -> str:
-    """The tag of the combination's image, built from ``lock_path`` unless it exists already.
+    """The tag of the combination's image, built from ``lock_path`` unless an image with
+    that tag was made from the same inputs (lock, base image id, recipe).
 
-    ``force`` rebuilds (through Docker's layer cache unless ``no_cache``).
-    ``base_image`` defaults to ``python:<python>-slim``.
+    ``force`` rebuilds, reusing the layers recorded in the layer cache unless
+    ``no_cache``; either way every layer is the same bytes. ``base_image``
+    defaults to ``python:<python>-slim``. ``keep_stages`` keeps the installed
+    trees and layer tars (for debugging) and names their directory.
     """
     reporter = reporter or Reporter()
     if resolved.status != "resolved":
@@ -198,83 +231,395 @@ def ensure_image(
             "resolution; the lock changed after resolving, run `nox -s resolve` again"
         )
     tag = image_tag(resolved.id, lock_sha256)
-    client = docker_client(client)
-    recipe = recipe_digest()
-    if not force:
-        built_by = _image_recipe(client, tag)
-        if built_by == recipe:
-            reporter.line(f"✓ {tag} exists (same lock, same recipe); not rebuilt")
-            return tag
-        if built_by is not None:
-            reporter.line(f"{tag} was built by another Dockerfile of envbuilder's; rebuilding")
     plan = plan_layers(load_lock(lock_bytes, source=lock_path))
-    base = base_image or f"python:{resolved.python}-slim"
+    client = docker_client(client)
+    base_ref = base_image or f"python:{resolved.python}-slim"
+    _ensure_base(client, base_ref, reporter)
+    base = inspect_base(client, base_ref)
+    library = library_path(resolved.extra_runtime, python=resolved.python)
+    recipe = recipe_digest()
+    inputs = inputs_digest(
+        lock_sha256=lock_sha256, base_id=base.id, recipe=recipe, library_path=library
+    )
+    if not force:
+        built_from = _image_label(client, tag, f"{LABEL_PREFIX}.inputs.sha256")
+        if built_from == inputs:
+            reporter.line(f"✓ {tag} exists (same lock, base image and recipe); not rebuilt")
+            return tag
+        if built_from is not None:
+            reporter.line(f"{tag} was made from another base image or recipe; rebuilding")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{resolved.id}.log"
-    with reporter.step(f"build {tag}"), log_path.open("w", encoding="utf-8") as log:
-        reporter.detail(f"layers: {plan.describe()}; base image {base}; log {log_path}")
-        _ensure_base(client, base, reporter)
-        with reporter.step(f"fetch {len(plan.wheels())} wheel(s) into {cache.root}"):
-            for wheel in plan.wheels():
-                cache.fetch(wheel)
-        with build_context(plan, cache) as context:
-            image_id = docker_build(
-                client,
-                path=str(context),
-                buildargs={
-                    "BASE_IMAGE": base,
-                    "PYTHON_VERSION": resolved.python,
-                    "LIBRARY_PATH": library_path(resolved.extra_runtime, python=resolved.python),
-                },
-                nocache=no_cache,
-                log=log,
-                log_path=log_path,
-                reporter=reporter,
+    new_log = log_dir / f"{resolved.id}.log.new"
+    failed_log = log_dir / f"{resolved.id}.failed.log"
+    try:
+        with reporter.step(f"build {tag}"), new_log.open("w", encoding="utf-8") as log:
+            reporter.detail(
+                f"layers: {plan.describe()}; base image {base_ref} ({base.id}); log {log_path}"
             )
-        manifest = measure_manifest(client, image_id)
-        reporter.detail(f"manifest sha256 {manifest.sha256} ({manifest.files} files)")
-        labels = image_labels(
-            resolved,
-            lock_sha256=lock_sha256,
-            manifest=manifest,
-            base_image=base,
-            plan=plan,
-            revision=source_revision(revision),
-            recipe=recipe,
-        )
-        docker_build(
-            client,
-            fileobj=io.BytesIO(label_dockerfile(image_id, labels).encode()),
-            tag=tag,
-            log=log,
-            log_path=log_path,
-            reporter=reporter,
-        )
+            check_python(client, base, resolved.python, log=log)
+            made = _make_image(
+                client,
+                tag,
+                Inputs(
+                    resolved=resolved,
+                    plan=plan,
+                    base=base,
+                    lock_sha256=lock_sha256,
+                    recipe=recipe,
+                    inputs=inputs,
+                    library_path=library,
+                    revision=revision,
+                ),
+                cache=cache,
+                log=log,
+                reporter=reporter,
+                no_cache=no_cache,
+                keep_stages=keep_stages,
+            )
+            log.write(f"image {made} tagged {tag}\n")
+    except BaseException as e:
+        new_log.replace(failed_log)
+        if isinstance(e, BuildFailed):
+            raise BuildFailed(f"{e} (full log: {failed_log})") from e
+        raise
+    new_log.replace(log_path)
+    failed_log.unlink(missing_ok=True)
     return tag
 
 
-def label_dockerfile(image_id: str, labels: Mapping[str, str]) -> str:
-    """A Dockerfile that only labels ``image_id``: one LABEL instruction, one history entry."""
+@dataclass(frozen=True, kw_only=True)
+class Inputs:
+    """What one image is made from."""
 
-    def quoted(text: str) -> str:
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+    resolved: ResolvedCombination
+    plan: LayerPlan
+    base: BaseImage
+    lock_sha256: str
+    recipe: str
+    inputs: str
+    library_path: str
+    revision: str | None = None  # `Settings.revision`; None: ask git
 
-    pairs = " \\\n    ".join(f"{quoted(k)}={quoted(v)}" for k, v in sorted(labels.items()))
-    return f"FROM {image_id}\nLABEL {pairs}\n"
+
+def inspect_base(client: Any, ref: str) -> BaseImage:
+    """The base image's id, layers, config and history, from the daemon."""
+    return BaseImage.from_inspect(ref, client.api.inspect_image(ref), client.api.history(ref))
+
+
+#: Every layer envbuilder adds, bottom to top: the venv and user, then the plan's groups.
+LAYERS: tuple[str, ...] = ("venv", *GROUPS)
+
+
+def check_python(client: Any, base: BaseImage, python: str, *, log: IO[str]) -> None:
+    """Refuse a base image whose ``python3`` is not ``python``, before any wheel is fetched."""
+    code = "import sys; print('%d.%d' % sys.version_info[:2])"
+    status, output = run_container(client, base.id, ["python3", "-c", code], log=log)
+    found = output.strip().splitlines()[-1] if output.strip() else ""
+    if status != 0:
+        raise BuildFailed(
+            f"the base image {base.ref!r} cannot run python3 ({output.strip()[-300:] or f'exit {status}'}); "
+            f"choose a base with Python {python} (--base-image or base-image in matrix.toml)"
+        )
+    if found != python:
+        raise InputError(
+            f"the base image {base.ref!r} has Python {found}, the lock is for Python {python}; "
+            "choose a base with that Python (--base-image or base-image in matrix.toml)"
+        )
+
+
+def run_container(
+    client: Any,
+    image: str,
+    command: list[str],
+    *,
+    log: IO[str],
+    volumes: Mapping[str, Mapping[str, str]] | None = None,
+    reporter: Reporter | None = None,
+) -> tuple[int, str]:
+    """Run ``command`` as root in a container of ``image`` without network; its exit status
+    and output (also written to ``log``). The container is removed."""
+    container = client.containers.run(
+        image,
+        command[1:],
+        entrypoint=command[:1],
+        user="0:0",
+        network_mode="none",
+        volumes=dict(volumes or {}),
+        detach=True,
+    )
+    lines: list[str] = []
+    try:
+        for chunk in container.logs(stream=True, follow=True):
+            text = chunk.decode("utf-8", "replace")
+            log.write(text)
+            lines.append(text)
+            if reporter is not None:
+                for line in text.splitlines():
+                    if line.startswith("install-group.sh:"):
+                        reporter.line(f"    {line.removeprefix('install-group.sh: ')}")
+                    elif line.strip():
+                        reporter.detail(line)
+        status = int(container.wait()["StatusCode"])
+    finally:
+        container.remove(force=True)
+    log.flush()
+    return status, "".join(lines)
+
+
+def build_error(output: str) -> str:
+    """What to say when the install failed: pip's errors (from its first ``ERROR:`` line,
+    a hash mismatch included), else the last lines of the output."""
+    lines = [line.rstrip() for line in output.splitlines() if line.strip()]
+    first = next((i for i, line in enumerate(lines) if line.startswith("ERROR:")), None)
+    shown = lines[first : first + 12] if first is not None else lines[-12:]
+    return "\n  ".join(shown)
+
+
+class LayerCache:
+    """Layers made before, by key: diff id, size and the manifest entries of their venv files.
+
+    A record says what a layer of those inputs is; the daemon holds its bytes.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def get(self, key: str) -> LayerRecord | None:
+        try:
+            data = json.loads((self.root / f"{key}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return LayerRecord(
+            layer=Layer(diff_id=str(data["diff_id"]), size=int(data["size"])),
+            entries=tuple((str(a), str(b), str(c)) for a, b, c in data["entries"]),
+        )
+
+    def put(self, key: str, record: LayerRecord) -> None:
+        document = {
+            "diff_id": record.layer.diff_id,
+            "size": record.layer.size,
+            "entries": [list(e) for e in record.entries],
+        }
+        write_atomic(self.root / f"{key}.json", json.dumps(document))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerRecord:
+    layer: Layer
+    entries: tuple[tuple[str, str, str], ...]
+
+
+def layer_key(name: str, requirements: str, *, base_id: str, recipe: str) -> str:
+    """What a layer's bytes depend on: its wheels, the base's Python (by base id), the recipe."""
+    document = {"layer": name, "requirements": requirements, "base": base_id, "recipe": recipe}
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def _daemon_chains(client: Any) -> set[str]:
+    chains: set[str] = set()
+    for image in client.images.list(all=True):
+        chains.update(chain_ids((image.attrs.get("RootFS") or {}).get("Layers") or ()))
+    return chains
+
+
+def _make_image(
+    client: Any,
+    tag: str,
+    inputs: Inputs,
+    *,
+    cache: WheelCache,
+    log: IO[str],
+    reporter: Reporter,
+    no_cache: bool,
+    keep_stages: bool,
+) -> str:
+    plan, base = inputs.plan, inputs.base
+    layers = LayerCache(cache.root.parent / "layers")
+    requirements = {"venv": ""} | {g: install_requirements(plan.groups[g]) for g in GROUPS}
+    keys = {
+        name: layer_key(name, requirements[name], base_id=base.id, recipe=inputs.recipe)
+        for name in LAYERS
+    }
+    present = _daemon_chains(client)
+    records: dict[str, LayerRecord] = {}
+    needed: list[str] = []
+    diff_ids = list(base.diff_ids)
+    for name in LAYERS:
+        # A layer above one that is made again is made again too: the daemon
+        # has its bytes only on top of the layers below it.
+        record = None if no_cache or needed else layers.get(keys[name])
+        if record is not None:
+            diff_ids.append(record.layer.diff_id)
+            if chain_ids(diff_ids)[-1] not in present:
+                record = None
+        if record is None:
+            needed.append(name)
+        else:
+            records[name] = record
+    work = Path(tempfile.mkdtemp(prefix="envbuilder-build-", dir=cache.root))
+    layer_files: dict[str, Path] = {}
+    try:
+        if needed:
+            reporter.line(
+                f"    make layer(s) {', '.join(needed)}; reuse {', '.join(records) or 'none'}"
+            )
+            wheels = [w for g in GROUPS if g in needed for w in plan.groups[g]]
+            with reporter.step(f"fetch {len(wheels)} wheel(s) into {cache.root}"):
+                for wheel in wheels:
+                    cache.fetch(wheel)
+            link_wheels(plan, cache, work / "wheels", groups=[g for g in GROUPS if g in needed])
+            (work / "out").mkdir()
+            status, output = run_container(
+                client,
+                base.id,
+                ["sh", "/envbuilder/recipe/install-group.sh", "/envbuilder/out", *needed],
+                volumes={
+                    str(DOCKER_DIR): {"bind": "/envbuilder/recipe", "mode": "ro"},
+                    str(work / "wheels"): {"bind": "/envbuilder/wheels", "mode": "ro"},
+                    str(work / "out"): {"bind": "/envbuilder/out", "mode": "rw"},
+                },
+                log=log,
+                reporter=reporter,
+            )
+            if status != 0:
+                raise BuildFailed(
+                    f"installing {inputs.resolved.id}'s wheels failed:\n  {build_error(output)}"
+                )
+            with reporter.step(f"write {len(needed)} layer(s)"):
+                for name in needed:
+                    stage = work / "out" / name
+                    path = work / f"{name}.tar"
+                    with path.open("wb") as f:
+                        layer = write_layer(stage, f, owners=_OWNERS)
+                    record = LayerRecord(
+                        layer=layer, entries=tuple(manifest_entries(stage / VENV.lstrip("/")))
+                    )
+                    layers.put(keys[name], record)
+                    records[name] = record
+                    layer_files[layer.diff_id] = path
+                    reporter.detail(f"{name}: {layer.diff_id} ({layer.size / 1e6:.1f} MB)")
+                    if not keep_stages:
+                        shutil.rmtree(stage)
+        manifest = manifest_of(records[name].entries for name in LAYERS)
+        reporter.detail(f"manifest sha256 {manifest.sha256} ({manifest.files} files)")
+        labels = image_labels(
+            inputs.resolved,
+            lock_sha256=inputs.lock_sha256,
+            manifest=manifest,
+            base_image=base.ref,
+            plan=plan,
+            revision=source_revision(inputs.revision),
+            recipe=inputs.recipe,
+        ) | {
+            f"{LABEL_PREFIX}.inputs.sha256": inputs.inputs,
+            "org.opencontainers.image.base.digest": base.id,
+        }
+        config = image_config(
+            base,
+            [(_describe(name, plan), records[name].layer) for name in LAYERS],
+            env=image_env(
+                base.config.get("Env") or [], venv=VENV, library_path=inputs.library_path
+            ),
+            labels=labels,
+            user="10001:10001",
+            workdir="/home/envbuilder",
+            cmd=["python"],
+        )
+        made = image_id(config)
+        previous = _image_id(client, tag)
+        if _image_id(client, made) is None:
+            all_diffs = json.loads(config)["rootfs"]["diff_ids"]
+            chains = chain_ids(all_diffs)
+            missing = {
+                d: layer_files[d]
+                for d, c in zip(all_diffs, chains, strict=True)
+                if c not in present and d in layer_files
+            }
+            with reporter.step(f"docker load {tag} ({len(missing)} new layer(s))"):
+                load_image(client, archive_chunks(config, tag=tag, layer_files=missing))
+        else:
+            client.images.get(made).tag(*tag.rsplit(":", 1))
+        if previous is not None and previous != made:
+            _remove_if_unused(client, previous, reporter)
+        if keep_stages:
+            reporter.line(f"    stages kept in {work}")
+        return made
+    finally:
+        if not keep_stages:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+#: Owners other than root:root in envbuilder's layers.
+_OWNERS = {"home/envbuilder": (10001, 10001)}
+
+
+def _describe(name: str, plan: LayerPlan) -> str:
+    if name == "venv":
+        return f"envbuilder: empty venv {VENV} and user envbuilder (10001)"
+    return f"envbuilder: {name} layer, {len(plan.groups[name])} wheel(s)"  # type: ignore[index]
+
+
+def load_image(client: Any, chunks: Iterator[bytes]) -> None:
+    """``docker load`` of an archive; raises BuildFailed with the daemon's error."""
+    from docker.errors import APIError
+
+    try:
+        for item in client.api.load_image(chunks):
+            if "error" in item:
+                raise BuildFailed(f"docker load failed: {item['error']}")
+    except APIError as e:
+        raise BuildFailed(f"docker load failed: {e}") from e
+
+
+def _image_id(client: Any, ref: str) -> str | None:
+    from docker.errors import ImageNotFound
+
+    try:
+        return str(client.images.get(ref).id)
+    except ImageNotFound:
+        return None
+
+
+def _remove_if_unused(client: Any, image_id: str, reporter: Reporter) -> None:
+    """Remove the image a build replaced when nothing names or runs it any more."""
+    from docker.errors import APIError
+
+    image = client.images.get(image_id)
+    if image.tags or client.containers.list(all=True, filters={"ancestor": image_id}):
+        return
+    try:
+        client.images.remove(image_id)
+    except APIError as e:
+        reporter.detail(f"the replaced image {image_id} stays: {e}")
+        return
+    reporter.detail(f"removed the replaced image {image_id}")
+
+
+def link_wheels(
+    plan: LayerPlan, cache: WheelCache, root: Path, *, groups: Iterable[str] = GROUPS
+) -> None:
+    """``root/<group>/``: hard links of the group's cached wheels and its requirements.txt."""
+    for group in groups:
+        directory = root / group
+        directory.mkdir(parents=True)
+        wheels = plan.groups[group]  # type: ignore[index]
+        for wheel in wheels:
+            cache.link_into(wheel, directory)
+        (directory / "requirements.txt").write_text(install_requirements(wheels), encoding="utf-8")
 
 
 def recipe_digest() -> str:
-    """sha256 of the build recipe (Dockerfile and its helper): an image with the lock's
-    tag is up to date only when the same recipe built it."""
+    """sha256 of the recipe: the in-container installer and the code that writes layers and
+    config. An image with the lock's tag is up to date only when the same recipe made it."""
     digest = hashlib.sha256()
-    for name in ("Dockerfile", "install-group.sh"):
-        path = DOCKER_DIR / name
-        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b""))
+    for path in (DOCKER_DIR / "install-group.sh", Path(__file__).with_name("layers.py")):
+        digest.update(path.name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b""))
     return digest.hexdigest()
 
 
-def _image_recipe(client: Any, ref: str) -> str | None:
-    """The recipe label of the image ``ref``; "" when it has none; None when there is no image."""
+def _image_label(client: Any, ref: str, label: str) -> str | None:
+    """The label of the image ``ref``; "" when it has none; None when there is no image."""
     from docker.errors import ImageNotFound
 
     try:
@@ -282,17 +627,11 @@ def _image_recipe(client: Any, ref: str) -> str | None:
     except ImageNotFound:
         return None
     labels = (image.attrs.get("Config") or {}).get("Labels") or {}
-    return str(labels.get(f"{LABEL_PREFIX}.recipe.sha256", ""))
+    return str(labels.get(label, ""))
 
 
 def _image_exists(client: Any, ref: str) -> bool:
-    from docker.errors import ImageNotFound
-
-    try:
-        client.images.get(ref)
-    except ImageNotFound:
-        return False
-    return True
+    return _image_id(client, ref) is not None
 
 
 def _ensure_base(client: Any, base: str, reporter: Reporter) -> None:
@@ -311,68 +650,37 @@ def _ensure_base(client: Any, base: str, reporter: Reporter) -> None:
         ) from e
 
 
-@contextmanager
-def build_context(plan: LayerPlan, cache: WheelCache) -> Iterator[Path]:
-    """A build context with the Dockerfile, its helpers and exactly the lock's wheels."""
-    if not (DOCKER_DIR / "Dockerfile").is_file():
+def _manifest_module() -> Any:
+    spec = importlib.util.spec_from_file_location("envbuilder_manifest", DOCKER_DIR / "manifest.py")
+    if spec is None or spec.loader is None:
         raise MissingToolError(
-            f"{DOCKER_DIR / 'Dockerfile'} is missing; envbuilder builds images from a source checkout"
+            f"{DOCKER_DIR / 'manifest.py'} is missing; envbuilder builds images from a source checkout"
         )
-    with tempfile.TemporaryDirectory(prefix="envbuilder-context-", dir=cache.root) as tmp:
-        root = Path(tmp)
-        for name in ("Dockerfile", "install-group.sh"):
-            shutil.copyfile(DOCKER_DIR / name, root / name)
-        for group in GROUPS:
-            directory = root / "wheels" / group
-            directory.mkdir(parents=True)
-            for wheel in plan.groups[group]:
-                cache.link_into(wheel, directory)
-            (directory / "requirements.txt").write_text(
-                install_requirements(plan.groups[group]), encoding="utf-8"
-            )
-        yield root
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def docker_build(
-    client: Any,
-    *,
-    log: IO[str],
-    log_path: Path,
-    reporter: Reporter,
-    **kwargs: Any,
-) -> str:
-    """Run one legacy-builder build, streaming its output; the image id it produced."""
-    from docker.errors import APIError
+def manifest_entries(root: Path) -> list[tuple[str, str, str]]:
+    """The manifest entries (``docker/manifest.py``) of the tree under ``root``, if any."""
+    if not root.is_dir():
+        return []
+    return [tuple(e) for e in _manifest_module().entries(str(root))]
 
-    image_id: str | None = None
-    try:
-        stream: Iterable[Mapping[str, Any]] = client.api.build(
-            rm=True, forcerm=True, pull=False, network_mode="none", decode=True, **kwargs
-        )
-        for item in stream:
-            if "stream" in item:
-                text = str(item["stream"])
-                log.write(text)
-                for line in text.splitlines():
-                    if line.startswith("Step "):
-                        reporter.line(f"    {line}")
-                    elif line.strip():
-                        reporter.detail(line)
-            if "error" in item:
-                log.write(f"ERROR: {item['error']}\n")
-                log.flush()
-                raise BuildFailed(
-                    f"docker build failed: {item['error'].strip()} (full log: {log_path})"
-                )
-            aux = item.get("aux")
-            if isinstance(aux, Mapping) and "ID" in aux:
-                image_id = str(aux["ID"])
-    except APIError as e:
-        raise BuildFailed(f"docker build failed: {e} (full log: {log_path})") from e
-    log.flush()
-    if image_id is None:
-        raise BuildFailed(f"docker build reported no image id (full log: {log_path})")
-    return image_id
+
+def manifest_of(layers: Iterable[Iterable[tuple[str, str, str]]]) -> Manifest:
+    """The manifest of the venv that layers stacked bottom to top make (an upper entry wins)."""
+    merged: dict[str, tuple[str, str]] = {}
+    for entries in layers:
+        for rel, kind, value in entries:
+            merged[rel] = (kind, value)
+    total = hashlib.sha256()
+    for rel in sorted(merged):
+        kind, value = merged[rel]
+        total.update(f"{rel}\0{kind}\0{value}\n".encode("utf-8", "surrogateescape"))
+    return Manifest(
+        sha256=total.hexdigest(), files=sum(1 for k, _ in merged.values() if k.startswith("file"))
+    )
 
 
 def measure_manifest(client: Any, image: str) -> Manifest:

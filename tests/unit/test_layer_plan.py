@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.docker.build import Manifest, image_labels, label_dockerfile, lock_path
+from envbuilder.docker.build import Manifest, image_labels, lock_path
 from envbuilder.docker.plan import (
     GROUPS,
     LockedWheel,
@@ -264,16 +264,6 @@ def test_without_resolver_details_the_versions_come_from_the_lock() -> None:
     )
     assert labels["io.envbuilder.combination.torch"] == "2.9.1"
     assert labels["io.envbuilder.combination.xformers"] == "0.0.33.post2"
-
-
-def test_labels_go_into_one_quoted_instruction() -> None:
-    text = label_dockerfile("sha256:0f", {"b": 'say "hi"', "a": "back\\slash", "c": "two\nlines"})
-    assert text == (
-        "FROM sha256:0f\n"
-        'LABEL "a"="back\\\\slash" \\\n'
-        '    "b"="say \\"hi\\"" \\\n'
-        '    "c"="two lines"\n'
-    )
 
 
 @pytest.mark.parametrize(
