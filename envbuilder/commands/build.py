@@ -11,7 +11,8 @@ HELP = "build one Docker image per resolved combination from its lock (tag envbu
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_selectors(parser, none_means="every resolved combination")
+    # `--all` and the question when neither it nor a selector is given: cli.ASK_FOR_SELECTION
+    add_selectors(parser, none_means="nothing (name combinations, or --all)")
     parser.add_argument(
         "--locks",
         type=Path,
@@ -27,7 +28,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--force", action="store_true", help="rebuild even when an image with the lock's tag exists"
     )
     parser.add_argument(
-        "--no-cache", action="store_true", help="with --force: ignore Docker's layer cache too"
+        "--no-cache",
+        action="store_true",
+        help="with --force: make every layer again instead of reusing the layer cache",
+    )
+    parser.add_argument(
+        "--keep-stages",
+        action="store_true",
+        help="keep the installed trees and layer tars of each build (for debugging)",
     )
     parser.add_argument(
         "--push", metavar="REGISTRY", default=None, help="push each image to REGISTRY (host:port)"
@@ -99,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             cache=cache,
             revision=settings.revision,
             no_cache=args.no_cache,
+            keep_stages=args.keep_stages,
         )
         built.append(tag)
         print(tag, flush=True)
@@ -110,4 +119,10 @@ def run(args: argparse.Namespace) -> int:
         if built
         else "no images built"
     )
+    if not built:
+        reporter.line(
+            "nothing was built: every selected combination was skipped; "
+            "resolve them (`nox -s resolve -- SELECTOR`) or select resolved ones"
+        )
+        return 1
     return 0

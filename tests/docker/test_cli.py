@@ -62,7 +62,7 @@ def test_forced_build_writes_one_log_per_combination(
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [f"{TORCH_ID}.log"]
     log = (tmp_path / "logs" / f"{TORCH_ID}.log").read_text(encoding="utf-8")
-    assert "Successfully tagged " + torch_tag(torch_locks) in log
+    assert f"tagged {torch_tag(torch_locks)}" in log
 
 
 @pytest.mark.parametrize(
@@ -75,6 +75,7 @@ def test_forced_build_writes_one_log_per_combination(
             "resolution.json: not found; run `nox -s resolve` first",
         ),
         ([], 2, "or --all"),
+        (["py3.11", "--all"], 2, "give SELECTORs or --all, not both"),
     ],
 )
 def test_bad_input_exits_2_with_the_problem(
@@ -98,6 +99,28 @@ def test_without_a_daemon_the_error_says_how_to_start_one(
     assert done.returncode == 3
     assert "no Docker daemon answered" in done.stderr
     assert "sudo bash .ci/setup" in done.stderr
+
+
+def test_a_selection_that_builds_nothing_fails(
+    docker_client: Any, torch_locks: Path, tmp_path: Path
+) -> None:
+    done = envbuilder("build", "py3.11-cpu-torch2.12.0", "--locks", str(torch_locks))
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "py3.11-cpu-torch2.12.0: skipped, unsatisfiable" in done.stderr
+    assert "nothing was built: every selected combination was skipped" in done.stderr
+
+
+def test_all_builds_every_resolved_combination(
+    docker_client: Any, base_image: str, wheel_cache: WheelCache, torch_locks: Path, tmp_path: Path
+) -> None:
+    done = envbuilder(
+        "build", "--all", "--locks", str(torch_locks), "--log-dir", str(tmp_path / "logs"),
+        "--wheel-cache", str(wheel_cache.root),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [torch_tag(torch_locks)]
+    assert "1 image(s) ready, 1 combination(s) skipped" in done.stderr
 
 
 def free_port() -> int:
