@@ -76,7 +76,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Dockerfile, in-image install helper and manifest script (the repository's ``docker/``).
+#: In-image install script and manifest script (the repository's ``docker/``).
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
 LABEL_PREFIX = "io.envbuilder"
 VENV = "/opt/venv"
@@ -417,9 +417,16 @@ def layer_key(name: str, requirements: str, *, base_id: str, recipe: str) -> str
 
 
 def _daemon_chains(client: Any) -> set[str]:
+    """The chain ids of every image's layers: the layer stacks the daemon holds."""
+    from docker.errors import ImageNotFound
+
     chains: set[str] = set()
-    for image in client.images.list(all=True):
-        chains.update(chain_ids((image.attrs.get("RootFS") or {}).get("Layers") or ()))
+    for listed in client.api.images(all=True, quiet=True):
+        try:  # another build may remove an image between the list and this look
+            attrs = client.api.inspect_image(listed)
+        except ImageNotFound:
+            continue
+        chains.update(chain_ids((attrs.get("RootFS") or {}).get("Layers") or ()))
     return chains
 
 
@@ -457,6 +464,7 @@ def _make_image(
             needed.append(name)
         else:
             records[name] = record
+    cache.root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="envbuilder-build-", dir=cache.root))
     layer_files: dict[str, Path] = {}
     try:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
-from collections.abc import Callable, Sequence
+import shutil
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from packaging.utils import canonicalize_name
 
 from envbuilder import __version__
-from envbuilder.docker.build import ensure_image, measure_manifest
+from envbuilder.docker.build import BuildFailed, ensure_image, measure_manifest
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import image_tag, load_lock, lock_digest
+from envbuilder.errors import InputError
 from envbuilder.reporter import Reporter
 from tests.docker.conftest import Locked
 from tests.support.wheels import BuiltWheel, build_wheel
@@ -32,20 +36,39 @@ print(json.dumps({
 """
 
 
+#: Run inside the image: torch's bytecode file and its pyc flags (1 = hash-based, unchecked).
+PYC_PROBE = """
+import importlib.util, json, os
+spec = importlib.util.find_spec("torch")
+path = spec.cached
+flags = int.from_bytes(open(path, "rb").read()[4:8], "little") if os.path.exists(path) else None
+print(json.dumps({"exists": os.path.exists(path), "flags": flags,
+                  "dir_writable": os.access(os.path.dirname(path), os.W_OK)}))
+"""
+
+
 def probe(client: Any, tag: str, code: str = PROBE) -> dict[str, Any]:
     out = client.containers.run(tag, ["python", "-c", code], network_mode="none", remove=True)
     result: dict[str, Any] = json.loads(out)
     return result
 
 
-def build(locked: Locked, cache: WheelCache, base: str, tmp_path: Path, **kwargs: Any) -> str:
+def build(
+    locked: Locked,
+    cache: WheelCache,
+    base: str,
+    tmp_path: Path,
+    *,
+    reporter: Reporter | None = None,
+    **kwargs: Any,
+) -> str:
     return ensure_image(
         locked.resolved,
         locked.lock,
         base_image=base,
         log_dir=tmp_path / "logs",
         cache=cache,
-        reporter=Reporter(verbose=1),
+        reporter=reporter or Reporter(verbose=1),
         **kwargs,
     )
 
@@ -87,6 +110,10 @@ def test_the_torch_image_holds_exactly_its_lock(
     assert labels["io.envbuilder.version"] == __version__
     assert labels["org.opencontainers.image.revision"] not in ("", "unknown")
     assert labels["io.envbuilder.layers"] == f"cuda=0,runtime=0,torch=1,rest={len(locked) - 1}"
+    assert labels["org.opencontainers.image.base.digest"] == docker_client.images.get(base_image).id
+    # bytecode was compiled at build time, hash-based and unchecked: no timestamps in it
+    cached = probe(docker_client, tag, PYC_PROBE)
+    assert cached == {"exists": True, "flags": 1, "dir_writable": False}
     manifest = measure_manifest(docker_client, tag)
     assert labels["io.envbuilder.manifest.sha256"] == manifest.sha256
     assert manifest.files > 1000  # torch's tree, not an empty venv
@@ -112,10 +139,10 @@ def test_an_image_with_the_lock_tag_is_not_rebuilt(
     assert not (tmp_path / "b" / "logs").exists()  # no build ran, so no build log
 
 
-def runtime_wheels(directory: Path) -> list[BuiltWheel]:
+def runtime_wheels(directory: Path, *, seed: int = 1) -> list[BuiltWheel]:
     return [
-        build_wheel(directory, "nvidia-fake-runtime-cu12", "12.4.1", padding=2 * 2**20, seed=1),
-        build_wheel(directory, "nvidia-fake-blas-cu12", "12.4.2", padding=2**20, seed=2),
+        build_wheel(directory, "nvidia-fake-runtime-cu12", "12.4.1", padding=2 * 2**20, seed=seed),
+        build_wheel(directory, "nvidia-fake-blas-cu12", "12.4.2", padding=2**20, seed=seed + 1),
     ]
 
 
@@ -165,7 +192,38 @@ def test_combinations_that_share_a_runtime_share_its_layer(
     assert la[runtime_layer] == lb[runtime_layer] == lc[runtime_layer]
 
 
-def test_a_build_without_cache_installs_the_same_tree(
+@pytest.fixture
+def derived_base(docker_client: Any, base_image: str) -> Iterator[Callable[[str, str], str]]:
+    """Make ``<base>-<suffix>``: the test base plus some Dockerfile lines; removed afterwards."""
+    made: list[str] = []
+
+    def make(suffix: str, lines: str) -> str:
+        tag = f"{base_image}-{suffix}"
+        docker_client.images.build(
+            fileobj=io.BytesIO(f"FROM {base_image}\n{lines}\n".encode()),
+            tag=tag,
+            network_mode="none",
+            rm=True,
+        )
+        made.append(tag)
+        return tag
+
+    yield make
+    for tag in made:
+        for image in docker_client.images.list(name=tag.rsplit(":", 1)[0]):
+            if tag in image.tags:
+                docker_client.images.remove(tag, force=True)
+
+
+def demo_tool(wheels: Path) -> BuiltWheel:
+    scripts = {
+        "demo_tool-1.0.dist-info/entry_points.txt": b"[console_scripts]\ndemo-tool = demo_tool:main\n",
+        "demo_tool/__init__.py": b"def main():\n    return {'a', 'b', 'c', 'd'}\n",
+    }
+    return build_wheel(wheels, "demo-tool", "1.0", members=scripts)
+
+
+def test_two_builds_without_cache_give_the_same_layers_and_image_id(
     docker_client: Any,
     base_image: str,
     wheel_cache: WheelCache,
@@ -173,32 +231,151 @@ def test_a_build_without_cache_installs_the_same_tree(
     tmp_path: Path,
 ) -> None:
     wheels = tmp_path / "wheels"
-    scripts = {
-        "demo_tool-1.0.dist-info/entry_points.txt": b"[console_scripts]\ndemo-tool = demo_tool:main\n"
-    }
     locked = synthetic_lock(
         "test-reproducible",
-        [*runtime_wheels(wheels), build_wheel(wheels, "demo-tool", "1.0", members=scripts)],
-    )
-    # A build without cache starts new cache chains from its base image; a base of its own
-    # (the same layers, one more label) keeps the other tests' chains as they were.
-    base = f"{base_image}-no-cache-test"
-    docker_client.images.build(
-        fileobj=io.BytesIO(f"FROM {base_image}\nLABEL io.envbuilder.test=no-cache\n".encode()),
-        tag=base,
-        network_mode="none",
-    )
-    first = build(locked, wheel_cache, base, tmp_path)
+        [*runtime_wheels(wheels, seed=40), build_wheel(wheels, "torch", "9.5.0", padding=2**20, seed=41), demo_tool(wheels)],
+    )  # fmt: skip
+    first = build(locked, wheel_cache, base_image, tmp_path, force=True, no_cache=True)
     before = docker_client.images.get(first)
-    second = build(locked, wheel_cache, base, tmp_path, force=True, no_cache=True)
+    # Without the image the daemon drops the layers no other image holds; the second build
+    # installs and writes every layer again, and the bytes must come out the same (the
+    # daemon checks each loaded layer against the digest in the config).
+    docker_client.images.remove(first)
+    out = io.StringIO()
+    second = build(locked, wheel_cache, base_image, tmp_path, force=True, no_cache=True, reporter=Reporter(out))  # fmt: skip
     after = docker_client.images.get(second)
     assert second == first
-    assert after.id != before.id  # it really was built again
+    assert "make layer(s) venv, cuda, runtime, torch, rest; reuse none" in out.getvalue()
+    assert "docker load" in out.getvalue()
+    assert after.attrs["RootFS"]["Layers"] == before.attrs["RootFS"]["Layers"]  # venv layer too
+    assert after.id == before.id  # the config's times are the base's: the same image id
     manifest = after.labels["io.envbuilder.manifest.sha256"]
-    assert manifest == before.labels["io.envbuilder.manifest.sha256"]
     assert manifest == measure_manifest(docker_client, second).sha256
-    # the dependency layers (cuda, runtime, torch, rest) are the same bytes without any cache
-    layers_before, layers_after = (i.attrs["RootFS"]["Layers"] for i in (before, after))
-    assert layers_before[-4:] == layers_after[-4:]
     where = probe(docker_client, second, "import json, shutil; print(json.dumps({'tool': shutil.which('demo-tool')}))")  # fmt: skip
     assert where == {"tool": "/opt/venv/bin/demo-tool"}
+
+
+def test_a_forced_rebuild_without_change_reuses_every_layer(
+    docker_client: Any,
+    base_image: str,
+    wheel_cache: WheelCache,
+    synthetic_lock: Callable[[str, Sequence[BuiltWheel]], Locked],
+    tmp_path: Path,
+) -> None:
+    wheels = tmp_path / "wheels"
+    locked = synthetic_lock("test-force", [*runtime_wheels(wheels), demo_tool(wheels)])
+    first = build(locked, wheel_cache, base_image, tmp_path)
+    image_id = docker_client.images.get(first).id
+    out = io.StringIO()
+    again = build(locked, wheel_cache, base_image, tmp_path, force=True, reporter=Reporter(out))
+    assert again == first
+    assert docker_client.images.get(again).id == image_id
+    assert "make layer" not in out.getvalue()  # nothing installed, nothing loaded
+    assert "docker load" not in out.getvalue()
+
+
+def test_another_base_image_is_another_input(
+    docker_client: Any,
+    base_image: str,
+    wheel_cache: WheelCache,
+    synthetic_lock: Callable[[str, Sequence[BuiltWheel]], Locked],
+    derived_base: Callable[[str, str], str],
+    tmp_path: Path,
+) -> None:
+    locked = synthetic_lock("test-base-change", [demo_tool(tmp_path / "wheels")])
+    other = derived_base("other", "LABEL io.envbuilder.test=other-base")
+    first = build(locked, wheel_cache, base_image, tmp_path)
+    replaced = docker_client.images.get(first).id
+    out = io.StringIO()
+    second = build(locked, wheel_cache, other, tmp_path, reporter=Reporter(out))
+    assert second == first  # the tag names the lock
+    image = docker_client.images.get(second)
+    assert (
+        image.labels["org.opencontainers.image.base.digest"] == docker_client.images.get(other).id
+    )
+    assert "was made from another base image or recipe; rebuilding" in out.getvalue()
+    # the image the rebuild replaced is gone, not left dangling
+    assert replaced not in docker_client.api.images(all=True, quiet=True)
+
+
+def test_the_image_extends_the_base_paths(
+    docker_client: Any,
+    base_image: str,
+    wheel_cache: WheelCache,
+    synthetic_lock: Callable[[str, Sequence[BuiltWheel]], Locked],
+    derived_base: Callable[[str, str], str],
+    tmp_path: Path,
+) -> None:
+    base = derived_base(
+        "paths", "ENV PATH=/opt/base-tools/bin:/usr/bin:/bin LD_LIBRARY_PATH=/opt/base-lib"
+    )
+    tag = build(synthetic_lock("test-paths", [demo_tool(tmp_path / "wheels")]), wheel_cache, base, tmp_path)  # fmt: skip
+    env = dict(e.split("=", 1) for e in docker_client.images.get(tag).attrs["Config"]["Env"])
+    assert env["PATH"] == "/opt/venv/bin:/opt/base-tools/bin:/usr/bin:/bin"
+    assert env["LD_LIBRARY_PATH"] == "/opt/base-lib"
+    seen = probe(docker_client, tag, "import json, os; print(json.dumps({k: os.environ[k] for k in ('PATH', 'LD_LIBRARY_PATH')}))")  # fmt: skip
+    assert seen == {"PATH": env["PATH"], "LD_LIBRARY_PATH": "/opt/base-lib"}
+
+
+def test_a_base_with_another_python_is_refused_before_any_download(
+    docker_client: Any,
+    base_image: str,
+    synthetic_lock: Callable[[str, Sequence[BuiltWheel]], Locked],
+    tmp_path: Path,
+) -> None:
+    locked = synthetic_lock("test-wrong-python", [demo_tool(tmp_path / "wheels")])
+    for_312 = Locked(resolved=dataclasses.replace(locked.resolved, python="3.12"), lock=locked.lock)
+    cache = WheelCache(tmp_path / "empty-cache")
+    with pytest.raises(
+        InputError, match=r"has Python 3\.11, the lock is for Python 3\.12; choose a base"
+    ):
+        build(for_312, cache, base_image, tmp_path)
+    assert not (cache.root / "sha256").exists()  # nothing was fetched
+
+
+def test_a_hash_mismatch_in_the_build_is_the_message_and_the_good_log_stays(
+    docker_client: Any,
+    base_image: str,
+    synthetic_lock: Callable[[str, Sequence[BuiltWheel]], Locked],
+    tmp_path: Path,
+) -> None:
+    tool = demo_tool(tmp_path / "wheels")
+    locked = synthetic_lock("test-hash-mismatch", [tool])
+    cache = WheelCache(tmp_path / "cache")
+    build(locked, cache, base_image, tmp_path)
+    good_log = (tmp_path / "logs" / "test-hash-mismatch.log").read_text(encoding="utf-8")
+    cached = cache.path_for(tool.sha256)
+    data = bytearray(cached.read_bytes())
+    data[-30] ^= 0xFF  # same size, other bytes: only pip's check inside the build sees it
+    cached.write_bytes(bytes(data))
+    with pytest.raises(BuildFailed) as raised:
+        build(locked, cache, base_image, tmp_path, force=True, no_cache=True)
+    message = str(raised.value)
+    assert "DO NOT MATCH THE HASHES" in message
+    assert f"Expected sha256 {tool.sha256}" in message
+    assert "test-hash-mismatch.failed.log" in message
+    assert (tmp_path / "logs" / "test-hash-mismatch.log").read_text(encoding="utf-8") == good_log
+    assert "DO NOT MATCH THE HASHES" in (tmp_path / "logs" / "test-hash-mismatch.failed.log").read_text(encoding="utf-8")  # fmt: skip
+
+
+def test_a_build_leaves_no_stage_container_or_dangling_image(
+    docker_client: Any,
+    base_image: str,
+    wheel_cache: WheelCache,
+    synthetic_lock: Callable[[str, Sequence[BuiltWheel]], Locked],
+    tmp_path: Path,
+) -> None:
+    locked = synthetic_lock("test-no-leftovers", [demo_tool(tmp_path / "wheels")])
+    images = set(docker_client.api.images(all=True, quiet=True))
+    containers = {c.id for c in docker_client.containers.list(all=True)}
+    tag = build(locked, wheel_cache, base_image, tmp_path, force=True, no_cache=True)
+    assert set(docker_client.api.images(all=True, quiet=True)) - images == {docker_client.images.get(tag).id}  # fmt: skip
+    assert {c.id for c in docker_client.containers.list(all=True)} - containers == set()
+    assert not list(wheel_cache.root.glob("envbuilder-build-*"))
+    out = io.StringIO()
+    build(locked, wheel_cache, base_image, tmp_path, force=True, no_cache=True, keep_stages=True, reporter=Reporter(out))  # fmt: skip
+    kept = [Path(line.split("stages kept in ", 1)[1].strip()) for line in out.getvalue().splitlines() if "stages kept in " in line]  # fmt: skip
+    assert len(kept) == 1
+    assert sorted(p.name for p in kept[0].glob("*.tar")) == [f"{g}.tar" for g in sorted(("venv", "cuda", "runtime", "torch", "rest"))]  # fmt: skip
+    assert (kept[0] / "out" / "rest" / "opt" / "venv" / ".envbuilder" / "rest.txt").is_file()
+    shutil.rmtree(kept[0])
