@@ -171,6 +171,10 @@ def _main(argv: Sequence[str]) -> int:
             start = time.monotonic()
             naive[cid] = naive_image(client, case, base, cache, log_dir, reporter)
             cold_naive.append(time.monotonic() - start)
+        print(
+            f"  {cid}: cold layered {_spread(cold_layered)}, naive {_spread(cold_naive)}",
+            flush=True,
+        )
         force: list[float] = []
         for _ in range(args.repeat):
             start = time.monotonic()
@@ -250,7 +254,10 @@ def start_to_import(client: Any, tag: str, modules: Sequence[str]) -> float:
     """Seconds from creating a container of ``tag`` to its exit after importing ``modules``."""
     start = time.monotonic()
     client.containers.run(
-        tag, ["python", "-c", f"import {', '.join(modules)}"], network_mode="none", remove=True
+        tag,
+        ["/opt/venv/bin/python", "-c", f"import {', '.join(modules)}"],
+        network_mode="none",
+        remove=True,
     )
     return time.monotonic() - start
 
