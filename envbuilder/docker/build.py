@@ -87,6 +87,10 @@ class BuildFailed(EnvbuilderError):
     """The Docker build of a combination failed; the message names its log file."""
 
 
+class LayerGone(BuildFailed):
+    """A layer left out of ``docker load`` because the daemon had it is no longer there."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
     """Hash of the installed tree (sorted paths + file sha256, no bytecode)."""
@@ -258,25 +262,23 @@ def ensure_image(
                 f"layers: {plan.describe()}; base image {base_ref} ({base.id}); log {log_path}"
             )
             check_python(client, base, resolved.python, log=log)
-            made = _make_image(
-                client,
-                tag,
-                Inputs(
-                    resolved=resolved,
-                    plan=plan,
-                    base=base,
-                    lock_sha256=lock_sha256,
-                    recipe=recipe,
-                    inputs=inputs,
-                    library_path=library,
-                    revision=revision,
-                ),
-                cache=cache,
-                log=log,
-                reporter=reporter,
-                no_cache=no_cache,
-                keep_stages=keep_stages,
+            what = Inputs(
+                resolved=resolved,
+                plan=plan,
+                base=base,
+                lock_sha256=lock_sha256,
+                recipe=recipe,
+                inputs=inputs,
+                library_path=library,
+                revision=revision,
             )
+            options: dict[str, Any] = dict(cache=cache, log=log, reporter=reporter, keep_stages=keep_stages)  # fmt: skip
+            try:
+                made = _make_image(client, tag, what, no_cache=no_cache, **options)
+            except LayerGone as e:
+                reporter.line(f"    {e}; making and sending every layer again")
+                log.write(f"{e}; making and sending every layer again\n")
+                made = _make_image(client, tag, what, no_cache=True, send_all=True, **options)
             log.write(f"image {made} tagged {tag}\n")
     except BaseException as e:
         new_log.replace(failed_log)
@@ -440,6 +442,7 @@ def _make_image(
     reporter: Reporter,
     no_cache: bool,
     keep_stages: bool,
+    send_all: bool = False,
 ) -> str:
     plan, base = inputs.plan, inputs.base
     layers = LayerCache(cache.root.parent / "layers")
@@ -539,6 +542,7 @@ def _make_image(
         if _image_id(client, made) is None:
             all_diffs = json.loads(config)["rootfs"]["diff_ids"]
             chains = chain_ids(all_diffs)
+            present = set() if send_all else _daemon_chains(client)  # as late as can be
             missing = {
                 d: layer_files[d]
                 for d, c in zip(all_diffs, chains, strict=True)
@@ -575,8 +579,19 @@ def load_image(client: Any, chunks: Iterator[bytes]) -> None:
     try:
         for item in client.api.load_image(chunks):
             if "error" in item:
-                raise BuildFailed(f"docker load failed: {item['error']}")
+                error = str(item["error"])
+                if "layer.tar: no such file" in error:
+                    raise LayerGone(
+                        "a layer that the daemon held when the build began is gone "
+                        f"(another image was removed): {error}"
+                    )
+                raise BuildFailed(f"docker load failed: {error}")
     except APIError as e:
+        if "layer.tar: no such file" in str(e):
+            raise LayerGone(
+                "a layer that the daemon held when the build began is gone "
+                f"(another image was removed): {e}"
+            ) from e
         raise BuildFailed(f"docker load failed: {e}") from e
 
 

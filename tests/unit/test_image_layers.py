@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from envbuilder.docker.build import build_error, inputs_digest, manifest_of
+from envbuilder.docker.build import (
+    BuildFailed,
+    LayerGone,
+    build_error,
+    inputs_digest,
+    load_image,
+    manifest_of,
+)
 from envbuilder.docker.layers import (
     BaseImage,
     Layer,
@@ -205,3 +212,34 @@ def test_the_manifest_of_stacked_layers_lets_the_upper_entry_win() -> None:
         b"bin\0dir\0\nbin/a\0filex\x002\nbin/b\0link\0a\nlib\0dir\0\n"
     ).hexdigest()
     assert (manifest.sha256, manifest.files) == (expected, 1)
+
+
+class LoadingApi:
+    """The part of a Docker client that ``load_image`` uses, answering with ``items``."""
+
+    def __init__(self, items: list[dict[str, str]]) -> None:
+        self.items = items
+        self.sent = b""
+
+    def load_image(self, chunks: Any) -> list[dict[str, str]]:
+        self.sent = b"".join(chunks)
+        return self.items
+
+
+@pytest.mark.parametrize(
+    ("error", "raised", "message"),
+    [
+        ("open /var/lib/docker/tmp/docker-import-1/001/layer.tar: no such file or directory",
+         LayerGone, "a layer that the daemon held when the build began is gone"),
+        ("invalid diffID for layer 1", BuildFailed, "docker load failed: invalid diffID for layer 1"),
+    ],
+)  # fmt: skip
+def test_a_failed_load_says_whether_a_layer_went_away(
+    error: str, raised: type[BuildFailed], message: str
+) -> None:
+    api = LoadingApi([{"stream": "Loading layer"}, {"error": error}])
+    client = type("Client", (), {"api": api})()
+    with pytest.raises(raised, match=message) as caught:
+        load_image(client, iter([b"archive"]))
+    assert type(caught.value) is raised
+    assert api.sent == b"archive"
