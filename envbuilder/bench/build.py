@@ -76,6 +76,8 @@ TEST_BASE = "envbuilder-test/python:3.11"
 DISK_TARGET = 0.60
 REBUILD_TARGET_S = 5.0
 IMPORT_TARGET_S = 2.5
+#: The label of docker/Dockerfile.naive's install stage.
+NAIVE_STAGE_LABEL = "io.envbuilder.bench.naive-stage"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,6 +314,8 @@ def naive_image(
 ) -> str:
     """The same lock as one install layer (``docker/Dockerfile.naive``), built with
     ``docker build`` from a context of the lock's wheels."""
+    from docker.errors import DockerException
+
     tag = naive_tag(case)
     plan = plan_layers(load_lock(case.lock.read_bytes(), source=case.lock))
     for wheel in plan.wheels():
@@ -334,6 +338,11 @@ def naive_image(
             log=log,
             log_path=log_path,
         )
+    # the classic builder keeps the install stage as an untagged image (labelled in the Dockerfile)
+    stages = {"dangling": True, "label": NAIVE_STAGE_LABEL}
+    for stage in client.api.images(filters=stages, quiet=True):
+        with contextlib.suppress(DockerException):
+            client.images.remove(stage)
     return tag
 
 
