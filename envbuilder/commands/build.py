@@ -60,7 +60,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.docker.build import docker_client, ensure_image, lock_path, push_image
+    from envbuilder.docker.build import (
+        base_image_for,
+        docker_client,
+        ensure_image,
+        lock_path,
+        push_image,
+    )
     from envbuilder.docker.cache import WheelCache
     from envbuilder.model import load_resolution
     from envbuilder.reporter import Reporter
@@ -91,11 +97,7 @@ def run(args: argparse.Namespace) -> int:
             skipped.append(combination.id)
             reporter.line(f"- {combination.id}: skipped, {rc.status}: {rc.reason}")
             continue
-        base = args.base_image or (
-            combination.base_image.replace("{python}", combination.python)
-            if combination.base_image
-            else None
-        )
+        base = args.base_image or base_image_for(combination.base_image, combination.python)
         tag = ensure_image(
             rc,
             lock_path(rc, locks),

@@ -244,7 +244,7 @@ def _run_in_containers(
     locks: dict[str, Any],
 ) -> int:
     try:
-        from envbuilder.docker.build import docker_client, ensure_image, lock_path
+        from envbuilder.docker.build import base_image_for, docker_client, ensure_image, lock_path
     except ImportError as e:
         raise MissingToolError(
             f"the Docker image builder (envbuilder.docker.build) is not available: {e}; "
@@ -276,6 +276,7 @@ def _run_in_containers(
                 resolved,
                 lock_path(resolved, args.locks),
                 client=client,
+                base_image=base_image_for(combination.base_image, combination.python),
                 reporter=reporter,
                 log_dir=args.locks / "build-logs",
                 cache=cache,

@@ -62,6 +62,7 @@ __all__ = [
     "LAYERS",
     "BuildFailed",
     "Manifest",
+    "base_image_for",
     "docker_client",
     "ensure_image",
     "image_labels",
@@ -181,6 +182,11 @@ def lock_path(resolved: ResolvedCombination, locks: Path) -> Path:
         )
     path = Path(resolved.lock)
     return path if path.is_absolute() else locks.parent / path
+
+
+def base_image_for(template: str | None, python: str) -> str | None:
+    """The base image a matrix row names (``base-image``, its ``{python}`` filled in)."""
+    return template.replace("{python}", python) if template else None
 
 
 def inputs_digest(*, lock_sha256: str, base_id: str, recipe: str, library_path: str) -> str:
