@@ -1,7 +1,7 @@
 """Benchmark of ``envbuilder build``: ``nox -s bench -- build [--synthetic]``.
 
 Builds combinations with envbuilder's layers and naively
-(``docker/Dockerfile.naive``: the same lock installed as one layer by
+(``envbuilder/docker/recipe/Dockerfile.naive``: the same lock installed as one layer by
 ``docker build``), interleaved, ``--repeat`` times each from cold (images
 removed, no cache), and prints medians and spreads of:
 
@@ -76,7 +76,7 @@ TEST_BASE = "envbuilder-test/python:3.11"
 DISK_TARGET = 0.60
 REBUILD_TARGET_S = 5.0
 IMPORT_TARGET_S = 2.5
-#: The label of docker/Dockerfile.naive's install stage.
+#: The label of envbuilder/docker/recipe/Dockerfile.naive's install stage.
 NAIVE_STAGE_LABEL = "io.envbuilder.bench.naive-stage"
 
 
@@ -312,7 +312,7 @@ def naive_tag(case: Case) -> str:
 def naive_image(
     client: Any, case: Case, base: str | None, cache: WheelCache, log_dir: Path, reporter: Reporter
 ) -> str:
-    """The same lock as one install layer (``docker/Dockerfile.naive``), built with
+    """The same lock as one install layer (``envbuilder/docker/recipe/Dockerfile.naive``), built with
     ``docker build`` from a context of the lock's wheels."""
     from docker.errors import DockerException
 

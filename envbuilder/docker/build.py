@@ -7,7 +7,7 @@ same inputs: the lock, the base image (by id) and the recipe.
 A build checks the base's Python first, then makes only the layers the layer
 cache does not hold: it fetches and verifies those wheels into the host's
 wheel cache, mounts hard links of them read-only into one container of the
-base image (network ``none``), where ``docker/install-group.sh`` installs each
+base image (network ``none``), where ``envbuilder/docker/recipe/install-group.sh`` installs each
 group with pip (checking every hash again) and byte-compiles it. The host
 writes each installed tree as a reproducible layer tar and the image config
 (``layers.py``), and ``docker load``s them, leaving out layers the daemon has.
@@ -78,7 +78,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: In-image install script and manifest script (the repository's ``docker/``).
-DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
+#: the scripts a build runs inside containers; package data, so an installed wheel builds too
+DOCKER_DIR = Path(__file__).resolve().with_name("recipe")
 LABEL_PREFIX = "io.envbuilder"
 VENV = "/opt/venv"
 _API_TIMEOUT_S = 3600  # loading a torch layer can take minutes without output
@@ -674,7 +675,7 @@ def _ensure_base(client: Any, base: str, reporter: Reporter) -> None:
     except DockerException as e:
         raise MissingToolError(
             f"base image {base!r} is not on this machine and could not be pulled ({e}); "
-            "pull or build it first (docker/make-base.sh makes a local Debian one), "
+            "pull or build it first (envbuilder/docker/recipe/make-base.sh makes a local Debian one), "
             "or choose another with base-image in matrix.toml / --base-image"
         ) from e
 
@@ -683,7 +684,7 @@ def _manifest_module() -> Any:
     spec = importlib.util.spec_from_file_location("envbuilder_manifest", DOCKER_DIR / "manifest.py")
     if spec is None or spec.loader is None:
         raise MissingToolError(
-            f"{DOCKER_DIR / 'manifest.py'} is missing; envbuilder builds images from a source checkout"
+            f"{DOCKER_DIR / 'manifest.py'} is missing; the installation is incomplete: reinstall gpu-envbuilder"
         )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -691,7 +692,7 @@ def _manifest_module() -> Any:
 
 
 def manifest_entries(root: Path) -> list[tuple[str, str, str]]:
-    """The manifest entries (``docker/manifest.py``) of the tree under ``root``, if any."""
+    """The manifest entries (``envbuilder/docker/recipe/manifest.py``) of the tree under ``root``, if any."""
     if not root.is_dir():
         return []
     return [tuple(e) for e in _manifest_module().entries(str(root))]
@@ -713,7 +714,7 @@ def manifest_of(layers: Iterable[Iterable[tuple[str, str, str]]]) -> Manifest:
 
 
 def measure_manifest(client: Any, image: str) -> Manifest:
-    """Run ``docker/manifest.py`` in a container of ``image`` over its venv."""
+    """Run ``envbuilder/docker/recipe/manifest.py`` in a container of ``image`` over its venv."""
     script = (DOCKER_DIR / "manifest.py").read_text(encoding="utf-8")
     out = client.containers.run(
         image,

@@ -1,6 +1,6 @@
 """Fixtures for tests against a real Docker daemon.
 
-No registry is reachable, so the base image is made here: ``docker/make-base.sh``
+No registry is reachable, so the base image is made here: ``envbuilder/docker/recipe/make-base.sh``
 debootstraps a minimal Debian with Python 3.11 from this machine's apt mirror
 and imports it (once; later runs reuse the image). The real combination is
 the CPU build of torch 2.13.0 for Python 3.11, locked with real uv from pip's
@@ -58,7 +58,7 @@ def docker_client() -> Any:
 
 
 def local_image(client: Any, tag: str, *packages: str) -> str:
-    """``tag``, debootstrapped by ``docker/make-base.sh`` (with ``packages``) when absent."""
+    """``tag``, debootstrapped by ``envbuilder/docker/recipe/make-base.sh`` (with ``packages``) when absent."""
     from docker.errors import ImageNotFound
 
     try:

@@ -3,7 +3,7 @@
 # debootstrap a Debian (variant minbase) with python3 + venv from the Debian mirror this
 # machine's apt is configured with, then `docker import` it. Used by the Docker tests and
 # the build benchmark, where no base image can be pulled. Run as root.
-#   usage: docker/make-base.sh TAG [SUITE [PACKAGE...]]     (bookworm's python3 is 3.11)
+#   usage: envbuilder/docker/recipe/make-base.sh TAG [SUITE [PACKAGE...]]     (bookworm's python3 is 3.11)
 # PACKAGEs are Debian packages added to the image (the workflow rehearsal's runner
 # image adds git, curl and ca-certificates: what a hosted runner has before any step).
 # Does nothing when TAG already exists (delete the image to re-create it).
