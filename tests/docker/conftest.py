@@ -173,6 +173,7 @@ def torch_locks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     uv = str(beside) if beside.exists() else shutil.which("uv") or "uv"
     command = [
         uv, "pip", "compile", "--quiet", "--format", "pylock.toml", "--generate-hashes",
+        "--only-binary", ":all:",  # envbuilder's lock readers refuse sdists
         "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
         "--default-index", default_index_url(), "--find-links", str(wheels[0].parent),
         "--no-header", str(root / "requirements.in"), "-o", str(root / "pylock.toml"),
