@@ -47,10 +47,16 @@ def test_the_installed_wheel_builds_an_image_outside_the_checkout(
 ) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    # Outside a git checkout the image's revision label would say "unknown"; the image this
+    # leaves behind is the one other Docker tests reuse, so give it this checkout's revision.
+    revision = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     env = {
         **os.environ,
         "PATH": os.pathsep.join([str(installed), os.environ.get("PATH", "")]),
         "PYTHONPATH": "",
+        "ENVBUILDER_SOURCE_REVISION": revision or "test-revision",
     }
     build = ["build", "--all", "--force", "--no-cache", "--locks", str(torch_locks)]
     done = subprocess.run(
