@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -18,27 +17,10 @@ from envbuilder.lockfile.doctor import (
     installed_from_report,
     summary,
 )
-from envbuilder.lockfile.merge import build_lockfile
 from envbuilder.lockfile.model import USES, CompatLock, RejectedResults
-from envbuilder.lockfile.results import find_results
-from envbuilder.model import load_resolution
 from envbuilder.publish.site import html_page, markdown_table
 
 DATA = Path(__file__).parents[1] / "data"
-
-
-@pytest.fixture(scope="module")
-def compat(tmp_path_factory: pytest.TempPathFactory) -> CompatLock:
-    root = tmp_path_factory.mktemp("d")
-    shutil.copytree(DATA / "locks", root / "locks")
-    resolution = root / "locks" / "resolution.json"
-    lock, _ = build_lockfile(
-        load_resolution(resolution),
-        resolution_path=resolution,
-        results=find_results([DATA / "results"]),
-        out=root / "compat.lock.json",
-    )
-    return lock
 
 
 GOOD = {"torch": "2.5.1", "xformers": "0.0.28.post3", "filelock": "3.16.1"}

@@ -25,11 +25,8 @@ from envbuilder.lockfile.host import (
     parse_nvidia_smi,
     platform_arch,
 )
-from envbuilder.lockfile.merge import build_lockfile
 from envbuilder.lockfile.model import CompatLock
 from envbuilder.lockfile.query import Query, answer
-from envbuilder.lockfile.results import find_results
-from envbuilder.model import load_resolution
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -217,21 +214,6 @@ def test_detect_host_prefers_nvml() -> None:
 
     host = detect_host(run=run, which=shutil.which, nvml=lambda: nvml)
     assert (host.gpus, host.driver, host.source) == (*nvml, "NVML")
-
-
-@pytest.fixture(scope="module")
-def compat(tmp_path_factory: pytest.TempPathFactory) -> CompatLock:
-    root = tmp_path_factory.mktemp("host")
-    shutil.copytree(DATA / "locks", root / "locks")
-    resolution = root / "locks" / "resolution.json"
-    lock, rejected = build_lockfile(
-        load_resolution(resolution),
-        resolution_path=resolution,
-        results=find_results([DATA / "results"]),
-        out=root / "compat.lock.json",
-    )
-    assert not rejected
-    return lock
 
 
 def test_the_lockfile_records_arch_and_driver(compat: CompatLock) -> None:

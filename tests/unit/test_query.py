@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from envbuilder.errors import InputError
 from envbuilder.lockfile.gpus import arch_covers, compute_capability
-from envbuilder.lockfile.merge import build_lockfile
 from envbuilder.lockfile.model import USES, CompatLock, use_verdict
 from envbuilder.lockfile.query import Query, normalise_cuda, select
-from envbuilder.lockfile.results import find_results
-from envbuilder.model import load_resolution
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -62,21 +58,6 @@ def test_arch_list_coverage(arch: str, cc: str, runs: bool) -> None:
 )
 def test_cuda_spellings(given: str, normal: str) -> None:
     assert normalise_cuda(given) == normal
-
-
-@pytest.fixture(scope="module")
-def compat(tmp_path_factory: pytest.TempPathFactory) -> CompatLock:
-    root = tmp_path_factory.mktemp("q")
-    shutil.copytree(DATA / "locks", root / "locks")
-    resolution = root / "locks" / "resolution.json"
-    lock, rejected = build_lockfile(
-        load_resolution(resolution),
-        resolution_path=resolution,
-        results=find_results([DATA / "results"]),
-        out=root / "compat.lock.json",
-    )
-    assert not rejected
-    return lock
 
 
 @pytest.mark.parametrize(

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY
-from envbuilder.lockfile.merge import build_lockfile
 from envbuilder.lockfile.model import CheckOutcome, CompatLock
-from envbuilder.lockfile.results import find_results
-from envbuilder.model import load_resolution
 from envbuilder.publish.plots import (
     COMPILE_KEYS,
     TIME_KEYS,
@@ -28,20 +24,6 @@ from envbuilder.publish.site import html_page, picker_data
 
 DATA = Path(__file__).parents[1] / "data"
 BEST = "py3.11-default-torch2.5.1-xformers0.0.28.post3"
-
-
-@pytest.fixture(scope="module")
-def compat(tmp_path_factory: pytest.TempPathFactory) -> CompatLock:
-    root = tmp_path_factory.mktemp("site")
-    shutil.copytree(DATA / "locks", root / "locks")
-    resolution = root / "locks" / "resolution.json"
-    lock, _ = build_lockfile(
-        load_resolution(resolution),
-        resolution_path=resolution,
-        results=find_results([DATA / "results"]),
-        out=root / "compat.lock.json",
-    )
-    return lock
 
 
 @pytest.fixture(scope="module")
