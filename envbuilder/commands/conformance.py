@@ -51,6 +51,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--quick", action="store_true", help="the smaller run (about 2 minutes per GPU)"
     )
     parser.add_argument("--checks", action="append", default=[], metavar="PATTERN")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="check groups run at once (default: 4 on a GPU, 1 on the CPU)",
+    )
     parser.add_argument("--locks", type=Path, default=Path("locks"), help="default: locks/")
     parser.add_argument(
         "--matrix", type=Path, help="default: the matrix the locks were resolved from"
@@ -128,6 +134,8 @@ def _options(args: argparse.Namespace, combination: str, lock_sha256: str | None
         argv.append("--quick")
     for pattern in args.checks:
         argv += ["--checks", pattern]
+    if args.jobs is not None:
+        argv += ["--jobs", str(args.jobs)]
     return argv
 
 
@@ -138,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
 
     if problems := pattern_problems(args.checks):
         raise InputError("; ".join(problems))
+    if args.jobs is not None and args.jobs < 1:
+        raise InputError(f"--jobs {args.jobs}: give 1 or more")
     resolution: Resolution | None = None
     resolution_path: Path = args.locks / "resolution.json"
     if resolution_path.is_file():
@@ -225,6 +235,7 @@ def _run_in_place(
                 quick=suite_args.quick,
                 combination=combination.id,
                 lock_sha256=sha,
+                jobs=suite_args.jobs,
             ),
             echo=lambda line: print(line, file=sys.stderr, flush=True),
         )

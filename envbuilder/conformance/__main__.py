@@ -40,6 +40,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", help="cpu or cuda:N (default: cuda:0 when visible, else cpu)")
     p.add_argument("--quick", action="store_true", help="a smaller run (about 2 minutes on a GPU)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="check groups run at once (default: 4 on a GPU, 1 on the CPU); "
+        "the performance group always runs alone",
+    )
+    p.add_argument(
+        "--no-fork-server",
+        dest="fork_server",
+        action="store_false",
+        help="start each group as a fresh interpreter instead of forking it from a process "
+        "that imported torch once",
+    )
     p.add_argument("--combination", help="the combination id this environment was built from")
     p.add_argument("--lock-sha256", help="sha256 of the combination's pylock file")
     return p
@@ -52,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--device {args.device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
     if args.lock_sha256 is not None and not _SHA256.fullmatch(args.lock_sha256):
         parser.error(f"--lock-sha256 {args.lock_sha256!r}: expected 64 lowercase hex digits")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give 1 or more")
     if args.out.is_dir():
         parser.error(f"--out {str(args.out)!r} is a directory; give a file name")
     if problems := pattern_problems(args.checks):
@@ -64,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         quick=args.quick,
         combination=args.combination,
         lock_sha256=args.lock_sha256,
+        jobs=args.jobs,
+        fork_server=args.fork_server,
     )
     try:
         results = run_suite(opts, echo=lambda line: print(line, flush=True))

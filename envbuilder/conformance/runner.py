@@ -5,6 +5,12 @@ hangs is killed and recorded (``error``/``timeout`` on the check it was in,
 from the worker's state file) and the remaining groups still run. Every result
 is in ``<out>.jsonl`` the moment it finishes; ``<out>`` is written atomically
 at the end.
+
+Group processes are forked from a fork server (``forkserver.py``) that has
+imported torch once, so each group does not pay the import again; where the
+server cannot start, each group is a freshly started interpreter. On a GPU the
+groups run side by side (``jobs``), except ``performance``, which times
+kernels and so runs alone after the others.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from envbuilder.conformance import FULL_ONLY_GROUPS, GROUPS, RESULTS_SCHEMA, SUITE_VERSION
 from envbuilder.conformance._record import (
@@ -39,7 +47,9 @@ from envbuilder.conformance._record import (
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
+    "GPU_JOBS",
     "QUICK_TIMEOUTS",
+    "SOLO_GROUPS",
     "GroupRun",
     "NoChecksSelected",
     "RunOptions",
@@ -71,6 +81,13 @@ QUICK_TIMEOUTS: Mapping[str, float] = {
     "multigpu": 180,
 }
 
+#: groups that run alone, after the others: their checks time kernels.
+SOLO_GROUPS: frozenset[str] = frozenset({"performance"})
+
+#: groups run side by side on a GPU when ``jobs`` is not given (one at a time on the CPU,
+#: where they would only compete for the same cores).
+GPU_JOBS = 4
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
@@ -82,6 +99,10 @@ class RunOptions:
     lock_sha256: str | None = None
     timeouts: Mapping[str, float] = field(default_factory=dict)
     python: str = sys.executable
+    #: groups run at once (None: GPU_JOBS on a GPU, else 1)
+    jobs: int | None = None
+    #: fork group processes from a server that imported torch once
+    fork_server: bool = True
 
     @property
     def jsonl(self) -> Path:
@@ -220,39 +241,194 @@ def _log_tail(path: Path, limit: int = 600) -> str:
     return " | ".join(lines[-6:])[-limit:]
 
 
-def _spawn(argv: Sequence[str], log: Path, timeout: float) -> int | None:
-    """Run a worker in its own session; None when it was killed at the time limit."""
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    with log.open("ab") as sink:
-        proc = subprocess.Popen(
-            list(argv), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=env
+class Spawner:
+    """Starts each worker as a fresh interpreter (``python -m envbuilder.conformance.worker``)."""
+
+    description = "a fresh interpreter per group"
+
+    def __init__(self, python: str) -> None:
+        self.python = python
+
+    def run(self, argv: Sequence[str], output: Path, timeout: float) -> int | None:
+        """Run a worker in its own session; None when it was killed at the time limit."""
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        command = [self.python, "-m", "envbuilder.conformance.worker", *argv]
+        with output.open("ab") as sink:
+            proc = subprocess.Popen(
+                command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            )
+            try:
+                return proc.wait(timeout=max(timeout, 1.0))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return None
+
+    def close(self) -> None:
+        pass
+
+
+class ForkServerLost(RuntimeError):
+    """The fork server ended or stopped answering."""
+
+
+class ForkServer:
+    """Workers forked from ``envbuilder.conformance.forkserver``, which imported torch once.
+
+    Each worker is still a process of its own in a session of its own: the time
+    limit kills its process group, a crash ends only it. When the server is lost
+    the workers in flight are killed and :meth:`run` raises ``ForkServerLost``.
+    """
+
+    #: how long the server may take to import its preload modules (a cold disk is slow)
+    READY_TIMEOUT_S = 300.0
+
+    def __init__(self, python: str, log: Path) -> None:
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self._log = log.open("ab")
+        self._proc = subprocess.Popen(
+            [python, "-m", "envbuilder.conformance.forkserver"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+            text=True,
+            encoding="utf-8",
         )
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._requests: IO[str] = self._proc.stdin
+        self._lock = threading.Lock()  # one request at a time: answers come in order
+        self._changed = threading.Condition()
+        self._pids: list[int] = []
+        self._exits: dict[int, int] = {}
+        self._lost = False
+        self.ready: dict[str, Any] = {}
+        self._reader = threading.Thread(
+            target=self._read, args=(self._proc.stdout,), name="forkserver-reader", daemon=True
+        )
+        self._reader.start()
+        with self._changed:
+            self._changed.wait_for(lambda: bool(self.ready) or self._lost, self.READY_TIMEOUT_S)
+        if not self.ready:
+            self.close()
+            raise ForkServerLost(
+                f"the fork server did not start (see {log.name}): {_log_tail(log, 300)}"
+            )
+
+    @property
+    def description(self) -> str:
+        return f"forked from a server that imported {', '.join(self.ready.get('preloaded', []))}"
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            with self._changed:
+                if "ready" in message:
+                    self.ready = message
+                elif "pid" in message:
+                    self._pids.append(int(message["pid"]))
+                elif "exited" in message:
+                    self._exits[int(message["exited"])] = int(message["status"])
+                self._changed.notify_all()
+        with self._changed:
+            self._lost = True
+            self._changed.notify_all()
+
+    def run(self, argv: Sequence[str], output: Path, timeout: float) -> int | None:
+        deadline = time.monotonic() + max(timeout, 1.0)
+        with self._lock:
+            try:
+                self._requests.write(json.dumps({"argv": list(argv), "output": str(output)}) + "\n")
+                self._requests.flush()
+            except (BrokenPipeError, OSError, ValueError) as e:
+                raise ForkServerLost(f"the fork server is gone: {e}") from e
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._pids) or self._lost, 60)
+                if not self._pids:
+                    raise ForkServerLost("the fork server did not fork the worker")
+                pid = self._pids.pop(0)
+        with self._changed:
+            finished = self._changed.wait_for(
+                lambda: pid in self._exits or self._lost, max(deadline - time.monotonic(), 0)
+            )
+            if finished and pid in self._exits:
+                return self._exits.pop(pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._exits or self._lost, 30)
+            self._exits.pop(pid, None)
+            if self._lost:
+                raise ForkServerLost("the fork server ended while a worker ran")
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._requests.close()
         try:
-            return proc.wait(timeout=max(timeout, 1.0))
+            self._proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return None
+            self._proc.kill()
+            self._proc.wait()
+        self._log.close()
 
 
-def _run_group(group: str, opts: RunOptions, workdir: Path, echo: Callable[[str], None]) -> None:
+class Launcher:
+    """Starts worker processes: from the fork server while it lives, else fresh."""
+
+    def __init__(self, opts: RunOptions, workdir: Path, echo: Callable[[str], None]) -> None:
+        self._spawner = Spawner(opts.python)
+        self._server: ForkServer | None = None
+        self.notes: dict[str, Any] = {"fork_server": False}
+        if opts.fork_server:
+            try:
+                self._server = ForkServer(opts.python, workdir / "forkserver.log")
+            except ForkServerLost as e:
+                echo(f"  ! {e}; starting a fresh interpreter per group")
+                self.notes["fork_server_error"] = str(e)[:500]
+            else:
+                ready = self._server.ready
+                self.notes = {
+                    "fork_server": True,
+                    "preloaded": list(ready.get("preloaded", [])),
+                    "preload_skipped": dict(ready.get("skipped", {})),
+                    "preload_s": ready.get("import_s"),
+                    "threads_at_fork": ready.get("threads"),
+                }
+        self._echo = echo
+
+    def run(self, argv: Sequence[str], output: Path, timeout: float) -> int | None:
+        server = self._server
+        if server is not None:
+            start = time.monotonic()
+            try:
+                return server.run(argv, output, timeout)
+            except ForkServerLost as e:
+                self._echo(f"  ! {e}; starting a fresh interpreter per group from now on")
+                self._server = None
+                self.notes["fork_server_error"] = str(e)[:500]
+                timeout -= time.monotonic() - start
+        return self._spawner.run(argv, output, timeout)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+
+def _run_group(
+    group: str, opts: RunOptions, workdir: Path, launcher: Launcher, echo: Callable[[str], None]
+) -> None:
     limit = opts.timeout_for(group)
     start = time.monotonic()
     state = workdir / f"{group}.state.jsonl"
     log = workdir / f"{group}.log"
-    argv = [
-        opts.python,
-        "-m",
-        "envbuilder.conformance.worker",
-        "--group",
-        group,
-        "--jsonl",
-        str(opts.jsonl),
-        "--state",
-        str(state),
-    ]
+    argv = ["--group", group, "--jsonl", str(opts.jsonl), "--state", str(state)]
     if opts.device:
         argv += ["--device", opts.device]
     if opts.quick:
@@ -261,14 +437,16 @@ def _run_group(group: str, opts: RunOptions, workdir: Path, echo: Callable[[str]
         argv += ["--checks", pattern]
     for _attempt in range(200):
         state.unlink(missing_ok=True)
-        status = _spawn(argv, log, limit - (time.monotonic() - start))
+        status = launcher.run(argv, log, limit - (time.monotonic() - start))
         lines = read_jsonl(state)
         plan = next((tuple(x["plan"]) for x in lines if "plan" in x), None)
         run = GroupRun(
             plan=plan,
             started=tuple(str(x["start"]) for x in lines if "start" in x),
             unplanned={str(x["start"]): x["meta"] for x in lines if "start" in x and "meta" in x},
-            done=frozenset(str(r.get("name")) for r in read_jsonl(opts.jsonl)),
+            done=frozenset(
+                str(r.get("name")) for r in read_jsonl(opts.jsonl) if r.get("group") == group
+            ),
             exit_status=status,
             log_tail=_log_tail(log) if status != 0 else "",
         )
@@ -285,7 +463,8 @@ def _run_group(group: str, opts: RunOptions, workdir: Path, echo: Callable[[str]
             return
 
 
-def _collect_runner(opts: RunOptions, workdir: Path) -> dict[str, Any]:
+def _collect_runner(opts: RunOptions, workdir: Path, launcher: Launcher) -> dict[str, Any]:
+    """Facts about the machine from a worker (``--runner-info``), with ``device`` in them."""
     fallback: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
@@ -295,26 +474,24 @@ def _collect_runner(opts: RunOptions, workdir: Path) -> dict[str, Any]:
         "xformers": None,
         "driver": None,
         "gpus": [],
+        "device": opts.device or "cpu",
     }
-    argv = [opts.python, "-m", "envbuilder.conformance.worker", "--runner-info"]
+    argv = ["--runner-info"]
     if opts.device:
         argv += ["--device", opts.device]
     out = workdir / "runner.json"
-    with out.open("wb") as sink:
-        try:
-            proc = subprocess.run(
-                argv, stdout=sink, stderr=subprocess.DEVNULL, timeout=180, check=False
-            )
-        except subprocess.TimeoutExpired:
-            return fallback
-    if proc.returncode != 0:
+    if launcher.run(argv, out, 180) != 0:
         return fallback
-    try:
-        info: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return fallback
-    info.pop("device", None)
-    return info
+    # the worker prints the facts as its last line; warnings may come before it
+    lines = out.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    for line in reversed(lines):
+        if line.startswith("{"):
+            try:
+                info: dict[str, Any] = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            return info
+    return fallback
 
 
 def _now() -> str:
@@ -429,32 +606,70 @@ def summarize(results: SuiteResults) -> str:
     return "\n".join(lines)
 
 
+def _order(records: Sequence[Mapping[str, Any]]) -> list[CheckResult]:
+    """The checks of a JSONL stream, first record per name, in group order (stable within)."""
+    seen: set[str] = set()
+    checks: list[CheckResult] = []
+    for record in records:
+        name = str(record.get("name"))
+        if name not in seen:
+            seen.add(name)
+            checks.append(CheckResult.from_json(record))
+    rank = {group: i for i, group in enumerate(GROUPS)}
+    return sorted(checks, key=lambda c: rank.get(c.group, len(rank)))
+
+
+def _phases(groups: Sequence[str], jobs: int) -> list[list[str]]:
+    """Batches of groups to run side by side: one group per batch when ``jobs`` is 1, else
+    every other group together, then each solo group alone."""
+    if jobs <= 1:
+        return [[g] for g in groups]
+    shared = [g for g in groups if g not in SOLO_GROUPS]
+    return ([shared] if shared else []) + [[g] for g in groups if g in SOLO_GROUPS]
+
+
 def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> SuiteResults:
     """Run every selected group and write ``opts.out``; returns the results written."""
     started = _now()
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.jsonl.write_text("", encoding="utf-8")
+    printing = threading.Lock()
+
+    def say(line: str) -> None:
+        with printing:
+            echo(line)
+
     with tempfile.TemporaryDirectory(prefix="envbuilder-conformance-") as tmp:
         workdir = Path(tmp)
-        runner = _collect_runner(opts, workdir)
-        for group in groups_for(opts.checks):
-            if opts.quick and group in FULL_ONLY_GROUPS:
-                continue
-            before = len(read_jsonl(opts.jsonl))
-            t0 = time.monotonic()
-            echo(f"▶ {group}")
-            _run_group(group, opts, workdir, echo)
-            new = read_jsonl(opts.jsonl)[before:]
-            for record in new:
-                echo(_line(CheckResult.from_json(record)))
-            echo(f"  {group}: {len(new)} checks in {time.monotonic() - t0:.1f}s")
-    seen: set[str] = set()
-    checks: list[CheckResult] = []
-    for record in read_jsonl(opts.jsonl):
-        name = str(record.get("name"))
-        if name not in seen:
-            seen.add(name)
-            checks.append(CheckResult.from_json(record))
+        launcher = Launcher(opts, workdir, say)
+        try:
+            runner = _collect_runner(opts, workdir, launcher)
+            device = str(runner.pop("device", None) or opts.device or "cpu")
+            jobs = opts.jobs or (GPU_JOBS if device.startswith("cuda") else 1)
+            groups = [
+                g for g in groups_for(opts.checks) if not opts.quick or g not in FULL_ONLY_GROUPS
+            ]
+
+            def one(group: str) -> None:
+                t0 = time.monotonic()
+                say(f"▶ {group}")
+                _run_group(group, opts, workdir, launcher, say)
+                new = [r for r in read_jsonl(opts.jsonl) if r.get("group") == group]
+                lines = [_line(CheckResult.from_json(record)) for record in new]
+                lines.append(f"  {group}: {len(new)} checks in {time.monotonic() - t0:.1f}s")
+                say("\n".join(lines))
+
+            for phase in _phases(groups, jobs):
+                if len(phase) == 1:
+                    one(phase[0])
+                    continue
+                with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="group") as pool:
+                    for future in [pool.submit(one, group) for group in phase]:
+                        future.result()
+            runner["launch"] = dict(launcher.notes) | {"jobs": jobs}
+        finally:
+            launcher.close()
+    checks = _order(read_jsonl(opts.jsonl))
     if not checks and any(opts.checks):
         raise NoChecksSelected(
             f"no check matches --checks {' '.join(opts.checks)}; nothing was written to"

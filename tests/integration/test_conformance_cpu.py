@@ -218,8 +218,19 @@ def test_summary_is_printed(quick_run: tuple[dict[str, Any], Path, str]) -> None
         ("raise", "error", "fault injected"),
     ],
 )
+@pytest.mark.parametrize(
+    ("fork_server", "jobs"),
+    [(True, 1), (True, 2), (False, 1)],
+    ids=["forked", "forked-side-by-side", "fresh-interpreters"],
+)
 def test_a_crash_or_hang_loses_nothing_else(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, status: str, words: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str,
+    status: str,
+    words: str,
+    fork_server: bool,
+    jobs: int,
 ) -> None:
     victim = "attention.sdpa.causal.fp16.forward"
     for key, value in _env(**{FAULT_VARIABLE: f"{victim}={fault}"}).items():
@@ -232,9 +243,16 @@ def test_a_crash_or_hang_loses_nothing_else(
             "environment.versions",
         ),
         timeouts={"attention": 25, "environment": 120},
+        fork_server=fork_server,
+        jobs=jobs,
     )
     results = run_suite(opts, echo=lambda _line: None)
+    assert results.runner["launch"]["fork_server"] is fork_server
+    assert results.runner["launch"]["jobs"] == jobs
     checks = {c.name: c for c in results.checks}
+    assert [c.group for c in results.checks] == sorted(
+        (c.group for c in results.checks), key=["environment", "attention"].index
+    )
     assert checks[victim].status == status
     assert words in checks[victim].reason
     assert checks["attention.sdpa.none.fp32.forward"].status == "pass"  # ran before the fault
@@ -386,3 +404,35 @@ def test_checks_that_select_nothing_are_refused_and_keep_earlier_results(
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert words in proc.stderr
     assert out.read_text(encoding="utf-8") == '{"earlier": true}\n'
+
+
+def test_a_fork_server_that_cannot_start_leaves_fresh_interpreters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server dies while importing its preload modules: every group still runs, each
+    in a fresh interpreter, and the results say why."""
+    (tmp_path / "dies_on_import.py").write_text("import os\nos._exit(3)\n")
+    env = _env(ENVBUILDER_CONFORMANCE_PRELOAD="json,dies_on_import")
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    lines: list[str] = []
+    results = run_suite(
+        RunOptions(out=tmp_path / "r.json", checks=("environment.versions",)),
+        echo=lines.append,
+    )
+    assert [(c.name, c.status) for c in results.checks] == [("environment.versions", "pass")]
+    launch = results.runner["launch"]
+    assert launch["fork_server"] is False
+    assert "did not start" in launch["fork_server_error"]
+    assert any("fresh interpreter" in line for line in lines)
+
+
+def test_forked_groups_report_what_the_server_preloaded(tmp_path: Path) -> None:
+    proc = _suite("--out", str(tmp_path / "r.json"), "--checks", "environment.versions")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    launch = json.loads((tmp_path / "r.json").read_text())["runner"]["launch"]
+    assert launch["fork_server"] is True
+    assert launch["preloaded"][0] == "torch"
+    assert launch["jobs"] == 1  # the CPU: one group at a time
+    assert "torch" not in launch["preload_skipped"]

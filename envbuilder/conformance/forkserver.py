@@ -1,0 +1,231 @@
+"""A process that imports torch once and forks one child per check group.
+
+    python -m envbuilder.conformance.forkserver
+
+Importing torch (and dynamo, inductor, diffusers) costs seconds per process,
+more on a machine whose disk cache is cold. The server pays it once: it
+imports the preload modules *without touching CUDA*, then forks a child per
+request. Each child is still its own process in its own session (the runner
+kills its process group at the time limit; a segfault kills only the child),
+and initialises CUDA itself, as a freshly started worker would.
+
+Importing torch starts a native thread; forking a process that has one is
+what torch's own fork-based DataLoader workers do, and the child does not
+rely on it. The number of threads at fork time is reported.
+
+CUDA does not survive a fork once the driver is initialised, so after each
+preload module the server looks whether the CUDA driver library is mapped
+into it. If one did load it, the server starts over (``exec``) without that
+module and the ones after it, and says so.
+
+Protocol, one JSON object per line. The server writes ``{"ready": true,
+"preloaded": [...], "skipped": {...}, "import_s": S, "threads": N}`` once,
+then reads requests ``{"argv": [...], "output": PATH}`` (worker arguments;
+the child's stdout and stderr are appended to ``output``) and answers
+``{"pid": PID}`` for each; when a child ends it writes ``{"exited": PID,
+"status": S}`` (S as ``subprocess``: negative for a signal). It exits when
+its input closes, killing the children still running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["DEFAULT_PRELOAD", "DRIVER_LIBRARIES", "PRELOAD_VARIABLE", "driver_mapped", "main"]
+
+#: imported before any fork, in this order; an absent module is skipped.
+DEFAULT_PRELOAD: tuple[str, ...] = (
+    "torch",
+    "torch._dynamo",
+    "torch._inductor.compile_fx",
+    "envbuilder.conformance.checks_attention",
+    "envbuilder.conformance.checks_compile",
+    "envbuilder.conformance.checks_model",
+    "diffusers.models.transformers.transformer_qwenimage",
+)
+
+#: a comma-separated preload list replacing the default (``""``: torch only is not implied).
+PRELOAD_VARIABLE = "ENVBUILDER_CONFORMANCE_PRELOAD"
+
+#: shared objects whose presence means the CUDA driver was loaded (and likely initialised).
+DRIVER_LIBRARIES: tuple[str, ...] = ("libcuda.so",)
+
+_SKIP_FLAG = "--skip"
+
+
+def driver_mapped(maps: str, libraries: Iterable[str] = DRIVER_LIBRARIES) -> str | None:
+    """The first driver library mapped in a ``/proc/<pid>/maps`` text, or None."""
+    names = tuple(libraries)
+    for line in maps.splitlines():
+        path = line.rsplit(" ", 1)[-1] if "/" in line else ""
+        base = path.rsplit("/", 1)[-1]
+        if any(base.startswith(name) for name in names):
+            return base
+    return None
+
+
+def _own_maps() -> str:
+    try:
+        return Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _preload_list() -> list[str]:
+    value = os.environ.get(PRELOAD_VARIABLE)
+    if value is None:
+        return list(DEFAULT_PRELOAD)
+    return [m.strip() for m in value.split(",") if m.strip()]
+
+
+def _preload(modules: Sequence[str], skipped: dict[str, str]) -> list[str]:
+    """Import ``modules``; start over without one that maps the CUDA driver."""
+    loaded: list[str] = []
+    for name in modules:
+        if name in skipped:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # absent or broken: the child imports it (and reports) itself
+            skipped[name] = f"{type(e).__name__}: {e}"[:300]
+            continue
+        library = driver_mapped(_own_maps())
+        if library is not None:
+            skipped[name] = f"importing it loaded {library}; CUDA must not be loaded before a fork"
+            args = [sys.executable, "-m", "envbuilder.conformance.forkserver"]
+            args += [_SKIP_FLAG, json.dumps(skipped)]
+            os.execv(sys.executable, args)
+        loaded.append(name)
+    return loaded
+
+
+def _thread_count() -> int:
+    try:
+        return sum(1 for _ in Path("/proc/self/task").iterdir())
+    except OSError:
+        return 1
+
+
+def _child(argv: Sequence[str], output: str, channel: int) -> None:
+    """In the forked child: a session of its own, output to ``output``, run the worker."""
+    code = 1
+    try:
+        os.setsid()
+        os.close(channel)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        sink = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+        os.dup2(sink, 1)
+        os.dup2(sink, 2)
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fds 0-2 stay open for the process
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        from envbuilder.conformance import worker
+
+        sys.argv = ["envbuilder.conformance.worker", *argv]
+        code = worker.main(list(argv))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _status(wait_status: int) -> int:
+    if os.WIFSIGNALED(wait_status):
+        return -os.WTERMSIG(wait_status)
+    return os.WEXITSTATUS(wait_status)
+
+
+def _send(channel: IO[str], message: dict[str, Any]) -> None:
+    channel.write(json.dumps(message) + "\n")
+    channel.flush()
+
+
+def _reap(children: set[int], channel: IO[str]) -> None:
+    while children:
+        try:
+            pid, wait_status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in children:
+            children.discard(pid)
+            _send(channel, {"exited": pid, "status": _status(wait_status)})
+
+
+def serve(requests: IO[str], channel: IO[str], channel_fd: int) -> None:
+    children: set[int] = set()
+    pending = ""
+    try:
+        while True:
+            ready, _, _ = select.select([requests], [], [], 0.05)
+            _reap(children, channel)
+            if not ready:
+                continue
+            chunk = os.read(requests.fileno(), 65536).decode("utf-8")
+            if not chunk:
+                return
+            pending += chunk
+            while "\n" in pending:
+                line, pending = pending.split("\n", 1)
+                if not line.strip():
+                    continue
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _child([str(a) for a in request["argv"]], str(request["output"]), channel_fd)
+                children.add(pid)
+                _send(channel, {"pid": pid})
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    skipped: dict[str, str] = {}
+    if len(args) == 2 and args[0] == _SKIP_FLAG:
+        skipped = dict(json.loads(args[1]))
+    # the protocol owns the original stdout; whatever the imports print goes to stderr
+    channel_fd = os.dup(1)
+    os.dup2(2, 1)
+    channel = os.fdopen(channel_fd, "w", buffering=1, encoding="utf-8")
+    start = time.monotonic()
+    loaded = _preload(_preload_list(), skipped)
+    _send(
+        channel,
+        {
+            "ready": True,
+            "preloaded": loaded,
+            "skipped": skipped,
+            "import_s": round(time.monotonic() - start, 3),
+            "threads": _thread_count(),
+        },
+    )
+    serve(sys.stdin, channel, channel_fd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
