@@ -13,10 +13,13 @@ Importing torch starts a native thread; forking a process that has one is
 what torch's own fork-based DataLoader workers do, and the child does not
 rely on it. The number of threads at fork time is reported.
 
-CUDA does not survive a fork once the driver is initialised, so after each
-preload module the server looks whether the CUDA driver library is mapped
-into it. If one did load it, the server starts over (``exec``) without that
-module and the ones after it, and says so.
+CUDA does not survive a fork once the driver is initialised. The server
+imports with ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (``torch.cuda.is_available()``
+then asks NVML, not the driver), and after each preload module it looks
+whether the CUDA driver library is mapped into it. If a module did load it,
+the server starts over (``exec``) without that module, and says so. The
+runner's first child (the runner facts) uses CUDA: if that fails in a forked
+child, the runner stops forking.
 
 Protocol, one JSON object per line. The server writes ``{"ready": true,
 "preloaded": [...], "skipped": {...}, "import_s": S, "threads": N}`` once,
@@ -61,7 +64,13 @@ PRELOAD_VARIABLE = "ENVBUILDER_CONFORMANCE_PRELOAD"
 #: shared objects whose presence means the CUDA driver was loaded (and likely initialised).
 DRIVER_LIBRARIES: tuple[str, ...] = ("libcuda.so",)
 
-_SKIP_FLAG = "--skip"
+_RESTART_FLAG = "--restart"
+
+#: makes ``torch.cuda.is_available()`` ask NVML instead of initialising the driver, so that
+#: a preload module that asks does not make the fork unsafe; children get the caller's value.
+_NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+#: what a restarted image must know: the modules to skip, and whether the variable is ours
+_state: dict[str, Any] = {"skipped": {}, "nvml_set": False}
 
 
 def driver_mapped(maps: str, libraries: Iterable[str] = DRIVER_LIBRARIES) -> str | None:
@@ -89,8 +98,10 @@ def _preload_list() -> list[str]:
     return [m.strip() for m in value.split(",") if m.strip()]
 
 
-def _preload(modules: Sequence[str], skipped: dict[str, str]) -> list[str]:
-    """Import ``modules``; start over without one that maps the CUDA driver."""
+def _preload(modules: Sequence[str], skipped: dict[str, str], channel_fd: int = 1) -> list[str]:
+    """Import ``modules``; start over without one that maps the CUDA driver.
+
+    The new process image gets the protocol channel back as its stdout."""
     loaded: list[str] = []
     for name in modules:
         if name in skipped:
@@ -104,7 +115,10 @@ def _preload(modules: Sequence[str], skipped: dict[str, str]) -> list[str]:
         if library is not None:
             skipped[name] = f"importing it loaded {library}; CUDA must not be loaded before a fork"
             args = [sys.executable, "-m", "envbuilder.conformance.forkserver"]
-            args += [_SKIP_FLAG, json.dumps(skipped)]
+            args += [_RESTART_FLAG, json.dumps(_state | {"skipped": skipped})]
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(channel_fd, 1)
             os.execv(sys.executable, args)
         loaded.append(name)
     return loaded
@@ -135,6 +149,8 @@ def _child(argv: Sequence[str], output: str, channel: int) -> None:
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         from envbuilder.conformance import worker
 
+        if _state["nvml_set"]:
+            os.environ.pop(_NVML_CHECK, None)
         sys.argv = ["envbuilder.conformance.worker", *argv]
         code = worker.main(list(argv))
     except SystemExit as e:
@@ -204,15 +220,18 @@ def serve(requests: IO[str], channel: IO[str], channel_fd: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    skipped: dict[str, str] = {}
-    if len(args) == 2 and args[0] == _SKIP_FLAG:
-        skipped = dict(json.loads(args[1]))
+    if len(args) == 2 and args[0] == _RESTART_FLAG:
+        _state.update(json.loads(args[1]))
+    skipped: dict[str, str] = dict(_state["skipped"])
     # the protocol owns the original stdout; whatever the imports print goes to stderr
     channel_fd = os.dup(1)
     os.dup2(2, 1)
     channel = os.fdopen(channel_fd, "w", buffering=1, encoding="utf-8")
     start = time.monotonic()
-    loaded = _preload(_preload_list(), skipped)
+    if _NVML_CHECK not in os.environ:
+        os.environ[_NVML_CHECK] = "1"
+        _state["nvml_set"] = True
+    loaded = _preload(_preload_list(), skipped, channel_fd)
     _send(
         channel,
         {

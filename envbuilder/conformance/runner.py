@@ -412,9 +412,23 @@ class Launcher:
             except ForkServerLost as e:
                 self._echo(f"  ! {e}; starting a fresh interpreter per group from now on")
                 self._server = None
+                self.notes["fork_server"] = False
                 self.notes["fork_server_error"] = str(e)[:500]
                 timeout -= time.monotonic() - start
         return self._spawner.run(argv, output, timeout)
+
+    @property
+    def forking(self) -> bool:
+        return self._server is not None
+
+    def stop_forking(self, reason: str) -> None:
+        """Start every worker fresh from now on."""
+        if self._server is not None:
+            self._echo(f"  ! {reason}; starting a fresh interpreter per group")
+            self._server.close()
+            self._server = None
+            self.notes["fork_server"] = False
+            self.notes["fork_server_error"] = reason[:500]
 
     def close(self) -> None:
         if self._server is not None:
@@ -480,7 +494,16 @@ def _collect_runner(opts: RunOptions, workdir: Path, launcher: Launcher) -> dict
     if opts.device:
         argv += ["--device", opts.device]
     out = workdir / "runner.json"
-    if launcher.run(argv, out, 180) != 0:
+    status = launcher.run(argv, out, 180)
+    if status != 0 and launcher.forking:
+        # the first forked child to use CUDA: if it cannot, no forked child can
+        how = "timed out" if status is None else f"failed ({_exit_description(status)})"
+        launcher.stop_forking(
+            f"the runner facts {how} in a forked process; last output: {_log_tail(out, 300)}"
+        )
+        out.unlink(missing_ok=True)
+        status = launcher.run(argv, out, 180)
+    if status != 0:
         return fallback
     # the worker prints the facts as its last line; warnings may come before it
     lines = out.read_text(encoding="utf-8", errors="replace").strip().splitlines()

@@ -20,6 +20,8 @@ from envbuilder.conformance.runner import RunOptions, run_suite
 from envbuilder.conformance.worker import FAULT_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[2]
+#: a real shared library to load under the CUDA driver's name
+LIBZ = (Path("/lib/x86_64-linux-gnu/libz.so.1"), Path("/usr/lib/x86_64-linux-gnu/libz.so.1"))
 SCHEMA = json.loads((ROOT / "envbuilder" / "schemas" / "results.schema.json").read_text())
 
 pytestmark = pytest.mark.skipif(
@@ -411,11 +413,8 @@ def test_a_fork_server_that_cannot_start_leaves_fresh_interpreters(
 ) -> None:
     """The server dies while importing its preload modules: every group still runs, each
     in a fresh interpreter, and the results say why."""
-    (tmp_path / "dies_on_import.py").write_text("import os\nos._exit(3)\n")
-    env = _env(ENVBUILDER_CONFORMANCE_PRELOAD="json,dies_on_import")
-    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+    dies = "import os\nos._exit(3)\n"
+    _preloading(tmp_path, monkeypatch, {"dies_on_import": dies}, "json,dies_on_import")
     lines: list[str] = []
     results = run_suite(
         RunOptions(out=tmp_path / "r.json", checks=("environment.versions",)),
@@ -426,6 +425,56 @@ def test_a_fork_server_that_cannot_start_leaves_fresh_interpreters(
     assert launch["fork_server"] is False
     assert "did not start" in launch["fork_server_error"]
     assert any("fresh interpreter" in line for line in lines)
+
+
+def _preloading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modules: dict[str, str], preload: str
+) -> None:
+    for name, source in modules.items():
+        (tmp_path / f"{name}.py").write_text(source)
+    env = _env(ENVBUILDER_CONFORMANCE_PRELOAD=preload)
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_a_preload_module_that_loads_the_cuda_driver_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module whose import maps libcuda makes the server start over without it; the
+    modules after it are still preloaded and the groups are still forked."""
+    library = next(p for p in LIBZ if p.is_file())
+    fake = tmp_path / "libcuda.so.1"
+    fake.write_bytes(library.read_bytes())
+    loads = f"import ctypes\nctypes.CDLL({str(fake)!r})\n"
+    _preloading(tmp_path, monkeypatch, {"loads_driver": loads}, "json,loads_driver,email.message")
+    results = run_suite(
+        RunOptions(out=tmp_path / "r.json", checks=("environment.versions",)),
+        echo=lambda _line: None,
+    )
+    assert [(c.name, c.status) for c in results.checks] == [("environment.versions", "pass")]
+    launch = results.runner["launch"]
+    assert launch["fork_server"] is True
+    assert launch["preloaded"] == ["json", "email.message"]
+    assert "libcuda.so.1" in launch["preload_skipped"]["loads_driver"]
+
+
+def test_forked_children_that_cannot_work_leave_fresh_interpreters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first forked child (the runner facts) fails: the runner stops forking, and the
+    run is what fresh interpreters give."""
+    breaks = "import os\nos.register_at_fork(after_in_child=lambda: os._exit(7))\n"
+    _preloading(tmp_path, monkeypatch, {"breaks_children": breaks}, "json,breaks_children")
+    results = run_suite(
+        RunOptions(out=tmp_path / "r.json", checks=("environment.versions",)),
+        echo=lambda _line: None,
+    )
+    assert [(c.name, c.status) for c in results.checks] == [("environment.versions", "pass")]
+    assert results.runner["torch"] != "unknown"
+    launch = results.runner["launch"]
+    assert launch["fork_server"] is False
+    assert "exit status 7" in launch["fork_server_error"]
 
 
 def test_forked_groups_report_what_the_server_preloaded(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ and the order results come out in when groups ran side by side."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 import types
@@ -67,7 +68,8 @@ def test_a_preload_module_that_loads_the_driver_restarts_the_server_without_it(
         forkserver._preload(["fs_fake_missing", "fs_fake_a", "fs_fake_b", "fs_fake_c"], skipped)
     assert loaded == ["fs_fake_a", "fs_fake_b"]  # c is never imported in the tainted process
     args = restarted.value.args[0]
-    assert args[-2] == "--skip"
+    assert args[-2] == "--restart"
+    assert json.loads(args[-1])["skipped"] == skipped
     assert "libcuda.so.1" in skipped["fs_fake_b"]
     assert "ModuleNotFoundError" in skipped["fs_fake_missing"]
 
