@@ -15,8 +15,8 @@ rely on it. The number of threads at fork time is reported.
 
 CUDA does not survive a fork once the driver is initialised. The server
 imports with ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (``torch.cuda.is_available()``
-then asks NVML, not the driver), and after each preload module it looks
-whether the CUDA driver library is mapped into it. If a module did load it,
+then asks NVML, not the driver), and after each preload module it asks the
+driver, if mapped, whether it is initialised. If a module did initialise it,
 the server starts over (``exec``) without that module, and says so. The
 runner's first child (the runner facts) uses CUDA: if that fails in a forked
 child, the runner stops forking.
@@ -45,7 +45,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["DEFAULT_PRELOAD", "DRIVER_LIBRARIES", "PRELOAD_VARIABLE", "driver_mapped", "main"]
+__all__ = [
+    "DEFAULT_PRELOAD",
+    "DRIVER_LIBRARIES",
+    "PRELOAD_VARIABLE",
+    "driver_initialised",
+    "driver_mapped",
+    "main",
+]
 
 #: imported before any fork, in this order; an absent module is skipped.
 DEFAULT_PRELOAD: tuple[str, ...] = (
@@ -61,7 +68,7 @@ DEFAULT_PRELOAD: tuple[str, ...] = (
 #: a comma-separated preload list replacing the default (``""``: torch only is not implied).
 PRELOAD_VARIABLE = "ENVBUILDER_CONFORMANCE_PRELOAD"
 
-#: shared objects whose presence means the CUDA driver was loaded (and likely initialised).
+#: the CUDA driver's shared object.
 DRIVER_LIBRARIES: tuple[str, ...] = ("libcuda.so",)
 
 _RESTART_FLAG = "--restart"
@@ -74,14 +81,42 @@ _state: dict[str, Any] = {"skipped": {}, "nvml_set": False}
 
 
 def driver_mapped(maps: str, libraries: Iterable[str] = DRIVER_LIBRARIES) -> str | None:
-    """The first driver library mapped in a ``/proc/<pid>/maps`` text, or None."""
+    """The path of the first driver library mapped in a ``/proc/<pid>/maps`` text, or None."""
     names = tuple(libraries)
     for line in maps.splitlines():
         path = line.rsplit(" ", 1)[-1] if "/" in line else ""
         base = path.rsplit("/", 1)[-1]
         if any(base.startswith(name) for name in names):
-            return base
+            return path
     return None
+
+
+#: ``cuCtxGetCurrent``'s answer before ``cuInit``: the driver is loaded but not initialised.
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def driver_initialised(maps: str) -> str | None:
+    """Why forking now would be unsafe: the CUDA driver is initialised (or might be); None
+    when it is not loaded, or loaded and not initialised.
+
+    torch maps the driver library when it is imported, without initialising it, so being
+    mapped is not enough; the driver itself answers, without initialising anything:
+    ``cuCtxGetCurrent`` returns CUDA_ERROR_NOT_INITIALIZED until ``cuInit`` ran."""
+    path = driver_mapped(maps)
+    if path is None:
+        return None
+    base = path.rsplit("/", 1)[-1]
+    try:
+        import ctypes
+
+        function = ctypes.CDLL(path).cuCtxGetCurrent  # the mapped copy: no second load
+        context = ctypes.c_void_p()
+        answer = int(function(ctypes.byref(context)))
+    except (OSError, AttributeError) as e:
+        return f"{base} is loaded and cannot say whether it is initialised ({e})"
+    if answer == CUDA_ERROR_NOT_INITIALIZED:
+        return None
+    return f"{base} is initialised (cuCtxGetCurrent returned {answer})"
 
 
 def _own_maps() -> str:
@@ -111,9 +146,9 @@ def _preload(modules: Sequence[str], skipped: dict[str, str], channel_fd: int = 
         except Exception as e:  # absent or broken: the child imports it (and reports) itself
             skipped[name] = f"{type(e).__name__}: {e}"[:300]
             continue
-        library = driver_mapped(_own_maps())
-        if library is not None:
-            skipped[name] = f"importing it loaded {library}; CUDA must not be loaded before a fork"
+        unsafe = driver_initialised(_own_maps())
+        if unsafe is not None:
+            skipped[name] = f"after importing it, {unsafe}; a fork would break CUDA"
             args = [sys.executable, "-m", "envbuilder.conformance.forkserver"]
             args += [_RESTART_FLAG, json.dumps(_state | {"skipped": skipped})]
             sys.stdout.flush()

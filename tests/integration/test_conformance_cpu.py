@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -441,8 +442,9 @@ def _preloading(
 def test_a_preload_module_that_loads_the_cuda_driver_is_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A module whose import maps libcuda makes the server start over without it; the
-    modules after it are still preloaded and the groups are still forked."""
+    """A module after whose import a libcuda is mapped that cannot say whether it was
+    initialised makes the server start over without it; the modules after it are still
+    preloaded and the groups are still forked."""
     library = next(p for p in LIBZ if p.is_file())
     fake = tmp_path / "libcuda.so.1"
     fake.write_bytes(library.read_bytes())
@@ -456,7 +458,35 @@ def test_a_preload_module_that_loads_the_cuda_driver_is_dropped(
     launch = results.runner["launch"]
     assert launch["fork_server"] is True
     assert launch["preloaded"] == ["json", "email.message"]
-    assert "libcuda.so.1" in launch["preload_skipped"]["loads_driver"]
+    assert "libcuda.so.1 is loaded and cannot say" in launch["preload_skipped"]["loads_driver"]
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build a fake driver")
+@pytest.mark.parametrize(
+    ("answer", "kept"), [(3, True), (0, False)], ids=["not-initialised", "initialised"]
+)
+def test_the_driver_says_whether_it_was_initialised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: int, kept: bool
+) -> None:
+    """torch maps libcuda at import without initialising it: such a module stays preloaded.
+    A module after which the driver reports a context state (cuInit ran) is dropped."""
+    source = tmp_path / "fake_driver.c"
+    source.write_text(f"int cuCtxGetCurrent(void **c) {{ *c = 0; return {answer}; }}\n")
+    fake = tmp_path / "libcuda.so.1"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(fake), str(source)], check=True)
+    loads = f"import ctypes\nctypes.CDLL({str(fake)!r})\n"
+    _preloading(tmp_path, monkeypatch, {"maps_driver": loads}, "json,maps_driver,email.message")
+    results = run_suite(
+        RunOptions(out=tmp_path / "r.json", checks=("environment.versions",)),
+        echo=lambda _line: None,
+    )
+    assert [(c.name, c.status) for c in results.checks] == [("environment.versions", "pass")]
+    launch = results.runner["launch"]
+    assert launch["fork_server"] is True
+    assert ("maps_driver" in launch["preloaded"]) is kept
+    assert "email.message" in launch["preloaded"]
+    if not kept:
+        assert "cuCtxGetCurrent returned 0" in launch["preload_skipped"]["maps_driver"]
 
 
 def test_forked_children_that_cannot_work_leave_fresh_interpreters(

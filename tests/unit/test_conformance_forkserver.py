@@ -26,8 +26,11 @@ MAPS_LINE = "7f1c2a000000-7f1c2a100000 r-xp 00000000 fd:01 1234 {}"
         (("/usr/lib/x86_64-linux-gnu/libc.so.6",), None),
         # the runtime is loaded with torch; only the driver makes a fork unsafe
         (("/site/nvidia/cuda_runtime/lib/libcudart.so.12",), None),
-        (("/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04",), "libcuda.so.580.159.04"),
-        (("/usr/lib64/libcuda.so.1", "/usr/lib64/libnvidia-ml.so.1"), "libcuda.so.1"),
+        (
+            ("/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04",),
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04",
+        ),
+        (("/usr/lib64/libcuda.so.1", "/usr/lib64/libnvidia-ml.so.1"), "/usr/lib64/libcuda.so.1"),
     ],
 )
 def test_driver_mapped(paths: tuple[str, ...], expected: str | None) -> None:
@@ -62,6 +65,7 @@ def test_a_preload_module_that_loads_the_driver_restarts_the_server_without_it(
 
     monkeypatch.setattr(importlib, "import_module", fake_import)
     monkeypatch.setattr(forkserver, "_own_maps", maps)
+    # the fake driver cannot answer cuCtxGetCurrent: counted as initialised
     monkeypatch.setattr(os, "execv", fake_execv)
     skipped: dict[str, str] = {}
     with pytest.raises(Restarted) as restarted:
@@ -121,3 +125,7 @@ def test_results_of_groups_run_side_by_side_come_out_in_group_order() -> None:
         "attention.a2",
         "model.m1",
     ]
+
+
+def test_a_driver_that_is_not_loaded_is_not_initialised() -> None:
+    assert forkserver.driver_initialised(MAPS_LINE.format("/usr/lib/libc.so.6")) is None
