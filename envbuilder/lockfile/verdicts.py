@@ -280,8 +280,11 @@ def _conflicted(chosen: Verdict, gpu: str, distinct: Sequence[str]) -> Verdict:
 
 
 def _worst_of_runs(runs: Sequence[Run], gpu: str, pick: Callable[[Run], Verdict]) -> Verdict:
+    """The worst verdict of ``runs``; among equals, the one of the run with the most gate
+    checks speaks (a full run's reason rather than a --quick run's)."""
     distinct = sorted({pick(r).verdict for r in runs}, key=VERDICT_RANK.__getitem__)
-    chosen = worst(pick(r) for r in runs)
+    by_evidence = sorted(runs, key=lambda r: -sum(1 for c in r.checks if c.gate))
+    chosen = worst(pick(r) for r in by_evidence)
     return _conflicted(chosen, gpu, distinct) if len(distinct) > 1 else chosen
 
 

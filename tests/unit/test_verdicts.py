@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from envbuilder.lockfile.model import (
@@ -588,3 +590,21 @@ def test_the_last_verified_reason_of_a_use_names_that_use_s_verdict_then() -> No
         "on lock aaaaaaaaaaaa: verified (re-run the suite on the current lock)"
     )
     assert "on lock aaaaaaaaaaaa: broken" in use_verdict(per_use, "training-compiled").reason
+
+
+def test_agreeing_runs_of_one_gpu_are_described_by_the_one_with_most_evidence() -> None:
+    """A --quick and a full run that agree: the reason counts the full run's checks,
+    whichever of them comes first."""
+
+    def checked(source: str, count: int) -> Run:
+        checks = tuple(check(f"attention.sdpa.c{i}", uses=("training",)) for i in range(count))
+        uses = run_use_verdicts(checks)
+        return replace(run(source, "H200", "9.0", "verified"), checks=checks, uses=uses)
+
+    for runs in (
+        [checked("a.quick.json", 2), checked("b.json", 7)],
+        [checked("b.json", 7), checked("a.quick.json", 2)],
+    ):
+        (gpu,) = gpu_verdicts(runs)
+        assert not gpu.conflict
+        assert use_verdict(gpu.uses, "training").reason == "all 7 gate checks passed"
