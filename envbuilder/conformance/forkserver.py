@@ -21,11 +21,14 @@ the server starts over (``exec``) without that module, and says so. The
 runner's first child (the runner facts) uses CUDA: if that fails in a forked
 child, the runner stops forking.
 
-Protocol, one JSON object per line. The server writes ``{"ready": true,
-"preloaded": [...], "skipped": {...}, "import_s": S, "threads": N}`` once,
-then reads requests ``{"argv": [...], "output": PATH}`` (worker arguments;
-the child's stdout and stderr are appended to ``output``) and answers
-``{"pid": PID}`` for each; when a child ends it writes ``{"exited": PID,
+Protocol, one JSON object per line. The server writes ``{"ready": true}``
+once the first preload module (torch) is imported, and from then on reads
+requests ``{"argv": [...], "output": PATH}`` (worker arguments; the child's
+stdout and stderr are appended to ``output``), answering ``{"pid": PID,
+"preloaded": [modules the child has]}`` for each, also between the later
+preload imports. When every preload module
+is imported it writes ``{"preloaded": [...], "skipped": {module: why},
+"import_s": S, "threads": N}``; when a child ends, ``{"exited": PID,
 "status": S}`` (S as ``subprocess``: negative for a signal). It exits when
 its input closes, killing the children still running.
 """
@@ -43,7 +46,7 @@ import time
 import traceback
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 __all__ = [
     "DEFAULT_PRELOAD",
@@ -77,7 +80,15 @@ _RESTART_FLAG = "--restart"
 #: a preload module that asks does not make the fork unsafe; children get the caller's value.
 _NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 #: what a restarted image must know: the modules to skip, and whether the variable is ours
-_state: dict[str, Any] = {"skipped": {}, "nvml_set": False}
+_state: dict[str, Any] = {
+    "skipped": {},
+    "nvml_set": False,
+    "announced": False,
+    "children": [],
+    "pending": "",
+    "channel_fd": 1,
+    "started": 0.0,
+}
 
 
 def driver_mapped(maps: str, libraries: Iterable[str] = DRIVER_LIBRARIES) -> str | None:
@@ -133,10 +144,17 @@ def _preload_list() -> list[str]:
     return [m.strip() for m in value.split(",") if m.strip()]
 
 
-def _preload(modules: Sequence[str], skipped: dict[str, str], channel_fd: int = 1) -> list[str]:
-    """Import ``modules``; start over without one that maps the CUDA driver.
+def _preload(
+    modules: Sequence[str],
+    skipped: dict[str, str],
+    channel_fd: int = 1,
+    server: Server | None = None,
+) -> list[str]:
+    """Import ``modules``; start over without one that initialises the CUDA driver.
 
-    The new process image gets the protocol channel back as its stdout."""
+    Between imports the server answers the requests that arrived (the runner's
+    first one needs torch only). The new process image gets the protocol channel
+    back as its stdout, and the children and requests of this one."""
     loaded: list[str] = []
     for name in modules:
         if name in skipped:
@@ -149,13 +167,18 @@ def _preload(modules: Sequence[str], skipped: dict[str, str], channel_fd: int = 
         unsafe = driver_initialised(_own_maps())
         if unsafe is not None:
             skipped[name] = f"after importing it, {unsafe}; a fork would break CUDA"
+            if server is not None:
+                _state.update(children=sorted(server.children), pending=server.pending)
             args = [sys.executable, "-m", "envbuilder.conformance.forkserver"]
             args += [_RESTART_FLAG, json.dumps(_state | {"skipped": skipped})]
             sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(channel_fd, 1)
             os.execv(sys.executable, args)
         loaded.append(name)
+        if server is not None:
+            server.loaded = list(loaded)
+            server.announce()
+            server.step(0)
     return loaded
 
 
@@ -206,78 +229,103 @@ def _status(wait_status: int) -> int:
     return os.WEXITSTATUS(wait_status)
 
 
-def _send(channel: IO[str], message: dict[str, Any]) -> None:
-    channel.write(json.dumps(message) + "\n")
-    channel.flush()
+class Server:
+    """Forks a child per request line and reports each child's end."""
 
+    def __init__(self, requests_fd: int, channel_fd: int) -> None:
+        self.requests_fd = requests_fd
+        self.channel_fd = channel_fd
+        self.channel = os.fdopen(channel_fd, "w", buffering=1, encoding="utf-8", closefd=False)
+        self.children: set[int] = set(_state["children"])
+        self.pending: str = _state["pending"]
+        self.closed = False
+        self.loaded: list[str] = []  # the preload modules a child forked now has
 
-def _reap(children: set[int], channel: IO[str]) -> None:
-    while children:
-        try:
-            pid, wait_status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        if pid in children:
-            children.discard(pid)
-            _send(channel, {"exited": pid, "status": _status(wait_status)})
+    def send(self, message: dict[str, Any]) -> None:
+        self.channel.write(json.dumps(message) + "\n")
+        self.channel.flush()
 
+    def announce(self) -> None:
+        """Say once (across restarts) that requests are answered from now on."""
+        if not _state["announced"]:
+            _state["announced"] = True
+            self.send({"ready": True})
 
-def serve(requests: IO[str], channel: IO[str], channel_fd: int) -> None:
-    children: set[int] = set()
-    pending = ""
-    try:
-        while True:
-            ready, _, _ = select.select([requests], [], [], 0.05)
-            _reap(children, channel)
-            if not ready:
-                continue
-            chunk = os.read(requests.fileno(), 65536).decode("utf-8")
-            if not chunk:
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, wait_status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
                 return
-            pending += chunk
-            while "\n" in pending:
-                line, pending = pending.split("\n", 1)
-                if not line.strip():
-                    continue
-                request = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    _child([str(a) for a in request["argv"]], str(request["output"]), channel_fd)
-                children.add(pid)
-                _send(channel, {"pid": pid})
-    finally:
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+            if pid == 0:
+                return
+            if pid in self.children:
+                self.children.discard(pid)
+                self.send({"exited": pid, "status": _status(wait_status)})
+
+    def step(self, timeout: float) -> None:
+        """Fork for the requests that arrive within ``timeout`` seconds; report ended children."""
+        ready, _, _ = select.select([self.requests_fd], [], [], timeout)
+        self.reap()
+        if not ready:
+            return
+        chunk = os.read(self.requests_fd, 65536).decode("utf-8")
+        if not chunk:
+            self.closed = True
+            return
+        self.pending += chunk
+        while "\n" in self.pending:
+            line, self.pending = self.pending.split("\n", 1)
+            if not line.strip():
+                continue
+            request = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                _child([str(a) for a in request["argv"]], str(request["output"]), self.channel_fd)
+            self.children.add(pid)
+            self.send({"pid": pid, "preloaded": self.loaded})
+
+    def serve(self) -> None:
+        """Until the requests end; then the children still running are killed."""
+        try:
+            while not self.closed:
+                self.step(0.05)
+        finally:
+            for pid in self.children:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) == 2 and args[0] == _RESTART_FLAG:
         _state.update(json.loads(args[1]))
+    else:
+        # the protocol owns the original stdout; whatever the imports print goes to stderr
+        _state["channel_fd"] = os.dup(1)
+        os.set_inheritable(_state["channel_fd"], True)
+        os.dup2(2, 1)
+        _state["started"] = time.time()
+        if _NVML_CHECK not in os.environ:
+            os.environ[_NVML_CHECK] = "1"
+            _state["nvml_set"] = True
+    channel_fd = int(_state["channel_fd"])
+    server = Server(0, channel_fd)
     skipped: dict[str, str] = dict(_state["skipped"])
-    # the protocol owns the original stdout; whatever the imports print goes to stderr
-    channel_fd = os.dup(1)
-    os.dup2(2, 1)
-    channel = os.fdopen(channel_fd, "w", buffering=1, encoding="utf-8")
-    start = time.monotonic()
-    if _NVML_CHECK not in os.environ:
-        os.environ[_NVML_CHECK] = "1"
-        _state["nvml_set"] = True
-    loaded = _preload(_preload_list(), skipped, channel_fd)
-    _send(
-        channel,
+    modules = _preload_list()
+    if not modules:
+        server.announce()
+    loaded = _preload(modules, skipped, channel_fd, server)
+    server.announce()
+    server.send(
         {
-            "ready": True,
             "preloaded": loaded,
             "skipped": skipped,
-            "import_s": round(time.monotonic() - start, 3),
+            "import_s": round(time.time() - float(_state["started"]), 3),
             "threads": _thread_count(),
-        },
+        }
     )
-    serve(sys.stdin, channel, channel_fd)
+    server.serve()
     return 0
 
 

@@ -244,8 +244,6 @@ def _log_tail(path: Path, limit: int = 600) -> str:
 class Spawner:
     """Starts each worker as a fresh interpreter (``python -m envbuilder.conformance.worker``)."""
 
-    description = "a fresh interpreter per group"
-
     def __init__(self, python: str) -> None:
         self.python = python
 
@@ -306,6 +304,8 @@ class ForkServer:
         self._exits: dict[int, int] = {}
         self._lost = False
         self.ready: dict[str, Any] = {}
+        self.report: dict[str, Any] = {}  # what the server preloaded, once it has
+        self.forked_with: list[str] = []  # the preload modules the latest child had
         self._reader = threading.Thread(
             target=self._read, args=(self._proc.stdout,), name="forkserver-reader", daemon=True
         )
@@ -318,10 +318,6 @@ class ForkServer:
                 f"the fork server did not start (see {log.name}): {_log_tail(log, 300)}"
             )
 
-    @property
-    def description(self) -> str:
-        return f"forked from a server that imported {', '.join(self.ready.get('preloaded', []))}"
-
     def _read(self, stream: IO[str]) -> None:
         for line in stream:
             try:
@@ -333,6 +329,9 @@ class ForkServer:
                     self.ready = message
                 elif "pid" in message:
                     self._pids.append(int(message["pid"]))
+                    self.forked_with = list(message.get("preloaded", []))
+                elif "preloaded" in message:
+                    self.report = message
                 elif "exited" in message:
                     self._exits[int(message["exited"])] = int(message["status"])
                 self._changed.notify_all()
@@ -385,23 +384,36 @@ class Launcher:
     def __init__(self, opts: RunOptions, workdir: Path, echo: Callable[[str], None]) -> None:
         self._spawner = Spawner(opts.python)
         self._server: ForkServer | None = None
-        self.notes: dict[str, Any] = {"fork_server": False}
+        self._report: dict[str, Any] = {}
+        self._error: str | None = None
         if opts.fork_server:
             try:
                 self._server = ForkServer(opts.python, workdir / "forkserver.log")
             except ForkServerLost as e:
                 echo(f"  ! {e}; starting a fresh interpreter per group")
-                self.notes["fork_server_error"] = str(e)[:500]
-            else:
-                ready = self._server.ready
-                self.notes = {
-                    "fork_server": True,
-                    "preloaded": list(ready.get("preloaded", [])),
-                    "preload_skipped": dict(ready.get("skipped", {})),
-                    "preload_s": ready.get("import_s"),
-                    "threads_at_fork": ready.get("threads"),
-                }
+                self._error = str(e)[:500]
         self._echo = echo
+
+    @property
+    def notes(self) -> dict[str, Any]:
+        """How the workers were started, for the results' ``runner.launch``."""
+        if self._server is not None:
+            self._report = self._server.report or {
+                # the run ended before the preloading did: what the last child had
+                "preloaded": self._server.forked_with,
+                "import_s": None,
+            }
+        notes: dict[str, Any] = {"fork_server": self._server is not None}
+        if self._report:
+            notes |= {
+                "preloaded": list(self._report.get("preloaded", [])),
+                "preload_skipped": dict(self._report.get("skipped", {})),
+                "preload_s": self._report.get("import_s"),
+                "threads_at_fork": self._report.get("threads"),
+            }
+        if self._error is not None:
+            notes["fork_server_error"] = self._error
+        return notes
 
     def run(self, argv: Sequence[str], output: Path, timeout: float) -> int | None:
         server = self._server
@@ -411,9 +423,9 @@ class Launcher:
                 return server.run(argv, output, timeout)
             except ForkServerLost as e:
                 self._echo(f"  ! {e}; starting a fresh interpreter per group from now on")
+                self._report = server.report or {"preloaded": server.forked_with}
                 self._server = None
-                self.notes["fork_server"] = False
-                self.notes["fork_server_error"] = str(e)[:500]
+                self._error = str(e)[:500]
                 timeout -= time.monotonic() - start
         return self._spawner.run(argv, output, timeout)
 
@@ -425,10 +437,10 @@ class Launcher:
         """Start every worker fresh from now on."""
         if self._server is not None:
             self._echo(f"  ! {reason}; starting a fresh interpreter per group")
+            self._report = self._server.report or {"preloaded": self._server.forked_with}
             self._server.close()
             self._server = None
-            self.notes["fork_server"] = False
-            self.notes["fork_server_error"] = reason[:500]
+            self._error = reason[:500]
 
     def close(self) -> None:
         if self._server is not None:

@@ -409,13 +409,19 @@ def test_checks_that_select_nothing_are_refused_and_keep_earlier_results(
     assert out.read_text(encoding="utf-8") == '{"earlier": true}\n'
 
 
-def test_a_fork_server_that_cannot_start_leaves_fresh_interpreters(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("preload", "words"),
+    [("dies_on_import,json", "did not start"), ("json,dies_on_import", "fork server")],
+    ids=["before-ready", "after-ready"],
+)
+def test_a_fork_server_that_dies_leaves_fresh_interpreters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preload: str, words: str
 ) -> None:
-    """The server dies while importing its preload modules: every group still runs, each
-    in a fresh interpreter, and the results say why."""
+    """The server dies while importing its preload modules, before or after it said it
+    answers requests: every group still runs, each in a fresh interpreter, and the
+    results say why."""
     dies = "import os\nos._exit(3)\n"
-    _preloading(tmp_path, monkeypatch, {"dies_on_import": dies}, "json,dies_on_import")
+    _preloading(tmp_path, monkeypatch, {"dies_on_import": dies}, preload)
     lines: list[str] = []
     results = run_suite(
         RunOptions(out=tmp_path / "r.json", checks=("environment.versions",)),
@@ -424,7 +430,7 @@ def test_a_fork_server_that_cannot_start_leaves_fresh_interpreters(
     assert [(c.name, c.status) for c in results.checks] == [("environment.versions", "pass")]
     launch = results.runner["launch"]
     assert launch["fork_server"] is False
-    assert "did not start" in launch["fork_server_error"]
+    assert words in launch["fork_server_error"]
     assert any("fresh interpreter" in line for line in lines)
 
 
