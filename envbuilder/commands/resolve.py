@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
             out_dir=args.out,
             cache_dir=cache_dir,
             uv=find_uv(),
+            python=sys.executable,
             offline=args.offline,
             upgrade=args.upgrade,
             ca_bundle=args.settings.ca_bundle,

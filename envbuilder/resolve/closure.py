@@ -112,6 +112,7 @@ def compile_closure(
     cache_dir: Path,
     constraints: Sequence[str] = (),
     uv: str,
+    python: str | None = None,
     offline: bool = False,
     ca_bundle: str | None = None,
     environ: Mapping[str, str] | None = None,
@@ -127,6 +128,10 @@ def compile_closure(
     torch) gets the pinned release, and one requiring another release is
     uv's error naming it.
     ``credentials`` reach uv through a private netrc file, never its command line.
+    ``python`` is the interpreter uv would build an sdist with; naming one spares
+    each run uv's search of the PATH for an interpreter of the target's version
+    (seconds where the PATH holds version-manager shims). The target comes from
+    ``python_floor`` either way.
     """
     if not requirements:
         return read_lock('lock-version = "1.0"\ncreated-by = "uv"\npackages = []\n', source="uv")
@@ -173,6 +178,8 @@ def compile_closure(
             "--quiet",
             "-o", str(out),
         ]  # fmt: skip
+        if python is not None:
+            argv += ["--python", python]
         if constraints:
             argv += ["--constraints", str(constraints_in)]
         for index in indexes:

@@ -57,6 +57,7 @@ class LockSettings:
     out_dir: Path
     cache_dir: Path
     uv: str
+    python: str | None = None  # the interpreter uv builds with, rather than one it searches for
     offline: bool = False
     upgrade: bool = False
     ca_bundle: str | None = None
@@ -130,6 +131,7 @@ def lock_group(
                 indexes=indexes,
                 cache_dir=settings.cache_dir / "uv",
                 uv=settings.uv,
+                python=settings.python,
                 offline=settings.offline,
                 ca_bundle=settings.ca_bundle,
                 credentials=settings.credentials,

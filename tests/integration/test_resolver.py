@@ -14,6 +14,7 @@ import re
 import shutil
 import socket
 import stat
+import sys
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -683,6 +684,17 @@ def test_a_rerun_is_byte_identical_keeps_locks_and_upgrade_re_resolves(
     upgraded = resolve(matrix, "--upgrade")
     assert _calls(calls) == 2 * uv_runs
     assert {p.name: p.read_bytes() for p in upgraded.out.iterdir()} == snapshot
+
+
+def test_uv_builds_with_this_interpreter_rather_than_searching_for_one(
+    server: IndexServer, tmp_path: Path, resolve: Any, uv: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrapper, calls = _uv_wrapper(tmp_path, uv)
+    monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
+    run = resolve(_matrix_for(tmp_path, server), OK)
+    assert run.by_id()[OK]["status"] == "resolved"
+    assert run.lock(OK)["requires-python"] == "==3.11.*"  # the target still comes from the matrix
+    assert f"--python {sys.executable} " in calls.read_text(encoding="utf-8")
 
 
 def test_a_changed_decision_relocks_that_combination(
