@@ -2,8 +2,11 @@
 
 Order: the PEP 658 ``<url>.metadata`` file when the index advertises it
 (checked against its sha256 when given); otherwise, or when that resource is
-missing, HTTP range requests into the wheel: the tail first (central
-directory), then only the blocks ``zipfile`` asks for. Results are kept in
+missing, HTTP range requests into the wheel: the tail first, then the rest of
+the central directory only when the member's record is not in the tail, then
+the member's local header and data in one request (`_zipentry` reads the one
+record). An archive that reader leaves alone is read with ``zipfile``,
+fetching only the blocks it asks for. Results are kept in
 the client's content-addressed store, keyed by the wheel's sha256, so a
 warm run needs no network at all.
 """
@@ -23,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from envbuilder.errors import IndexError_
+from envbuilder.index import _zipentry
 from envbuilder.index.http import HttpClient, HttpNotFound
 from envbuilder.index.simple import DistributionFile, is_local, local_path
 
@@ -32,6 +36,7 @@ __all__ = [
     "RangeFile",
     "metadata_member_name",
     "parse_metadata",
+    "read_by_directory",
     "read_core_metadata",
     "read_member",
 ]
@@ -43,6 +48,8 @@ BLOCK_SIZE = 16 * 1024
 #: Wheels whose fetched blocks each client keeps in memory, so that reading METADATA and
 #: then a member of the same wheel does not fetch the central directory twice.
 _BLOCKS_KEPT_PER_CLIENT = 16
+#: Bytes read past a member's data in case its local extra field is longer than the central one.
+_LOCAL_EXTRA_SLACK = 512
 _ABSENT = b"\x00absent"
 _PRESENT = b"\x01"
 
@@ -81,6 +88,27 @@ class RangeFile(io.RawIOBase):
             hi = min(lo + self._block, self._size)
             if lo >= start and hi <= end and hi > lo:
                 self._blocks[index] = data[lo - start : hi - start]
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def cached_suffix_start(self) -> int:
+        """Where the run of bytes already held up to the end of the file begins
+        (the file's size when its last block is not held)."""
+        last = (self._size - 1) // self._block
+        index = last
+        while index >= 0 and index in self._blocks:
+            index -= 1
+        return self._size if index == last else (index + 1) * self._block
+
+    def read_at(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` (cut at the end of the file), fetching what is missing
+        with one request per run of adjacent missing blocks; the position is unchanged."""
+        end = min(end, self._size)
+        if start < 0:
+            raise ValueError(f"negative offset {start!r}")
+        return self._read_span(start, end) if start < end else b""
 
     def readable(self) -> bool:
         return True
@@ -218,8 +246,38 @@ def _open_remote(client: HttpClient, file: DistributionFile) -> RangeFile:
     return remote
 
 
+def read_by_directory(remote: RangeFile, name: str) -> bytes | None:
+    """The member ``name`` read from its one record in the central directory: searched
+    first in the part the tail request brought, then in the whole directory (one
+    more request), then its local header and data (one request); None when the
+    directory has no record of that name. Raises `_zipentry.NotHandled` for
+    archives this leaves to `zipfile`."""
+    size = remote.size
+    tail_start = remote.cached_suffix_start()
+    bounds = _zipentry.find_directory(remote.read_at(tail_start, size), tail_start, size)
+    if bounds is None:
+        raise _zipentry.NotHandled("no end-of-central-directory record in the tail")
+    near_end = max(bounds.start, tail_start)
+    entry = _zipentry.find_entry(remote.read_at(near_end, bounds.end), name)
+    if entry is None and near_end > bounds.start:
+        entry = _zipentry.find_entry(remote.read_at(bounds.start, bounds.end), name)
+    if entry is None:
+        return None
+    remote.read_at(*entry.span(slack=_LOCAL_EXTRA_SLACK))  # header and data in one request
+    return _zipentry.extract(entry, remote.read_at)
+
+
 def _read_by_ranges(client: HttpClient, file: DistributionFile, member: str | None) -> bytes | None:
     remote = _open_remote(client, file)
+    wanted = metadata_member_name(file.filename) if member is None else member
+    try:
+        data = read_by_directory(remote, wanted)
+    except _zipentry.NotHandled as e:
+        logger.debug("%s: %s; reading its central directory with zipfile", file.url, e)
+    else:
+        if data is not None or member is not None:
+            return data
+        # No METADATA under its expected name: zipfile's listing finds it by other spellings.
     try:
         with zipfile.ZipFile(remote) as archive:
             return _from_zip(archive, file.filename, member)
