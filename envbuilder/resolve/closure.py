@@ -113,6 +113,7 @@ def compile_closure(
     constraints: Sequence[str] = (),
     uv: str,
     python: str | None = None,
+    downloads: int | None = None,
     offline: bool = False,
     ca_bundle: str | None = None,
     environ: Mapping[str, str] | None = None,
@@ -131,7 +132,8 @@ def compile_closure(
     ``python`` is the interpreter uv would build an sdist with; naming one spares
     each run uv's search of the PATH for an interpreter of the target's version
     (seconds where the PATH holds version-manager shims). The target comes from
-    ``python_floor`` either way.
+    ``python_floor`` either way. ``downloads`` caps uv's concurrent downloads (so its
+    connections per host) unless the environment sets ``UV_CONCURRENT_DOWNLOADS``.
     """
     if not requirements:
         return read_lock('lock-version = "1.0"\ncreated-by = "uv"\npackages = []\n', source="uv")
@@ -152,6 +154,8 @@ def compile_closure(
         "UV_FIND_LINKS",
     ):
         env.pop(key, None)
+    if downloads is not None:
+        env.setdefault("UV_CONCURRENT_DOWNLOADS", str(downloads))
     if ca_bundle:
         env["SSL_CERT_FILE"] = ca_bundle
     with tempfile.TemporaryDirectory(prefix="envbuilder-uv-") as tmp:

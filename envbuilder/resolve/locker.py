@@ -58,6 +58,10 @@ class LockSettings:
     cache_dir: Path
     uv: str
     python: str | None = None  # the interpreter uv builds with, rather than one it searches for
+    uv_downloads: int | None = 2
+    """Connections each uv run opens to an index host (its concurrent downloads) unless
+    the environment says otherwise. uv's default (50) suits one process; the closures
+    run many at once, and their connections add up to what an index or a proxy limits."""
     offline: bool = False
     upgrade: bool = False
     ca_bundle: str | None = None
@@ -132,6 +136,7 @@ def lock_group(
                 cache_dir=settings.cache_dir / "uv",
                 uv=settings.uv,
                 python=settings.python,
+                downloads=settings.uv_downloads,
                 offline=settings.offline,
                 ca_bundle=settings.ca_bundle,
                 credentials=settings.credentials,

@@ -29,6 +29,11 @@ class ResolveSettings:
     default_index_url: str
     locking: LockSettings
     jobs: int = 8
+    closure_jobs: int = 16
+    """uv resolutions at once. Each waits on the network far more than it computes, so
+    every pairing's starts as soon as it is decided rather than queueing behind
+    ``jobs``; `LockSettings.uv_downloads` keeps the connections they open together
+    bounded."""
 
 
 class Resolver:
@@ -76,8 +81,10 @@ class Resolver:
         Every decision starts at once (they share the memoised evidence);
         the combinations of one torch/xformers pairing (typically its Python
         versions) are locked together, by one uv resolution, as soon as the
-        last of their decisions is made, while other decisions proceed.
-        Pairings that ask uv the same question share one answer.
+        last of their decisions is made, while other decisions and the other
+        pairings' resolutions proceed. Pairings that ask uv the same question
+        share one answer. A pairing whose resolution fails is an error for its
+        combinations only; what the others wrote stays.
         """
         if not combinations:
             return []
@@ -85,11 +92,12 @@ class Resolver:
         for c in combinations:
             pairings.setdefault(_pairing_key(c), []).append(c)
         workers = max(1, min(self.settings.jobs, len(combinations)))
+        closure_workers = max(1, min(self.settings.closure_jobs, len(pairings)))
         locking = self.settings.locking
         solved = SolvedClosures()
         answers: dict[str, ResolvedCombination] = {}
         deciders = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decide")
-        lockers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lock")
+        lockers = ThreadPoolExecutor(max_workers=closure_workers, thread_name_prefix="lock")
         finished = False
         try:
             decisions: dict[Future[tuple[Decision, ResolvedCombination | None]], tuple[object, ...]]

@@ -648,7 +648,8 @@ def _uv_wrapper(tmp_path: Path, uv: str) -> tuple[Path, Path]:
     calls = tmp_path / "uv-calls"
     wrapper = tmp_path / "bin" / "uv"
     wrapper.parent.mkdir()
-    wrapper.write_text(f'#!/bin/sh\necho "$@" >> "{calls}"\nexec "{uv}" "$@"\n', encoding="utf-8")
+    record = 'echo "UV_CONCURRENT_DOWNLOADS=$UV_CONCURRENT_DOWNLOADS $@"'
+    wrapper.write_text(f'#!/bin/sh\n{record} >> "{calls}"\nexec "{uv}" "$@"\n', encoding="utf-8")
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     return wrapper, calls
 
@@ -686,15 +687,28 @@ def test_a_rerun_is_byte_identical_keeps_locks_and_upgrade_re_resolves(
     assert {p.name: p.read_bytes() for p in upgraded.out.iterdir()} == snapshot
 
 
-def test_uv_builds_with_this_interpreter_rather_than_searching_for_one(
+def test_uv_builds_with_this_interpreter_and_opens_few_connections(
     server: IndexServer, tmp_path: Path, resolve: Any, uv: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wrapper, calls = _uv_wrapper(tmp_path, uv)
     monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
+    monkeypatch.delenv("UV_CONCURRENT_DOWNLOADS", raising=False)
     run = resolve(_matrix_for(tmp_path, server), OK)
     assert run.by_id()[OK]["status"] == "resolved"
     assert run.lock(OK)["requires-python"] == "==3.11.*"  # the target still comes from the matrix
-    assert f"--python {sys.executable} " in calls.read_text(encoding="utf-8")
+    call = calls.read_text(encoding="utf-8")
+    assert f"--python {sys.executable} " in call
+    assert call.startswith("UV_CONCURRENT_DOWNLOADS=2 ")
+
+
+def test_the_user_s_concurrent_downloads_win(
+    server: IndexServer, tmp_path: Path, resolve: Any, uv: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrapper, calls = _uv_wrapper(tmp_path, uv)
+    monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
+    monkeypatch.setenv("UV_CONCURRENT_DOWNLOADS", "7")
+    resolve(_matrix_for(tmp_path, server), OK)
+    assert calls.read_text(encoding="utf-8").startswith("UV_CONCURRENT_DOWNLOADS=7 ")
 
 
 def test_a_changed_decision_relocks_that_combination(
