@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import tomli_w
@@ -317,7 +318,8 @@ def _read_page(content_type: str) -> Callable[[Path], object]:
             path.read_bytes(), content_type=content_type, page_url=PAGE_URL, project="torch"
         )
         for file in page.files:
-            assert "@" not in file.url.split("/")[2], "userinfo kept in a file URL"
+            parts = urlsplit(file.url)
+            assert (parts.username, parts.password) == (None, None), "userinfo kept in a file URL"
         return page
 
     return read
