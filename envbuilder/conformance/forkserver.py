@@ -23,10 +23,12 @@ child, the runner stops forking.
 
 Protocol, one JSON object per line. The server writes ``{"ready": true}``
 once the first preload module (torch) is imported, and from then on reads
-requests ``{"argv": [...], "output": PATH}`` (worker arguments; the child's
-stdout and stderr are appended to ``output``), answering ``{"pid": PID,
-"preloaded": [modules the child has]}`` for each, also between the later
-preload imports. When every preload module
+requests ``{"argv": [...], "output": PATH, "early": bool}`` (worker
+arguments; the child's stdout and stderr are appended to ``output``),
+answering ``{"pid": PID, "preloaded": [modules the child has]}`` for each,
+in order. A request marked ``early`` (the runner facts: torch is all they
+need) is answered between the later preload imports; the others wait until
+every preload module is imported, so that the groups get all of them. When every preload module
 is imported it writes ``{"preloaded": [...], "skipped": {module: why},
 "import_s": S, "threads": N}``; when a child ends, ``{"exited": PID,
 "status": S}`` (S as ``subprocess``: negative for a signal). It exits when
@@ -86,6 +88,7 @@ _state: dict[str, Any] = {
     "announced": False,
     "children": [],
     "pending": "",
+    "queue": [],
     "channel_fd": 1,
     "started": 0.0,
 }
@@ -168,7 +171,9 @@ def _preload(
         if unsafe is not None:
             skipped[name] = f"after importing it, {unsafe}; a fork would break CUDA"
             if server is not None:
-                _state.update(children=sorted(server.children), pending=server.pending)
+                _state.update(
+                    children=sorted(server.children), pending=server.pending, queue=server.queue
+                )
             args = [sys.executable, "-m", "envbuilder.conformance.forkserver"]
             args += [_RESTART_FLAG, json.dumps(_state | {"skipped": skipped})]
             sys.stdout.flush()
@@ -178,7 +183,7 @@ def _preload(
         if server is not None:
             server.loaded = list(loaded)
             server.announce()
-            server.step(0)
+            server.step(0, early_only=True)
     return loaded
 
 
@@ -238,6 +243,7 @@ class Server:
         self.channel = os.fdopen(channel_fd, "w", buffering=1, encoding="utf-8", closefd=False)
         self.children: set[int] = set(_state["children"])
         self.pending: str = _state["pending"]
+        self.queue: list[dict[str, Any]] = list(_state["queue"])  # requests not yet answered
         self.closed = False
         self.loaded: list[str] = []  # the preload modules a child forked now has
 
@@ -263,22 +269,22 @@ class Server:
                 self.children.discard(pid)
                 self.send({"exited": pid, "status": _status(wait_status)})
 
-    def step(self, timeout: float) -> None:
-        """Fork for the requests that arrive within ``timeout`` seconds; report ended children."""
+    def step(self, timeout: float, *, early_only: bool = False) -> None:
+        """Read the requests that arrive within ``timeout`` seconds, fork for them (only for
+        those marked ``early`` while preloading) and report ended children."""
         ready, _, _ = select.select([self.requests_fd], [], [], timeout)
         self.reap()
-        if not ready:
-            return
-        chunk = os.read(self.requests_fd, 65536).decode("utf-8")
-        if not chunk:
-            self.closed = True
-            return
-        self.pending += chunk
-        while "\n" in self.pending:
-            line, self.pending = self.pending.split("\n", 1)
-            if not line.strip():
-                continue
-            request = json.loads(line)
+        if ready:
+            chunk = os.read(self.requests_fd, 65536).decode("utf-8")
+            if not chunk:
+                self.closed = True
+            self.pending += chunk
+            while "\n" in self.pending:
+                line, self.pending = self.pending.split("\n", 1)
+                if line.strip():
+                    self.queue.append(json.loads(line))
+        while self.queue and (self.queue[0].get("early") or not early_only):
+            request = self.queue.pop(0)
             pid = os.fork()
             if pid == 0:
                 _child([str(a) for a in request["argv"]], str(request["output"]), self.channel_fd)

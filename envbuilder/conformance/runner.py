@@ -278,6 +278,8 @@ class ForkServer:
     Each worker is still a process of its own in a session of its own: the time
     limit kills its process group, a crash ends only it. When the server is lost
     the workers in flight are killed and :meth:`run` raises ``ForkServerLost``.
+    Requests are written while the server still imports: the first one (the
+    runner facts, which need torch only) is answered as soon as torch is in.
     """
 
     #: how long the server may take to import its preload modules (a cold disk is slow)
@@ -310,13 +312,7 @@ class ForkServer:
             target=self._read, args=(self._proc.stdout,), name="forkserver-reader", daemon=True
         )
         self._reader.start()
-        with self._changed:
-            self._changed.wait_for(lambda: bool(self.ready) or self._lost, self.READY_TIMEOUT_S)
-        if not self.ready:
-            self.close()
-            raise ForkServerLost(
-                f"the fork server did not start (see {log.name}): {_log_tail(log, 300)}"
-            )
+        self._log_path = log
 
     def _read(self, stream: IO[str]) -> None:
         for line in stream:
@@ -339,19 +335,29 @@ class ForkServer:
             self._lost = True
             self._changed.notify_all()
 
-    def run(self, argv: Sequence[str], output: Path, timeout: float) -> int | None:
-        deadline = time.monotonic() + max(timeout, 1.0)
+    def run(
+        self, argv: Sequence[str], output: Path, timeout: float, *, early: bool = False
+    ) -> int | None:
+        """Run a worker; ``early``: it needs torch only, not the rest of the preload."""
+        request = {"argv": list(argv), "output": str(output), "early": early}
         with self._lock:
             try:
-                self._requests.write(json.dumps({"argv": list(argv), "output": str(output)}) + "\n")
+                self._requests.write(json.dumps(request) + "\n")
                 self._requests.flush()
             except (BrokenPipeError, OSError, ValueError) as e:
                 raise ForkServerLost(f"the fork server is gone: {e}") from e
             with self._changed:
-                self._changed.wait_for(lambda: bool(self._pids) or self._lost, 60)
+                # a group's request waits for the preloading to end
+                self._changed.wait_for(lambda: bool(self._pids) or self._lost, self.READY_TIMEOUT_S)
                 if not self._pids:
+                    if not self.ready:
+                        raise ForkServerLost(
+                            f"the fork server did not start (see {self._log_path.name}):"
+                            f" {_log_tail(self._log_path, 300)}"
+                        )
                     raise ForkServerLost("the fork server did not fork the worker")
                 pid = self._pids.pop(0)
+        deadline = time.monotonic() + max(timeout, 1.0)  # from the fork, not the request
         with self._changed:
             finished = self._changed.wait_for(
                 lambda: pid in self._exits or self._lost, max(deadline - time.monotonic(), 0)
@@ -389,9 +395,11 @@ class Launcher:
         if opts.fork_server:
             try:
                 self._server = ForkServer(opts.python, workdir / "forkserver.log")
-            except ForkServerLost as e:
-                echo(f"  ! {e}; starting a fresh interpreter per group")
-                self._error = str(e)[:500]
+            except OSError as e:
+                echo(
+                    f"  ! the fork server did not start: {e}; starting a fresh interpreter per group"
+                )
+                self._error = f"the fork server did not start: {e}"[:500]
         self._echo = echo
 
     @property
@@ -415,12 +423,14 @@ class Launcher:
             notes["fork_server_error"] = self._error
         return notes
 
-    def run(self, argv: Sequence[str], output: Path, timeout: float) -> int | None:
+    def run(
+        self, argv: Sequence[str], output: Path, timeout: float, *, early: bool = False
+    ) -> int | None:
         server = self._server
         if server is not None:
             start = time.monotonic()
             try:
-                return server.run(argv, output, timeout)
+                return server.run(argv, output, timeout, early=early)
             except ForkServerLost as e:
                 self._echo(f"  ! {e}; starting a fresh interpreter per group from now on")
                 self._report = server.report or {"preloaded": server.forked_with}
@@ -478,6 +488,14 @@ def _run_group(
         )
         if status == 0 and plan is not None and all(str(m["name"]) in run.done for m in plan):
             return
+        if plan is None and status != 0 and launcher.forking:
+            # dead before its first check: the fork may be why; no forked child is trusted
+            how = "timed out" if status is None else f"ended ({_exit_description(status)})"
+            launcher.stop_forking(
+                f"the {group} group's forked process {how} before it planned its checks;"
+                f" last output: {_log_tail(log, 300)}"
+            )
+            continue
         records, again = settle(group, run, limit_s=limit, elapsed_s=time.monotonic() - start)
         for record in records:
             append_jsonl(opts.jsonl, record.to_json())
@@ -506,7 +524,7 @@ def _collect_runner(opts: RunOptions, workdir: Path, launcher: Launcher) -> dict
     if opts.device:
         argv += ["--device", opts.device]
     out = workdir / "runner.json"
-    status = launcher.run(argv, out, 180)
+    status = launcher.run(argv, out, 180, early=True)
     if status != 0 and launcher.forking:
         # the first forked child to use CUDA: if it cannot, no forked child can
         how = "timed out" if status is None else f"failed ({_exit_description(status)})"

@@ -495,13 +495,16 @@ def test_the_driver_says_whether_it_was_initialised(
         assert "cuCtxGetCurrent returned 0" in launch["preload_skipped"]["maps_driver"]
 
 
+@pytest.mark.parametrize(
+    "preload", ["breaks_children,json", "json,breaks_children"], ids=["facts", "groups"]
+)
 def test_forked_children_that_cannot_work_leave_fresh_interpreters(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preload: str
 ) -> None:
-    """The first forked child (the runner facts) fails: the runner stops forking, and the
-    run is what fresh interpreters give."""
+    """Forked children die at once, the runner facts or a group's: the runner stops
+    forking, and the run is what fresh interpreters give."""
     breaks = "import os\nos.register_at_fork(after_in_child=lambda: os._exit(7))\n"
-    _preloading(tmp_path, monkeypatch, {"breaks_children": breaks}, "json,breaks_children")
+    _preloading(tmp_path, monkeypatch, {"breaks_children": breaks}, preload)
     results = run_suite(
         RunOptions(out=tmp_path / "r.json", checks=("environment.versions",)),
         echo=lambda _line: None,
