@@ -49,7 +49,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="re-resolve every closure even where the lock's inputs are unchanged",
     )
     parser.add_argument(
-        "--jobs", type=int, default=8, help="combinations resolved at once (default: %(default)s)"
+        "--jobs",
+        type=int,
+        default=8,
+        help="combinations decided at once (default: %(default)s); each torch/xformers"
+        " pairing's uv resolution starts as soon as it is decided, up to 16 at once",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object with the list `combinations` on stdout")  # fmt: skip
 

@@ -445,6 +445,23 @@ def _preloading(
         monkeypatch.setenv(key, value)
 
 
+def _launch_after_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, library: Path
+) -> dict[str, Any]:
+    """Run one check with ``loads_driver`` (which loads ``library``) among the preload
+    modules; the run must pass and its groups be forked. Returns ``runner.launch``."""
+    loads = f"import ctypes\nctypes.CDLL({str(library)!r})\n"
+    _preloading(tmp_path, monkeypatch, {"loads_driver": loads}, "json,loads_driver,email.message")
+    results = run_suite(
+        RunOptions(out=tmp_path / "r.json", checks=("environment.versions",)),
+        echo=lambda _line: None,
+    )
+    assert [(c.name, c.status) for c in results.checks] == [("environment.versions", "pass")]
+    launch: dict[str, Any] = results.runner["launch"]
+    assert launch["fork_server"] is True
+    return launch
+
+
 def test_a_preload_module_that_loads_the_cuda_driver_is_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -454,15 +471,7 @@ def test_a_preload_module_that_loads_the_cuda_driver_is_dropped(
     library = next(p for p in LIBZ if p.is_file())
     fake = tmp_path / "libcuda.so.1"
     fake.write_bytes(library.read_bytes())
-    loads = f"import ctypes\nctypes.CDLL({str(fake)!r})\n"
-    _preloading(tmp_path, monkeypatch, {"loads_driver": loads}, "json,loads_driver,email.message")
-    results = run_suite(
-        RunOptions(out=tmp_path / "r.json", checks=("environment.versions",)),
-        echo=lambda _line: None,
-    )
-    assert [(c.name, c.status) for c in results.checks] == [("environment.versions", "pass")]
-    launch = results.runner["launch"]
-    assert launch["fork_server"] is True
+    launch = _launch_after_loading(tmp_path, monkeypatch, fake)
     assert launch["preloaded"] == ["json", "email.message"]
     assert "libcuda.so.1 is loaded and cannot say" in launch["preload_skipped"]["loads_driver"]
 
@@ -480,19 +489,11 @@ def test_the_driver_says_whether_it_was_initialised(
     source.write_text(f"int cuCtxGetCurrent(void **c) {{ *c = 0; return {answer}; }}\n")
     fake = tmp_path / "libcuda.so.1"
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(fake), str(source)], check=True)
-    loads = f"import ctypes\nctypes.CDLL({str(fake)!r})\n"
-    _preloading(tmp_path, monkeypatch, {"maps_driver": loads}, "json,maps_driver,email.message")
-    results = run_suite(
-        RunOptions(out=tmp_path / "r.json", checks=("environment.versions",)),
-        echo=lambda _line: None,
-    )
-    assert [(c.name, c.status) for c in results.checks] == [("environment.versions", "pass")]
-    launch = results.runner["launch"]
-    assert launch["fork_server"] is True
-    assert ("maps_driver" in launch["preloaded"]) is kept
+    launch = _launch_after_loading(tmp_path, monkeypatch, fake)
+    assert ("loads_driver" in launch["preloaded"]) is kept
     assert "email.message" in launch["preloaded"]
     if not kept:
-        assert "cuCtxGetCurrent returned 0" in launch["preload_skipped"]["maps_driver"]
+        assert "cuCtxGetCurrent returned 0" in launch["preload_skipped"]["loads_driver"]
 
 
 @pytest.mark.parametrize(
