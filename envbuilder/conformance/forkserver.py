@@ -148,16 +148,13 @@ def _preload_list() -> list[str]:
 
 
 def _preload(
-    modules: Sequence[str],
-    skipped: dict[str, str],
-    channel_fd: int = 1,
-    server: Server | None = None,
+    modules: Sequence[str], skipped: dict[str, str], server: Server | None = None
 ) -> list[str]:
     """Import ``modules``; start over without one that initialises the CUDA driver.
 
-    Between imports the server answers the requests that arrived (the runner's
-    first one needs torch only). The new process image gets the protocol channel
-    back as its stdout, and the children and requests of this one."""
+    Between imports the server answers the early requests that arrived (the
+    runner facts need torch only). The new process image inherits the protocol
+    channel, the children and the requests not yet answered."""
     loaded: list[str] = []
     for name in modules:
         if name in skipped:
@@ -321,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     modules = _preload_list()
     if not modules:
         server.announce()
-    loaded = _preload(modules, skipped, channel_fd, server)
+    loaded = _preload(modules, skipped, server)
     server.announce()
     server.send(
         {

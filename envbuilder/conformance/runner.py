@@ -264,9 +264,6 @@ class Spawner:
                 proc.wait()
                 return None
 
-    def close(self) -> None:
-        pass
-
 
 class ForkServerLost(RuntimeError):
     """The fork server ended or stopped answering."""
@@ -305,7 +302,7 @@ class ForkServer:
         self._pids: list[int] = []
         self._exits: dict[int, int] = {}
         self._lost = False
-        self.ready: dict[str, Any] = {}
+        self.ready = False  # the server answers requests
         self.report: dict[str, Any] = {}  # what the server preloaded, once it has
         self.forked_with: list[str] = []  # the preload modules the latest child had
         self._reader = threading.Thread(
@@ -322,7 +319,7 @@ class ForkServer:
                 continue
             with self._changed:
                 if "ready" in message:
-                    self.ready = message
+                    self.ready = True
                 elif "pid" in message:
                     self._pids.append(int(message["pid"]))
                     self.forked_with = list(message.get("preloaded", []))
@@ -389,35 +386,29 @@ class Launcher:
 
     def __init__(self, opts: RunOptions, workdir: Path, echo: Callable[[str], None]) -> None:
         self._spawner = Spawner(opts.python)
-        self._server: ForkServer | None = None
-        self._report: dict[str, Any] = {}
+        self._server: ForkServer | None = None  # while forking
+        self._used: ForkServer | None = None  # the server workers were forked from, if any
         self._error: str | None = None
+        self._echo = echo
         if opts.fork_server:
             try:
-                self._server = ForkServer(opts.python, workdir / "forkserver.log")
+                self._server = self._used = ForkServer(opts.python, workdir / "forkserver.log")
             except OSError as e:
-                echo(
-                    f"  ! the fork server did not start: {e}; starting a fresh interpreter per group"
-                )
                 self._error = f"the fork server did not start: {e}"[:500]
-        self._echo = echo
+                echo(f"  ! {self._error}; starting a fresh interpreter per group")
 
     @property
     def notes(self) -> dict[str, Any]:
         """How the workers were started, for the results' ``runner.launch``."""
-        if self._server is not None:
-            self._report = self._server.report or {
-                # the run ended before the preloading did: what the last child had
-                "preloaded": self._server.forked_with,
-                "import_s": None,
-            }
         notes: dict[str, Any] = {"fork_server": self._server is not None}
-        if self._report:
+        if self._used is not None:
+            # before the preloading ended (or without it): what the last child had
+            report = self._used.report or {"preloaded": self._used.forked_with}
             notes |= {
-                "preloaded": list(self._report.get("preloaded", [])),
-                "preload_skipped": dict(self._report.get("skipped", {})),
-                "preload_s": self._report.get("import_s"),
-                "threads_at_fork": self._report.get("threads"),
+                "preloaded": list(report.get("preloaded", [])),
+                "preload_skipped": dict(report.get("skipped", {})),
+                "preload_s": report.get("import_s"),
+                "threads_at_fork": report.get("threads"),
             }
         if self._error is not None:
             notes["fork_server_error"] = self._error
@@ -432,10 +423,7 @@ class Launcher:
             try:
                 return server.run(argv, output, timeout, early=early)
             except ForkServerLost as e:
-                self._echo(f"  ! {e}; starting a fresh interpreter per group from now on")
-                self._report = server.report or {"preloaded": server.forked_with}
-                self._server = None
-                self._error = str(e)[:500]
+                self.stop_forking(str(e))
                 timeout -= time.monotonic() - start
         return self._spawner.run(argv, output, timeout)
 
@@ -446,8 +434,7 @@ class Launcher:
     def stop_forking(self, reason: str) -> None:
         """Start every worker fresh from now on."""
         if self._server is not None:
-            self._echo(f"  ! {reason}; starting a fresh interpreter per group")
-            self._report = self._server.report or {"preloaded": self._server.forked_with}
+            self._echo(f"  ! {reason}; starting a fresh interpreter per group from now on")
             self._server.close()
             self._server = None
             self._error = reason[:500]
@@ -455,6 +442,11 @@ class Launcher:
     def close(self) -> None:
         if self._server is not None:
             self._server.close()
+
+
+def _ended(status: int | None) -> str:
+    """How a worker ended, for a reason: ``None`` is the time limit."""
+    return "timed out" if status is None else f"ended ({_exit_description(status)})"
 
 
 def _run_group(
@@ -490,9 +482,8 @@ def _run_group(
             return
         if plan is None and status != 0 and launcher.forking:
             # dead before its first check: the fork may be why; no forked child is trusted
-            how = "timed out" if status is None else f"ended ({_exit_description(status)})"
             launcher.stop_forking(
-                f"the {group} group's forked process {how} before it planned its checks;"
+                f"the {group} group's forked process {_ended(status)} before it planned its checks;"
                 f" last output: {_log_tail(log, 300)}"
             )
             continue
@@ -527,9 +518,9 @@ def _collect_runner(opts: RunOptions, workdir: Path, launcher: Launcher) -> dict
     status = launcher.run(argv, out, 180, early=True)
     if status != 0 and launcher.forking:
         # the first forked child to use CUDA: if it cannot, no forked child can
-        how = "timed out" if status is None else f"failed ({_exit_description(status)})"
         launcher.stop_forking(
-            f"the runner facts {how} in a forked process; last output: {_log_tail(out, 300)}"
+            f"the runner facts {_ended(status)} in a forked process;"
+            f" last output: {_log_tail(out, 300)}"
         )
         out.unlink(missing_ok=True)
         status = launcher.run(argv, out, 180)
