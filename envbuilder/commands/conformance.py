@@ -9,7 +9,9 @@ instead, after checking that this environment is the selected combination.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,7 +57,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--jobs",
         type=int,
         metavar="N",
-        help="check groups run at once (default: 4 on a GPU, 1 on the CPU)",
+        help="check processes run at once (default: 8 on a GPU, 1 on the CPU)",
     )
     parser.add_argument("--locks", type=Path, default=Path("locks"), help="default: locks/")
     parser.add_argument(
@@ -117,6 +119,40 @@ def environment_mismatches(
     return problems
 
 
+_TORCH_VERSION = re.compile(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", re.M)
+_TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*(None|['\"]([^'\"]*)['\"])", re.M)
+
+
+def torch_here() -> tuple[str, str | None]:
+    """torch's version and the CUDA it was built with, read from ``torch/version.py``
+    without importing torch: the suite's processes import it, and an import here would
+    be one more on the way to the first check (seconds on a cold disk). Imports torch
+    only when that file does not say."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingToolError(f"torch is not importable in this environment ({sys.executable})")
+    text = ""
+    for folder in spec.submodule_search_locations:
+        with contextlib.suppress(OSError):
+            text = (Path(folder) / "version.py").read_text(encoding="utf-8")
+            break
+    version, cuda = _TORCH_VERSION.search(text), _TORCH_CUDA.search(text)
+    if version is not None and cuda is not None:
+        return version.group(1), cuda.group(2)
+    try:
+        import torch
+    except ImportError as e:
+        raise MissingToolError(
+            f"torch is not importable in this environment ({sys.executable}): {e}"
+        ) from e
+    return str(torch.__version__), torch.version.cuda
+
+
 def _installed(dist: str) -> str | None:
     from importlib import metadata
 
@@ -167,21 +203,17 @@ def _run_in_place(
 ) -> int:
     from envbuilder.conformance.runner import (
         NoChecksSelected,
+        NoCudaDevice,
         RunOptions,
         run_suite,
         summarize,
         unmatched_patterns,
     )
 
-    try:
-        import torch
-    except ImportError as e:
-        raise MissingToolError(
-            f"torch is not importable in this environment ({sys.executable}): {e}"
-        ) from e
+    torch_version, torch_cuda = torch_here()
     here = {
-        "torch_version": str(torch.__version__),
-        "torch_cuda": torch.version.cuda,
+        "torch_version": torch_version,
+        "torch_cuda": torch_cuda,
         "xformers_version": _installed("xformers"),
     }
     problems = {c.id: environment_mismatches(c, **here) for c in chosen}
@@ -200,11 +232,6 @@ def _run_in_place(
             "this environment matches several selected combinations: "
             + ", ".join(c.id for c in matching)
             + "; select one"
-        )
-    if not torch.cuda.is_available() and not args.allow_cpu:
-        raise MissingToolError(
-            "no CUDA GPU is visible to torch here; run on a GPU machine, or pass --allow-cpu"
-            " to run only the CPU checks (GPU checks are recorded as skipped)"
         )
     combination = matching[0]
     sha = lock_sha.get(combination.id)
@@ -236,11 +263,17 @@ def _run_in_place(
                 combination=combination.id,
                 lock_sha256=sha,
                 jobs=suite_args.jobs,
+                require_cuda=not args.allow_cpu,
             ),
             echo=lambda line: print(line, file=sys.stderr, flush=True),
         )
     except NoChecksSelected as e:
         raise InputError(str(e)) from e
+    except NoCudaDevice as e:
+        raise MissingToolError(
+            f"{e}; run on a GPU machine, or pass --allow-cpu to run only the CPU checks"
+            " (GPU checks are recorded as skipped)"
+        ) from e
     print(summarize(results), file=sys.stderr)
     for pattern in unmatched_patterns(args.checks, results):
         log.warning("--checks %r matched no check", pattern)

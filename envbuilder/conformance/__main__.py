@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         type=int,
         metavar="N",
-        help="check groups run at once (default: 4 on a GPU, 1 on the CPU); "
+        help="check processes run at once (default: 8 on a GPU, where the attention and"
+        " compile groups are split across 4 and 2 processes; 1 on the CPU); "
         "the performance group always runs alone",
     )
     p.add_argument(

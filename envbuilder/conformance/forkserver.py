@@ -17,22 +17,33 @@ CUDA does not survive a fork once the driver is initialised. The server
 imports with ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (``torch.cuda.is_available()``
 then asks NVML, not the driver), and after each preload module it asks the
 driver, if mapped, whether it is initialised. If a module did initialise it,
-the server starts over (``exec``) without that module, and says so. The
-runner's first child (the runner facts) uses CUDA: if that fails in a forked
-child, the runner stops forking.
+the server starts over (``exec``) without that module, and says so. To spare
+that second import of everything, a probe process forked once torch is in
+imports the other preload modules from the last one backwards and reports
+each that initialises the driver (then stops): the server skips a module the
+probe has reported, and waits for the probe's verdict on a module the probe
+is importing at that moment. The runner's first child (the runner facts)
+uses CUDA: if that fails in a forked child, the runner stops forking.
+
+Each request waits only for the preload modules it needs: those up to its
+``after`` module in the preload order (all of them when ``after`` is not in
+the list), so that a group starts while the modules only later groups use
+are still being imported. The default order puts each group's module after
+what that group imports.
 
 Protocol, one JSON object per line. The server writes ``{"ready": true}``
 once the first preload module (torch) is imported, and from then on reads
-requests ``{"argv": [...], "output": PATH, "early": bool}`` (worker
-arguments; the child's stdout and stderr are appended to ``output``),
-answering ``{"pid": PID, "preloaded": [modules the child has]}`` for each,
-in order. A request marked ``early`` (the runner facts: torch is all they
-need) is answered between the later preload imports; the others wait until
-every preload module is imported, so that the groups get all of them. When every preload module
-is imported it writes ``{"preloaded": [...], "skipped": {module: why},
-"import_s": S, "threads": N}``; when a child ends, ``{"exited": PID,
-"status": S}`` (S as ``subprocess``: negative for a signal). It exits when
-its input closes, killing the children still running.
+requests ``{"id": ID, "argv": [...], "output": PATH, "after": MODULE}``
+(worker arguments; the child's stdout and stderr are appended to
+``output``), answering ``{"id": ID, "pid": PID, "preloaded": [modules the
+child has]}`` for each once the modules it needs are through, in the order
+the requests came among those ready at the same time. When every preload
+module is through it writes ``{"preloaded": [...], "skipped": {module:
+why}, "import_s": S, "module_s": {module: S}, "threads": N}``
+(``module_s``: seconds spent importing each module, summed over restarts);
+when a child ends, ``{"exited": PID, "status": S}`` (S as ``subprocess``:
+negative for a signal). It exits when its input closes, killing the
+children still running.
 """
 
 from __future__ import annotations
@@ -60,14 +71,19 @@ __all__ = [
 ]
 
 #: imported before any fork, in this order; an absent module is skipped.
+#: A group waits for the modules up to its own check module: the groups that need torch
+#: only come first, then dynamo and inductor for the compile group, then diffusers' model.
 DEFAULT_PRELOAD: tuple[str, ...] = (
     "torch",
+    "envbuilder.conformance.checks_environment",
+    "envbuilder.conformance.checks_multigpu",
+    "envbuilder.conformance.checks_performance",
+    "envbuilder.conformance.checks_attention",
     "torch._dynamo",
     "torch._inductor.compile_fx",
-    "envbuilder.conformance.checks_attention",
     "envbuilder.conformance.checks_compile",
-    "envbuilder.conformance.checks_model",
     "diffusers.models.transformers.transformer_qwenimage",
+    "envbuilder.conformance.checks_model",
 )
 
 #: a comma-separated preload list replacing the default (``""``: torch only is not implied).
@@ -91,6 +107,8 @@ _state: dict[str, Any] = {
     "queue": [],
     "channel_fd": 1,
     "started": 0.0,
+    "times": {},
+    "restarted": False,
 }
 
 
@@ -147,40 +165,163 @@ def _preload_list() -> list[str]:
     return [m.strip() for m in value.split(",") if m.strip()]
 
 
+class Probe:
+    """A forked process that imports preload modules, from the last one backwards, and
+    reports each one that initialises the CUDA driver; it stops at the first such module.
+
+    Lines on its pipe: ``{"start": M}`` before importing M, ``{"done": M}`` after a
+    harmless import (or a failed one: the server finds that out itself), ``{"unsafe": M,
+    "why": ...}``."""
+
+    #: the longest the server waits for the probe's verdict on the module it is importing
+    WAIT_S = 120.0
+
+    def __init__(self, modules: Sequence[str], closing: Sequence[int]) -> None:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            _probe(list(reversed(modules)), write, closing)
+        os.close(write)
+        self.pid = pid
+        self.fd: int | None = read
+        self.pending = ""
+        self.current: str | None = None  # the module it is importing now
+        self.unsafe: dict[str, str] = {}
+
+    def poll(self, timeout: float = 0.0) -> None:
+        if self.fd is None:
+            return
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return
+        chunk = os.read(self.fd, 65536).decode("utf-8", errors="replace")
+        if not chunk:
+            self.close()
+            return
+        self.pending += chunk
+        while "\n" in self.pending:
+            line, self.pending = self.pending.split("\n", 1)
+            message = json.loads(line)
+            if "start" in message:
+                self.current = str(message["start"])
+            elif "unsafe" in message:
+                self.unsafe[str(message["unsafe"])] = str(message["why"])
+                self.current = None
+            else:
+                self.current = None
+
+    def verdict(self, module: str) -> str | None:
+        """Why importing ``module`` would initialise the driver, as the probe found; waits
+        while the probe is importing it. None: not known to."""
+        self.poll()
+        deadline = time.monotonic() + self.WAIT_S
+        while self.fd is not None and self.current == module and time.monotonic() < deadline:
+            self.poll(0.05)
+        return self.unsafe.get(module)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        self.current = None
+
+    def stop(self) -> None:
+        self.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):  # the server's reaping may have been first
+            os.waitpid(self.pid, 0)
+
+
+def _probe(modules: Sequence[str], fd: int, closing: Sequence[int]) -> None:
+    """In the probe process: import ``modules`` in order, say which initialises the driver."""
+    code = 0
+    try:
+        for other in closing:
+            with contextlib.suppress(OSError):
+                os.close(other)
+        with os.fdopen(fd, "w", buffering=1, encoding="utf-8") as out:
+            for name in modules:
+                out.write(json.dumps({"start": name}) + "\n")
+                try:
+                    importlib.import_module(name)
+                except Exception:  # the server will find out for itself
+                    out.write(json.dumps({"done": name}) + "\n")
+                    continue
+                unsafe = driver_initialised(_own_maps())
+                if unsafe is not None:
+                    out.write(json.dumps({"unsafe": name, "why": unsafe}) + "\n")
+                    break
+                out.write(json.dumps({"done": name}) + "\n")
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
+
+
 def _preload(
     modules: Sequence[str], skipped: dict[str, str], server: Server | None = None
 ) -> list[str]:
     """Import ``modules``; start over without one that initialises the CUDA driver.
 
-    Between imports the server answers the early requests that arrived (the
-    runner facts need torch only). The new process image inherits the protocol
-    channel, the children and the requests not yet answered."""
+    With a ``server``: a probe runs ahead (see the module's docstring), and between
+    imports the server forks for the requests whose modules are through. The new
+    process image inherits the protocol channel, the children and the requests not
+    yet answered."""
+    through: set[str] = server.through if server is not None else set()
     loaded: list[str] = []
-    for name in modules:
-        if name in skipped:
-            continue
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # absent or broken: the child imports it (and reports) itself
-            skipped[name] = f"{type(e).__name__}: {e}"[:300]
-            continue
-        unsafe = driver_initialised(_own_maps())
-        if unsafe is not None:
-            skipped[name] = f"after importing it, {unsafe}; a fork would break CUDA"
-            if server is not None:
-                _state.update(
-                    children=sorted(server.children), pending=server.pending, queue=server.queue
-                )
-            args = [sys.executable, "-m", "envbuilder.conformance.forkserver"]
-            args += [_RESTART_FLAG, json.dumps(_state | {"skipped": skipped})]
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.execv(sys.executable, args)
-        loaded.append(name)
-        if server is not None:
+    probe: Probe | None = None
+    try:
+        for name in modules:
+            if name in skipped:
+                through.add(name)
+                continue
+            found = probe.verdict(name) if probe is not None else None
+            if found is not None:
+                skipped[name] = f"importing it in a probe process, {found}; a fork would break CUDA"
+                through.add(name)
+                continue
+            began = time.monotonic()
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # absent or broken: the child imports it (and reports) itself
+                skipped[name] = f"{type(e).__name__}: {e}"[:300]
+                through.add(name)
+                continue
+            finally:  # per image: a restarted server imports its modules again
+                times = _state["times"]
+                times[name] = round(times.get(name, 0.0) + time.monotonic() - began, 3)
+            unsafe = driver_initialised(_own_maps())
+            if unsafe is not None:
+                skipped[name] = f"after importing it, {unsafe}; a fork would break CUDA"
+                if probe is not None:
+                    probe.stop()
+                if server is not None:
+                    _state.update(
+                        children=sorted(server.children),
+                        pending=server.pending,
+                        queue=server.queue,
+                    )
+                args = [sys.executable, "-m", "envbuilder.conformance.forkserver"]
+                args += [_RESTART_FLAG, json.dumps(_state | {"skipped": skipped})]
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.execv(sys.executable, args)
+            loaded.append(name)
+            through.add(name)
+            if server is None:
+                continue
             server.loaded = list(loaded)
             server.announce()
-            server.step(0, early_only=True)
+            if probe is None and not _state["restarted"]:
+                later = [m for m in modules if m not in through and m not in skipped]
+                if later:
+                    probe = Probe(later, (server.requests_fd, server.channel_fd))
+            server.step(0, preloading=True)
+    finally:
+        if probe is not None:
+            probe.stop()
     return loaded
 
 
@@ -243,6 +384,9 @@ class Server:
         self.queue: list[dict[str, Any]] = list(_state["queue"])  # requests not yet answered
         self.closed = False
         self.loaded: list[str] = []  # the preload modules a child forked now has
+        self.modules: list[str] = []  # the preload list, in order
+        self.through: set[str] = set()  # preload modules imported or skipped
+        self.preloading = True
 
     def send(self, message: dict[str, Any]) -> None:
         self.channel.write(json.dumps(message) + "\n")
@@ -266,9 +410,21 @@ class Server:
                 self.children.discard(pid)
                 self.send({"exited": pid, "status": _status(wait_status)})
 
-    def step(self, timeout: float, *, early_only: bool = False) -> None:
-        """Read the requests that arrive within ``timeout`` seconds, fork for them (only for
-        those marked ``early`` while preloading) and report ended children."""
+    def wants(self, request: dict[str, Any]) -> bool:
+        """Whether a request's modules are through: those up to its ``after`` module in the
+        preload order, or all of them."""
+        if not self.preloading:
+            return True
+        after = request.get("after")
+        if after not in self.modules:
+            return False
+        needed = self.modules[: self.modules.index(after) + 1]
+        return all(m in self.through for m in needed)
+
+    def step(self, timeout: float, *, preloading: bool = False) -> None:
+        """Read the requests that arrive within ``timeout`` seconds, fork for those whose
+        modules are through and report ended children."""
+        self.preloading = preloading
         ready, _, _ = select.select([self.requests_fd], [], [], timeout)
         self.reap()
         if ready:
@@ -280,13 +436,17 @@ class Server:
                 line, self.pending = self.pending.split("\n", 1)
                 if line.strip():
                     self.queue.append(json.loads(line))
-        while self.queue and (self.queue[0].get("early") or not early_only):
-            request = self.queue.pop(0)
+        waiting: list[dict[str, Any]] = []
+        for request in self.queue:
+            if not self.wants(request):
+                waiting.append(request)
+                continue
             pid = os.fork()
             if pid == 0:
                 _child([str(a) for a in request["argv"]], str(request["output"]), self.channel_fd)
             self.children.add(pid)
-            self.send({"pid": pid, "preloaded": self.loaded})
+            self.send({"id": request.get("id"), "pid": pid, "preloaded": self.loaded})
+        self.queue = waiting
 
     def serve(self) -> None:
         """Until the requests end; then the children still running are killed."""
@@ -303,6 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) == 2 and args[0] == _RESTART_FLAG:
         _state.update(json.loads(args[1]))
+        _state["restarted"] = True
     else:
         # the protocol owns the original stdout; whatever the imports print goes to stderr
         _state["channel_fd"] = os.dup(1)
@@ -316,15 +477,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = Server(0, channel_fd)
     skipped: dict[str, str] = dict(_state["skipped"])
     modules = _preload_list()
+    server.modules = modules
     if not modules:
         server.announce()
     loaded = _preload(modules, skipped, server)
     server.announce()
+    server.preloading = False
     server.send(
         {
             "preloaded": loaded,
             "skipped": skipped,
             "import_s": round(time.time() - float(_state["started"]), 3),
+            "module_s": dict(_state["times"]),
             "threads": _thread_count(),
         }
     )

@@ -48,10 +48,12 @@ from envbuilder.conformance._record import (
 __all__ = [
     "DEFAULT_TIMEOUTS",
     "GPU_JOBS",
+    "GPU_SHARDS",
     "QUICK_TIMEOUTS",
     "SOLO_GROUPS",
     "GroupRun",
     "NoChecksSelected",
+    "NoCudaDevice",
     "RunOptions",
     "SuiteResults",
     "groups_for",
@@ -84,9 +86,14 @@ QUICK_TIMEOUTS: Mapping[str, float] = {
 #: groups that run alone, after the others: their checks time kernels.
 SOLO_GROUPS: frozenset[str] = frozenset({"performance"})
 
-#: groups run side by side on a GPU when ``jobs`` is not given (one at a time on the CPU,
-#: where they would only compete for the same cores).
-GPU_JOBS = 4
+#: worker processes run side by side on a GPU when ``jobs`` is not given (one at a time on
+#: the CPU, where they would only compete for the same cores).
+GPU_JOBS = 8
+
+#: groups split across several processes when they run side by side on a GPU: their first
+#: use of each kernel is slow on a freshly started machine (the driver compiles it; cuDNN
+#: builds its attention kernels at run time), and one process pays for them one by one.
+GPU_SHARDS: Mapping[str, int] = {"attention": 4, "compile": 2}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +110,11 @@ class RunOptions:
     jobs: int | None = None
     #: fork group processes from a server that imported torch once
     fork_server: bool = True
+    #: processes a group is split across (None: GPU_SHARDS when groups run side by side on
+    #: a GPU, else one each)
+    parts: Mapping[str, int] | None = None
+    #: stop before any check (raising NoCudaDevice) when no CUDA device is visible
+    require_cuda: bool = False
 
     @property
     def jsonl(self) -> Path:
@@ -147,6 +159,10 @@ def groups_for(patterns: Sequence[str]) -> tuple[str, ...]:
     return tuple(g for g in GROUPS if g in wanted)
 
 
+class NoCudaDevice(RuntimeError):
+    """The run needs a CUDA device and the runner facts found none: nothing is written."""
+
+
 class NoChecksSelected(ValueError):
     """``--checks`` patterns selected no check: nothing is written."""
 
@@ -185,7 +201,7 @@ def _exit_description(status: int) -> str:
 
 
 def settle(
-    group: str, run: GroupRun, *, limit_s: float, elapsed_s: float
+    group: str, run: GroupRun, *, limit_s: float, elapsed_s: float, part: str = ""
 ) -> tuple[list[CheckResult], bool]:
     """Results for what a dead or killed worker could not report, and whether to restart it.
 
@@ -193,7 +209,7 @@ def settle(
     ones it had not started are ``skip``. A worker that crashed: the check it
     was in is ``error`` with the signal or exit status, and the worker is
     restarted for the rest. A worker that died before planning: one
-    ``<group>.worker`` error.
+    ``<group>.worker`` error (``<group>.worker.<part>`` for a part of a split group).
     """
     timed_out = run.exit_status is None
     how = (
@@ -203,7 +219,7 @@ def settle(
     )
     tail = f"; last output: {run.log_tail}" if run.log_tail else ""
     if run.plan is None:
-        meta = {"name": f"{group}.worker", "gate": True, "impl": None, "workaround": None}
+        meta = {"name": f"{group}.worker{part}", "gate": True, "impl": None, "workaround": None}
         status: Status = "timeout" if timed_out else "error"
         return [
             CheckResult.synthetic(meta, status, f"{how} before it planned its checks{tail}")
@@ -299,7 +315,8 @@ class ForkServer:
         self._requests: IO[str] = self._proc.stdin
         self._lock = threading.Lock()  # one request at a time: answers come in order
         self._changed = threading.Condition()
-        self._pids: list[int] = []
+        self._forked: dict[int, tuple[int, list[str]]] = {}  # request id: (pid, its preload)
+        self._next_id = 0
         self._exits: dict[int, int] = {}
         self._lost = False
         self.ready = False  # the server answers requests
@@ -321,8 +338,8 @@ class ForkServer:
                 if "ready" in message:
                     self.ready = True
                 elif "pid" in message:
-                    self._pids.append(int(message["pid"]))
-                    self.forked_with = list(message.get("preloaded", []))
+                    preloaded = [str(m) for m in message.get("preloaded", [])]
+                    self._forked[int(message.get("id") or 0)] = (int(message["pid"]), preloaded)
                 elif "preloaded" in message:
                     self.report = message
                 elif "exited" in message:
@@ -333,27 +350,29 @@ class ForkServer:
             self._changed.notify_all()
 
     def run(
-        self, argv: Sequence[str], output: Path, timeout: float, *, early: bool = False
+        self, argv: Sequence[str], output: Path, timeout: float, *, after: str | None = None
     ) -> int | None:
-        """Run a worker; ``early``: it needs torch only, not the rest of the preload."""
-        request = {"argv": list(argv), "output": str(output), "early": early}
+        """Run a worker once the preload modules up to ``after`` are imported (all of them
+        when None)."""
         with self._lock:
+            self._next_id += 1
+            rid = self._next_id
+            request = {"id": rid, "argv": list(argv), "output": str(output), "after": after}
             try:
                 self._requests.write(json.dumps(request) + "\n")
                 self._requests.flush()
             except (BrokenPipeError, OSError, ValueError) as e:
                 raise ForkServerLost(f"the fork server is gone: {e}") from e
-            with self._changed:
-                # a group's request waits for the preloading to end
-                self._changed.wait_for(lambda: bool(self._pids) or self._lost, self.READY_TIMEOUT_S)
-                if not self._pids:
-                    if not self.ready:
-                        raise ForkServerLost(
-                            f"the fork server did not start (see {self._log_path.name}):"
-                            f" {_log_tail(self._log_path, 300)}"
-                        )
-                    raise ForkServerLost("the fork server did not fork the worker")
-                pid = self._pids.pop(0)
+        with self._changed:
+            self._changed.wait_for(lambda: rid in self._forked or self._lost, self.READY_TIMEOUT_S)
+            if rid not in self._forked:
+                if not self.ready:
+                    raise ForkServerLost(
+                        f"the fork server did not start (see {self._log_path.name}):"
+                        f" {_log_tail(self._log_path, 300)}"
+                    )
+                raise ForkServerLost("the fork server did not fork the worker")
+            pid, self.forked_with = self._forked.pop(rid)
         deadline = time.monotonic() + max(timeout, 1.0)  # from the fork, not the request
         with self._changed:
             finished = self._changed.wait_for(
@@ -408,6 +427,7 @@ class Launcher:
                 "preloaded": list(report.get("preloaded", [])),
                 "preload_skipped": dict(report.get("skipped", {})),
                 "preload_s": report.get("import_s"),
+                "preload_module_s": dict(report.get("module_s", {})),
                 "threads_at_fork": report.get("threads"),
             }
         if self._error is not None:
@@ -415,13 +435,14 @@ class Launcher:
         return notes
 
     def run(
-        self, argv: Sequence[str], output: Path, timeout: float, *, early: bool = False
+        self, argv: Sequence[str], output: Path, timeout: float, *, after: str | None = None
     ) -> int | None:
+        """Run a worker; forked, it waits for the preload modules up to ``after``."""
         server = self._server
         if server is not None:
             start = time.monotonic()
             try:
-                return server.run(argv, output, timeout, early=early)
+                return server.run(argv, output, timeout, after=after)
             except ForkServerLost as e:
                 self.stop_forking(str(e))
                 timeout -= time.monotonic() - start
@@ -450,24 +471,44 @@ def _ended(status: int | None) -> str:
 
 
 def _run_group(
-    group: str, opts: RunOptions, workdir: Path, launcher: Launcher, echo: Callable[[str], None]
-) -> None:
+    group: str,
+    opts: RunOptions,
+    workdir: Path,
+    launcher: Launcher,
+    echo: Callable[[str], None],
+    part: tuple[int, int] = (0, 1),
+) -> dict[str, int]:
+    """Run one group, or part ``I`` of ``N`` of it; returns the planned checks' positions in
+    the whole group's plan."""
+    from envbuilder.conformance.worker import GROUP_MODULES  # no torch: the worker's own
+
+    index, count = part
+    tag = group if count == 1 else f"{group}.{index}"
     limit = opts.timeout_for(group)
     start = time.monotonic()
-    state = workdir / f"{group}.state.jsonl"
-    log = workdir / f"{group}.log"
+    state = workdir / f"{tag}.state.jsonl"
+    log = workdir / f"{tag}.log"
     argv = ["--group", group, "--jsonl", str(opts.jsonl), "--state", str(state)]
+    if count > 1:
+        argv += ["--shard", f"{index}/{count}"]
     if opts.device:
         argv += ["--device", opts.device]
     if opts.quick:
         argv.append("--quick")
     for pattern in opts.checks:
         argv += ["--checks", pattern]
+    positions: dict[str, int] = {}
     for _attempt in range(200):
         state.unlink(missing_ok=True)
-        status = launcher.run(argv, log, limit - (time.monotonic() - start))
+        status = launcher.run(
+            argv, log, limit - (time.monotonic() - start), after=GROUP_MODULES[group]
+        )
         lines = read_jsonl(state)
-        plan = next((tuple(x["plan"]) for x in lines if "plan" in x), None)
+        planned = next((x for x in lines if "plan" in x), None)
+        plan = tuple(planned["plan"]) if planned is not None else None
+        if planned is not None:
+            spots = planned.get("positions") or range(len(plan or ()))
+            positions |= {str(m["name"]): int(p) for m, p in zip(plan or (), spots, strict=False)}
         run = GroupRun(
             plan=plan,
             started=tuple(str(x["start"]) for x in lines if "start" in x),
@@ -479,23 +520,28 @@ def _run_group(
             log_tail=_log_tail(log) if status != 0 else "",
         )
         if status == 0 and plan is not None and all(str(m["name"]) in run.done for m in plan):
-            return
+            return positions
         if plan is None and status != 0 and launcher.forking:
             # dead before its first check: the fork may be why; no forked child is trusted
             launcher.stop_forking(
-                f"the {group} group's forked process {_ended(status)} before it planned its checks;"
+                f"the {tag} group's forked process {_ended(status)} before it planned its checks;"
                 f" last output: {_log_tail(log, 300)}"
             )
             continue
-        records, again = settle(group, run, limit_s=limit, elapsed_s=time.monotonic() - start)
+        records, again = settle(
+            group,
+            run,
+            limit_s=limit,
+            elapsed_s=time.monotonic() - start,
+            part="" if count == 1 else f".{index}",
+        )
         for record in records:
             append_jsonl(opts.jsonl, record.to_json())
         if records:
-            echo(
-                f"  ! {group}: {records[0].status} in {records[0].name}: {records[0].reason[:300]}"
-            )
+            echo(f"  ! {tag}: {records[0].status} in {records[0].name}: {records[0].reason[:300]}")
         if not again:
-            return
+            return positions
+    return positions
 
 
 def _collect_runner(opts: RunOptions, workdir: Path, launcher: Launcher) -> dict[str, Any]:
@@ -515,7 +561,7 @@ def _collect_runner(opts: RunOptions, workdir: Path, launcher: Launcher) -> dict
     if opts.device:
         argv += ["--device", opts.device]
     out = workdir / "runner.json"
-    status = launcher.run(argv, out, 180, early=True)
+    status = launcher.run(argv, out, 180, after="torch")  # needs torch only
     if status != 0 and launcher.forking:
         # the first forked child to use CUDA: if it cannot, no forked child can
         launcher.stop_forking(
@@ -650,8 +696,12 @@ def summarize(results: SuiteResults) -> str:
     return "\n".join(lines)
 
 
-def _order(records: Sequence[Mapping[str, Any]]) -> list[CheckResult]:
-    """The checks of a JSONL stream, first record per name, in group order (stable within)."""
+def _order(
+    records: Sequence[Mapping[str, Any]], positions: Mapping[str, int] | None = None
+) -> list[CheckResult]:
+    """The checks of a JSONL stream, first record per name, in group order; within a group
+    in plan order (``positions``: a check's place in its group's plan; a workaround check
+    follows the check it covers), else in stream order."""
     seen: set[str] = set()
     checks: list[CheckResult] = []
     for record in records:
@@ -660,7 +710,20 @@ def _order(records: Sequence[Mapping[str, Any]]) -> list[CheckResult]:
             seen.add(name)
             checks.append(CheckResult.from_json(record))
     rank = {group: i for i, group in enumerate(GROUPS)}
-    return sorted(checks, key=lambda c: rank.get(c.group, len(rank)))
+    places = positions or {}
+    unplaced = len(checks)  # after every planned check, in stream order
+
+    def key(item: tuple[int, CheckResult]) -> tuple[int, int, int, int]:
+        index, check = item
+        place = places.get(check.name)
+        if place is not None:
+            return rank.get(check.group, len(rank)), place, 0, index
+        covered = places.get(check.covers) if check.covers is not None else None
+        if covered is not None:
+            return rank.get(check.group, len(rank)), covered, 1, index
+        return rank.get(check.group, len(rank)), unplaced, 2, index
+
+    return [check for _, check in sorted(enumerate(checks), key=key)]
 
 
 def _phases(groups: Sequence[str], jobs: int) -> list[list[str]]:
@@ -672,11 +735,20 @@ def _phases(groups: Sequence[str], jobs: int) -> list[list[str]]:
     return ([shared] if shared else []) + [[g] for g in groups if g in SOLO_GROUPS]
 
 
+def _parts(opts: RunOptions, groups: Sequence[str], jobs: int, device: str) -> dict[str, int]:
+    """How many processes each group is split across (never more than run at once)."""
+    if opts.parts is not None:
+        wanted = opts.parts
+    elif device.startswith("cuda"):
+        wanted = GPU_SHARDS
+    else:
+        wanted = {}
+    return {g: max(1, min(wanted.get(g, 1), jobs)) for g in groups}
+
+
 def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> SuiteResults:
     """Run every selected group and write ``opts.out``; returns the results written."""
     started = _now()
-    opts.out.parent.mkdir(parents=True, exist_ok=True)
-    opts.jsonl.write_text("", encoding="utf-8")
     printing = threading.Lock()
 
     def say(line: str) -> None:
@@ -689,31 +761,59 @@ def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> Suite
         try:
             runner = _collect_runner(opts, workdir, launcher)
             device = str(runner.pop("device", None) or opts.device or "cpu")
+            if opts.require_cuda and not device.startswith("cuda"):
+                raise NoCudaDevice(
+                    "no CUDA GPU is visible to torch here"
+                    if runner.get("torch") != "unknown"
+                    else "torch did not report this machine's devices (the runner facts failed)"
+                )
+            opts.out.parent.mkdir(parents=True, exist_ok=True)
+            opts.jsonl.write_text("", encoding="utf-8")
             jobs = opts.jobs or (GPU_JOBS if device.startswith("cuda") else 1)
             groups = [
                 g for g in groups_for(opts.checks) if not opts.quick or g not in FULL_ONLY_GROUPS
             ]
 
-            def one(group: str) -> None:
-                t0 = time.monotonic()
-                say(f"▶ {group}")
-                _run_group(group, opts, workdir, launcher, say)
-                new = [r for r in read_jsonl(opts.jsonl) if r.get("group") == group]
-                lines = [_line(CheckResult.from_json(record)) for record in new]
-                lines.append(f"  {group}: {len(new)} checks in {time.monotonic() - t0:.1f}s")
-                say("\n".join(lines))
+            parts = _parts(opts, groups, jobs, device)
+            positions: dict[str, int] = {}
+            begun: dict[str, float] = {}
+            left = dict(parts)
+
+            def one(group: str, index: int) -> None:
+                with printing:
+                    if group not in begun:
+                        begun[group] = time.monotonic()
+                        split = f" ({parts[group]} processes)" if parts[group] > 1 else ""
+                        echo(f"▶ {group}{split}")
+                found = _run_group(group, opts, workdir, launcher, say, (index, parts[group]))
+                with printing:
+                    positions.update(found)
+                    left[group] -= 1
+                    if left[group]:
+                        return
+                    new = _order(
+                        [r for r in read_jsonl(opts.jsonl) if r.get("group") == group], positions
+                    )
+                    lines = [_line(check) for check in new]
+                    lines.append(
+                        f"  {group}: {len(new)} checks in {time.monotonic() - begun[group]:.1f}s"
+                    )
+                    echo("\n".join(lines))
 
             for phase in _phases(groups, jobs):
-                if len(phase) == 1:
-                    one(phase[0])
+                items = [(g, i) for g in phase for i in range(parts[g])]
+                if len(items) == 1:
+                    one(*items[0])
                     continue
                 with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="group") as pool:
-                    for future in [pool.submit(one, group) for group in phase]:
+                    for future in [pool.submit(one, g, i) for g, i in items]:
                         future.result()
-            runner["launch"] = dict(launcher.notes) | {"jobs": jobs}
+            order = dict(positions)
+            split = {g: n for g, n in parts.items() if n > 1}
+            runner["launch"] = dict(launcher.notes) | {"jobs": jobs, "parts": split}
         finally:
             launcher.close()
-    checks = _order(read_jsonl(opts.jsonl))
+    checks = _order(read_jsonl(opts.jsonl), order)
     if not checks and any(opts.checks):
         raise NoChecksSelected(
             f"no check matches --checks {' '.join(opts.checks)}; nothing was written to"

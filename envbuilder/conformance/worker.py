@@ -1,13 +1,21 @@
 """One check group, run in its own process by the runner (never imported by it).
 
     python -m envbuilder.conformance.worker --group NAME --jsonl PATH --state PATH
-        [--device DEV] [--quick] [--checks PATTERN ...]
+        [--device DEV] [--quick] [--checks PATTERN ...] [--shard I/N]
     python -m envbuilder.conformance.worker --runner-info [--device DEV]
 
 The state file gets the group's plan first, then a line before each check
 starts, so that the runner can name the check a crash or a hang happened in.
 Results already in the JSONL stream are not run again (a restart after a
 crash continues where the dead process stopped).
+
+``--shard I/N`` runs the I-th of N parts of the group (from 0), so that N
+processes share it. A group's module says which checks belong together
+(``SHARD_UNIT_PARTS``: checks whose names agree in that many dotted parts share
+state, such as one compilation, and stay in one part); the units are dealt out
+in plan order, unit k to part k mod N. The plan line gives each planned
+check's position in the whole group's plan (``positions``), so that the runner
+can put the parts' results back in that order.
 
 A direct check that fails (fail, error, timeout, invalid) is followed by its
 workaround checks, each re-running its exact case with one workaround; they
@@ -44,7 +52,15 @@ from envbuilder.conformance._record import (
     read_jsonl,
 )
 
-__all__ = ["EXIT_RESTART", "GROUP_MODULES", "execute", "main", "run_planned"]
+__all__ = [
+    "EXIT_RESTART",
+    "GROUP_MODULES",
+    "execute",
+    "main",
+    "parse_shard",
+    "run_planned",
+    "shard",
+]
 
 GROUP_MODULES: dict[str, str] = {
     "environment": "envbuilder.conformance.checks_environment",
@@ -154,6 +170,40 @@ def _cuda_error(result: CheckResult) -> bool:
     return result.status in FAILED and ("CUDA error" in text or "AcceleratorError" in text)
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` (part I of N, from 0) as a pair; ValueError when it is not one."""
+    index, slash, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i, n = -1, 0
+    if not slash or n < 1 or not 0 <= i < n:
+        raise ValueError(f"--shard {text!r}: give I/N with 0 <= I < N, such as 0/4")
+    return i, n
+
+
+def shard(
+    planned: Sequence[CheckSpec], unit_parts: int | None, index: int, count: int
+) -> list[tuple[int, CheckSpec]]:
+    """The checks of part ``index`` of ``count``, each with its position in ``planned``.
+
+    Checks whose names agree in their first ``unit_parts`` dotted parts form a
+    unit and stay together; units are dealt out in plan order. A group without
+    ``unit_parts`` cannot be split: its one part is all of it."""
+    if count == 1:
+        return list(enumerate(planned))
+    if unit_parts is None:
+        raise ValueError("this group cannot be split into parts (no SHARD_UNIT_PARTS)")
+    units: dict[str, int] = {}
+    chosen: list[tuple[int, CheckSpec]] = []
+    for position, spec in enumerate(planned):
+        unit = ".".join(spec.name.split(".")[:unit_parts])
+        number = units.setdefault(unit, len(units))
+        if number % count == index:
+            chosen.append((position, spec))
+    return chosen
+
+
 def run_group(
     group: str,
     *,
@@ -162,14 +212,23 @@ def run_group(
     device: str | None,
     quick: bool,
     patterns: Sequence[str],
+    part: tuple[int, int] = (0, 1),
 ) -> int:
     ctx = Context(device=device or _default_device(), quick=quick)
     module = importlib.import_module(GROUP_MODULES[group])
     planned: list[CheckSpec] = [
         s for s in module.specs(ctx) if matches(s.name, patterns) and (s.quick or not quick)
     ]
-    append_jsonl(state, {"plan": [s.meta() for s in planned], "device": ctx.device})
-    return run_planned(planned, ctx, jsonl=jsonl, state=state)
+    mine = shard(planned, getattr(module, "SHARD_UNIT_PARTS", None), *part)
+    append_jsonl(
+        state,
+        {
+            "plan": [s.meta() for _, s in mine],
+            "positions": [position for position, _ in mine],
+            "device": ctx.device,
+        },
+    )
+    return run_planned([s for _, s in mine], ctx, jsonl=jsonl, state=state)
 
 
 def run_planned(planned: Sequence[CheckSpec], ctx: Context, *, jsonl: Path, state: Path) -> int:
@@ -286,6 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--checks", action="append", default=[])
+    parser.add_argument("--shard", default="0/1", help="run part I of N of the group (I/N)")
     parser.add_argument("--runner-info", action="store_true")
     args = parser.parse_args(argv)
     if args.runner_info:
@@ -293,6 +353,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.group is None or args.jsonl is None or args.state is None:
         parser.error("--group, --jsonl and --state are required")
+    try:
+        part = parse_shard(args.shard)
+    except ValueError as e:
+        parser.error(str(e))
     return run_group(
         args.group,
         jsonl=args.jsonl,
@@ -300,6 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         device=args.device,
         quick=args.quick,
         patterns=args.checks,
+        part=part,
     )
 
 

@@ -446,12 +446,16 @@ def _preloading(
 
 
 def _launch_after_loading(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, library: Path
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    library: Path,
+    preload: str = "json,loads_driver,email.message",
 ) -> dict[str, Any]:
     """Run one check with ``loads_driver`` (which loads ``library``) among the preload
     modules; the run must pass and its groups be forked. Returns ``runner.launch``."""
     loads = f"import ctypes\nctypes.CDLL({str(library)!r})\n"
-    _preloading(tmp_path, monkeypatch, {"loads_driver": loads}, "json,loads_driver,email.message")
+    slow = "import time\ntime.sleep(2)\n"
+    _preloading(tmp_path, monkeypatch, {"loads_driver": loads, "slow_import": slow}, preload)
     results = run_suite(
         RunOptions(out=tmp_path / "r.json", checks=("environment.versions",)),
         echo=lambda _line: None,
@@ -485,15 +489,35 @@ def test_the_driver_says_whether_it_was_initialised(
 ) -> None:
     """torch maps libcuda at import without initialising it: such a module stays preloaded.
     A module after which the driver reports a context state (cuInit ran) is dropped."""
-    source = tmp_path / "fake_driver.c"
-    source.write_text(f"int cuCtxGetCurrent(void **c) {{ *c = 0; return {answer}; }}\n")
-    fake = tmp_path / "libcuda.so.1"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(fake), str(source)], check=True)
-    launch = _launch_after_loading(tmp_path, monkeypatch, fake)
+    launch = _launch_after_loading(tmp_path, monkeypatch, _fake_driver(tmp_path, answer))
     assert ("loads_driver" in launch["preloaded"]) is kept
     assert "email.message" in launch["preloaded"]
     if not kept:
         assert "cuCtxGetCurrent returned 0" in launch["preload_skipped"]["loads_driver"]
+
+
+def _fake_driver(tmp_path: Path, answer: int) -> Path:
+    """A libcuda whose cuCtxGetCurrent returns ``answer`` (3: not initialised, 0: it is)."""
+    source = tmp_path / "fake_driver.c"
+    source.write_text(f"int cuCtxGetCurrent(void **c) {{ *c = 0; return {answer}; }}\n")
+    fake = tmp_path / "libcuda.so.1"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(fake), str(source)], check=True)
+    return fake
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build a fake driver")
+def test_the_probe_finds_the_module_that_initialises_the_driver_before_the_server_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the server spends 2 s on ``slow_import``, the probe imports the later modules
+    from the last one back and finds that ``loads_driver`` initialises the driver: the
+    server skips it without importing it (no start over), and keeps the module after it."""
+    preload = "json,slow_import,loads_driver,email.message"
+    launch = _launch_after_loading(tmp_path, monkeypatch, _fake_driver(tmp_path, 0), preload)
+    assert launch["preloaded"] == ["json", "slow_import", "email.message"]
+    why = launch["preload_skipped"]["loads_driver"]
+    assert why.startswith("importing it in a probe process") and "returned 0" in why
+    assert "loads_driver" not in launch["preload_module_s"]  # the server never imported it
 
 
 @pytest.mark.parametrize(
@@ -525,3 +549,26 @@ def test_forked_groups_report_what_the_server_preloaded(tmp_path: Path) -> None:
     assert launch["preloaded"][0] == "torch"
     assert launch["jobs"] == 1  # the CPU: one group at a time
     assert "torch" not in launch["preload_skipped"]
+
+
+def test_a_group_split_across_processes_gives_what_one_process_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attention group in three processes and the compile group in two (one of them
+    with nothing to do): the same checks, statuses and order as one process each."""
+    for key, value in _env().items():
+        monkeypatch.setenv(key, value)
+    checks = ("attention.*.none.*", "attention.*.causal.*", "compile.sdpa.none.static.fullgraph.*")
+    whole = run_suite(RunOptions(out=tmp_path / "whole.json", checks=checks), echo=print)
+    lines: list[str] = []
+    split = run_suite(
+        RunOptions(
+            out=tmp_path / "split.json", checks=checks, jobs=3, parts={"attention": 3, "compile": 2}
+        ),
+        echo=lines.append,
+    )
+    assert [(c.name, c.status) for c in split.checks] == [(c.name, c.status) for c in whole.checks]
+    assert len(whole.checks) > 8
+    assert split.runner["launch"]["parts"] == {"attention": 3, "compile": 2}
+    assert whole.runner["launch"]["parts"] == {}
+    assert "▶ attention (3 processes)" in lines

@@ -27,44 +27,59 @@ def _server(tmp_path: Path, preload: str) -> subprocess.Popen[str]:
     )
 
 
-def _request(server: subprocess.Popen[str], output: Path, *, early: bool) -> None:
+def _request(server: subprocess.Popen[str], output: Path, rid: int, after: str | None) -> None:
     assert server.stdin is not None
     # bad worker arguments: the child exits 2 at once, without torch
-    request = {"argv": ["--no-such-option"], "output": str(output), "early": early}
+    request = {"id": rid, "argv": ["--no-such-option"], "output": str(output), "after": after}
     server.stdin.write(json.dumps(request) + "\n")
     server.stdin.flush()
 
 
-def test_groups_wait_for_the_whole_preload_and_the_runner_facts_do_not(tmp_path: Path) -> None:
-    server = _server(tmp_path, "json,slow_import")
+def _read_until(server: subprocess.Popen[str], done: Any) -> list[dict[str, Any]]:
     assert server.stdout is not None
-    messages: list[dict[str, Any]] = [json.loads(server.stdout.readline())]
-    assert messages == [{"ready": True}]  # after json, before the slow module
-    _request(server, tmp_path / "group.log", early=False)
-    _request(server, tmp_path / "facts.log", early=True)
-    while not any("exited" in m for m in messages[1:]) or len(messages) < 6:
-        messages.append(json.loads(server.stdout.readline()))
+    messages: list[dict[str, Any]] = []
+    while not done(messages):
+        line = server.stdout.readline()
+        assert line, f"the server ended early after {messages}"
+        messages.append(json.loads(line))
+    return messages
+
+
+def test_each_request_waits_for_the_preload_modules_up_to_its_own(tmp_path: Path) -> None:
+    """A request naming a module is forked once the modules up to it are imported, even
+    while an earlier request still waits; one naming no listed module waits for all."""
+    server = _server(tmp_path, "json,slow_import,email.message")
+    assert _read_until(server, lambda m: m) == [{"ready": True}]  # after json
+    _request(server, tmp_path / "all.log", 1, None)
+    _request(server, tmp_path / "late.log", 2, "email.message")
+    _request(server, tmp_path / "early.log", 3, "json")  # as the runner facts: torch only
+    messages = _read_until(server, lambda m: sum("exited" in x for x in m) == 3)
     assert server.stdin is not None
     server.stdin.close()
     assert server.wait(timeout=30) == 0
-    kinds = [next(iter(m)) for m in messages]
-    # requests are answered in order: the group's request holds the early one back
-    assert kinds[:3] == ["ready", "preloaded", "pid"]
-    pids = [m for m in messages if "pid" in m]
-    assert [p["preloaded"] for p in pids] == [["json", "slow_import"]] * 2
+    order = [m.get("id", "report") for m in messages if "pid" in m or "import_s" in m]
+    # the early one went first, before the slow module was through; the rest after it
+    assert order[0] == 3 and set(order[1:]) == {1, 2, "report"}
+    forked = {m["id"]: m for m in messages if "pid" in m}
+    assert forked[3]["preloaded"] == ["json"]
+    assert (
+        forked[1]["preloaded"] == forked[2]["preloaded"] == ["json", "slow_import", "email.message"]
+    )
     exits = {m["exited"]: m["status"] for m in messages if "exited" in m}
-    assert exits == {pids[0]["pid"]: 2, pids[1]["pid"]: 2}
-    assert "--no-such-option" in (tmp_path / "group.log").read_text()
+    assert exits == {forked[i]["pid"]: 2 for i in (1, 2, 3)}
+    assert "--no-such-option" in (tmp_path / "early.log").read_text()
+    report = next(m for m in messages if "import_s" in m)
+    assert set(report["module_s"]) == {"json", "slow_import", "email.message"}
+    assert report["module_s"]["slow_import"] >= 2.0
 
 
-def test_the_runner_facts_are_forked_while_the_preload_goes_on(tmp_path: Path) -> None:
-    server = _server(tmp_path, "json,slow_import")
-    assert server.stdout is not None and server.stdin is not None
-    _request(server, tmp_path / "facts.log", early=True)  # as the runner does: at once
-    assert json.loads(server.stdout.readline()) == {"ready": True}
-    first = json.loads(server.stdout.readline())
-    assert first["preloaded"] == ["json"]  # forked before the slow module was imported
-    rest = [json.loads(server.stdout.readline()) for _ in range(2)]
-    assert {next(iter(m)) for m in rest} == {"exited", "preloaded"}
+def test_a_request_for_a_module_after_the_slow_one_waits_for_it(tmp_path: Path) -> None:
+    server = _server(tmp_path, "json,slow_import,email.message")
+    _request(server, tmp_path / "late.log", 7, "email.message")  # sent before anything is in
+    messages = _read_until(server, lambda m: any("pid" in x for x in m))
+    assert messages[0] == {"ready": True}
+    forked = messages[-1]
+    assert forked["id"] == 7 and forked["preloaded"] == ["json", "slow_import", "email.message"]
+    assert server.stdin is not None
     server.stdin.close()
     assert server.wait(timeout=30) == 0

@@ -170,3 +170,45 @@ def test_what_a_container_wrote_is_copied_without_losing_earlier_results(
     assert {p.name: p.read_text(encoding="utf-8") for p in out_dir.iterdir()} == after
     assert client.containers.container.removed
     assert client.containers.kwargs["network_mode"] == "none"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "from typing import Optional\n__version__ = '2.11.0+cu130'\ndebug = False\n"
+            "cuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n",
+            ("2.11.0+cu130", "13.0"),
+        ),
+        ("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n", ("2.13.0+cpu", None)),
+        ('__version__ = "2.5.1"\ncuda = "12.4"\n', ("2.5.1", "12.4")),
+    ],
+)
+def test_torch_here_reads_torch_version_py_without_importing_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, expected: tuple[str, Any]
+) -> None:
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    from envbuilder.commands import conformance
+
+    package = tmp_path / "torch"
+    package.mkdir()
+    (package / "version.py").write_text(text)
+    spec = importlib.machinery.ModuleSpec("torch", None, is_package=True)
+    spec.submodule_search_locations = [str(package)]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    monkeypatch.setitem(sys.modules, "torch", None)  # an import would raise ImportError
+    assert conformance.torch_here() == expected
+
+
+def test_torch_here_without_torch_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from envbuilder.commands import conformance
+    from envbuilder.errors import MissingToolError
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(MissingToolError, match="torch is not importable"):
+        conformance.torch_here()
