@@ -90,9 +90,9 @@ SOLO_GROUPS: frozenset[str] = frozenset({"performance"})
 #: the CPU, where they would only compete for the same cores).
 GPU_JOBS = 8
 
-#: groups split across several processes when they run side by side on a GPU: their first
-#: use of each kernel is slow on a freshly started machine (the driver compiles it; cuDNN
-#: builds its attention kernels at run time), and one process pays for them one by one.
+#: groups split across several processes when they run side by side on a GPU: on a freshly
+#: started machine the first use of many kernels waits for the driver to compile them (the
+#: SDPA checks' kernels are generated at run time), and one process pays for them in turn.
 GPU_SHARDS: Mapping[str, int] = {"attention": 4, "compile": 2}
 
 
