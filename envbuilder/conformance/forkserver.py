@@ -318,7 +318,7 @@ def _preload(
                 later = [m for m in modules if m not in through and m not in skipped]
                 if later:
                     probe = Probe(later, (server.requests_fd, server.channel_fd))
-            server.step(0, preloading=True)
+            server.step(0)
     finally:
         if probe is not None:
             probe.stop()
@@ -386,7 +386,7 @@ class Server:
         self.loaded: list[str] = []  # the preload modules a child forked now has
         self.modules: list[str] = []  # the preload list, in order
         self.through: set[str] = set()  # preload modules imported or skipped
-        self.preloading = True
+        self.preloading = True  # until main() says the preload is through
 
     def send(self, message: dict[str, Any]) -> None:
         self.channel.write(json.dumps(message) + "\n")
@@ -421,10 +421,9 @@ class Server:
         needed = self.modules[: self.modules.index(after) + 1]
         return all(m in self.through for m in needed)
 
-    def step(self, timeout: float, *, preloading: bool = False) -> None:
+    def step(self, timeout: float) -> None:
         """Read the requests that arrive within ``timeout`` seconds, fork for those whose
         modules are through and report ended children."""
-        self.preloading = preloading
         ready, _, _ = select.select([self.requests_fd], [], [], timeout)
         self.reap()
         if ready:

@@ -44,6 +44,7 @@ from envbuilder.conformance._record import (
     matches,
     read_jsonl,
 )
+from envbuilder.conformance.worker import GROUP_MODULES  # imports no torch
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
@@ -313,7 +314,7 @@ class ForkServer:
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._requests: IO[str] = self._proc.stdin
-        self._lock = threading.Lock()  # one request at a time: answers come in order
+        self._lock = threading.Lock()  # request ids and writes, one request at a time
         self._changed = threading.Condition()
         self._forked: dict[int, tuple[int, list[str]]] = {}  # request id: (pid, its preload)
         self._next_id = 0
@@ -480,8 +481,6 @@ def _run_group(
 ) -> dict[str, int]:
     """Run one group, or part ``I`` of ``N`` of it; returns the planned checks' positions in
     the whole group's plan."""
-    from envbuilder.conformance.worker import GROUP_MODULES  # no torch: the worker's own
-
     index, count = part
     tag = group if count == 1 else f"{group}.{index}"
     limit = opts.timeout_for(group)
@@ -505,10 +504,11 @@ def _run_group(
         )
         lines = read_jsonl(state)
         planned = next((x for x in lines if "plan" in x), None)
-        plan = tuple(planned["plan"]) if planned is not None else None
+        plan: tuple[Mapping[str, Any], ...] | None = None
         if planned is not None:
-            spots = planned.get("positions") or range(len(plan or ()))
-            positions |= {str(m["name"]): int(p) for m, p in zip(plan or (), spots, strict=False)}
+            plan = tuple(planned["plan"])
+            spots = planned.get("positions", range(len(plan)))
+            positions |= {str(m["name"]): int(p) for m, p in zip(plan, spots, strict=True)}
         run = GroupRun(
             plan=plan,
             started=tuple(str(x["start"]) for x in lines if "start" in x),
@@ -715,13 +715,14 @@ def _order(
 
     def key(item: tuple[int, CheckResult]) -> tuple[int, int, int, int]:
         index, check = item
+        group = rank.get(check.group, len(rank))
         place = places.get(check.name)
         if place is not None:
-            return rank.get(check.group, len(rank)), place, 0, index
+            return group, place, 0, index
         covered = places.get(check.covers) if check.covers is not None else None
         if covered is not None:
-            return rank.get(check.group, len(rank)), covered, 1, index
-        return rank.get(check.group, len(rank)), unplaced, 2, index
+            return group, covered, 1, index
+        return group, unplaced, 2, index
 
     return [check for _, check in sorted(enumerate(checks), key=key)]
 
@@ -808,12 +809,11 @@ def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> Suite
                 with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="group") as pool:
                     for future in [pool.submit(one, g, i) for g, i in items]:
                         future.result()
-            order = dict(positions)
             split = {g: n for g, n in parts.items() if n > 1}
             runner["launch"] = dict(launcher.notes) | {"jobs": jobs, "parts": split}
         finally:
             launcher.close()
-    checks = _order(read_jsonl(opts.jsonl), order)
+    checks = _order(read_jsonl(opts.jsonl), positions)
     if not checks and any(opts.checks):
         raise NoChecksSelected(
             f"no check matches --checks {' '.join(opts.checks)}; nothing was written to"
