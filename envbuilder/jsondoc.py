@@ -7,11 +7,19 @@ serialisation). Every such document is therefore refused above a nesting depth
 far beyond what envbuilder writes (a lockfile is about ten levels deep), with
 one error type the readers turn into a message naming the file. Standard
 library only (``doctor`` reads the lockfile in arbitrary environments).
+
+``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (RFC 8259) though Python's
+parser accepts them; envbuilder never writes them (``allow_nan=False``), and a
+reader that took one in would fail later, far from the file, when it writes or
+hashes the record. Integers beyond Python's digit limit (4300) raise a plain
+``ValueError`` inside the parser, and a number such as ``1e999`` becomes
+``inf``. All are refused here as `NotJSON`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 __all__ = ["LOCKFILE_DEPTH", "MAX_DEPTH", "NotJSON", "depth", "parse"]
@@ -43,14 +51,29 @@ def depth(value: Any) -> int:
     return deepest
 
 
+def _refuse_constant(name: str) -> Any:
+    raise NotJSON(f"not valid JSON ({name} is not a JSON number)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: JSON's syntax, but no double holds it
+        raise NotJSON(f"not valid JSON ({text[:40]} overflows a double)")
+    return value
+
+
 def parse(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     """The document in *raw*, or `NotJSON` when it is not JSON or nests deeper than *max_depth*."""
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError as e:
         raise NotJSON(f"JSON nested deeper than {max_depth} levels") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise NotJSON(f"not valid JSON ({e})") from e
+    except NotJSON:
+        raise
+    except ValueError as e:  # an integer past the interpreter's digit limit
+        raise NotJSON(f"not valid JSON ({str(e).split(':')[0]})") from e
     if depth(data) > max_depth:
         raise NotJSON(f"JSON nested deeper than {max_depth} levels")
     return data
