@@ -407,6 +407,8 @@ def build_site(lockfile: Path, out: Path) -> list[Path]:
         from envbuilder.lockfile.export import locate_pylock
 
         files[str(rel)] = locate_pylock(lockfile, entry).read_bytes()
+    _refuse_foreign_directory(out)
+    files[SITE_MARKER] = f"written by envbuilder publish; {content_sha256}\n".encode()
     try:
         _write_all(out, files)
     except OSError as e:
@@ -417,6 +419,36 @@ def build_site(lockfile: Path, out: Path) -> list[Path]:
             "free some space or pass a writable --out"
         ) from e
     return [out / name for name in sorted(files)]
+
+
+#: The file that marks a directory as a site envbuilder wrote, which ``publish`` may replace.
+SITE_MARKER = ".envbuilder-site"
+
+
+def _refuse_foreign_directory(out: Path) -> None:
+    """Refuse to replace *out* unless it is absent, empty, or an earlier site (its marker):
+    the site replaces the directory as a whole, and ``-o docs`` must not delete a user's files."""
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise InputError(
+            f"--out {out} exists and is not a directory; nothing was changed: "
+            "pass a new or empty directory"
+        )
+    try:
+        entries = sorted(p.name for p in out.iterdir())
+    except OSError as e:
+        raise InputError(
+            f"--out {out} cannot be listed ({e.strerror or e}); nothing was changed"
+        ) from e
+    if not entries or SITE_MARKER in entries:
+        return
+    shown = ", ".join(entries[:5]) + (f", … ({len(entries)} entries)" if len(entries) > 5 else "")
+    raise InputError(
+        f"--out {out} holds files that are not an envbuilder site ({shown}); publishing replaces "
+        f"the directory as a whole, so nothing was changed: pass a new or empty directory, or "
+        f"one written by `envbuilder publish` (it holds {SITE_MARKER})"
+    )
 
 
 def _write_all(out: Path, files: Mapping[str, bytes]) -> None:
