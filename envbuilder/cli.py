@@ -22,6 +22,7 @@ from envbuilder.credentials import RedactingFilter, redact_text
 from envbuilder.errors import EnvbuilderError
 from envbuilder.extras import check_command
 from envbuilder.settings import Settings
+from envbuilder.textsafe import PrintableStream
 
 __all__ = ["COMMANDS", "build_parser", "main", "parse"]
 
@@ -138,6 +139,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactingFilter())
+    streams = sys.stdout, sys.stderr
+    if args.command not in _OWN_ESCAPES:
+        sys.stdout, sys.stderr = PrintableStream(sys.stdout), PrintableStream(sys.stderr)
+    try:
+        return _run(args, debug)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+#: Commands that draw with escape sequences of their own (resolve's progress bar).
+_OWN_ESCAPES = frozenset({"resolve"})
+
+
+def _run(args: argparse.Namespace, debug: bool) -> int:
     try:
         check_command(args.command, args)
         rc: int = args._module.run(args)
