@@ -23,6 +23,7 @@ import base64
 import hashlib
 import json
 import os
+import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -102,10 +103,31 @@ def _stat_key(path: Path) -> _Stat | None:
     return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
+class NotARegularFile(OSError):
+    """A path ``RECORD`` names is a device, a FIFO, a socket or a directory: not hashed."""
+
+
 def _digest_b64(path: Path) -> str:
-    with path.open("rb") as f:
-        digest = hashlib.file_digest(f, "sha256").digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    """The urlsafe-b64 sha256 of a regular file's bytes. Anything else is `NotARegularFile`,
+    found before a byte is read: ``/dev/zero`` never ends and a FIFO blocks its reader, so
+    the file is opened without blocking and checked on its descriptor. Reading stops at the
+    size the descriptor had when opened, so a file that grows while hashed cannot stall it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(f"{path} is not a regular file")
+        digest = hashlib.sha256()
+        left = st.st_size
+        while left > 0:
+            block = os.read(fd, min(left, 1 << 20))
+            if not block:
+                break
+            digest.update(block)
+            left -= len(block)
+    finally:
+        os.close(fd)
+    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
 
 def _read_stamp(path: Path | None) -> tuple[dict[str, tuple[_Stat, str]], str]:
@@ -172,16 +194,21 @@ def check_files(
             todo.append(f)
     todo.sort(key=lambda f: -(stats[f.path] or (0, 0, 0))[0])
 
-    def digest(f: ExpectedFile) -> tuple[ExpectedFile, str | None]:
+    def digest(f: ExpectedFile) -> tuple[ExpectedFile, str | None, str]:
+        """The file's digest, or None and the problem that kept it from being hashed."""
         try:
-            return f, _digest_b64(f.path)
+            return f, _digest_b64(f.path), ""
         except FileNotFoundError:
-            return f, None
+            return f, None, "missing"
+        except NotARegularFile:
+            return f, None, "not a regular file"
+        except OSError as e:
+            return f, None, f"unreadable ({e.strerror or e})"
 
     with ThreadPoolExecutor(max_workers=workers or min(8, (os.cpu_count() or 1) + 2)) as pool:
-        for f, got in pool.map(digest, todo):
+        for f, got, problem in pool.map(digest, todo):
             if got is None:
-                problems.append(f"{f.dist}: {f.record_name} missing")
+                problems.append(f"{f.dist}: {f.record_name} {problem}")
             elif got != f.sha256_b64:
                 problems.append(f"{f.dist}: {f.record_name} modified")
             else:

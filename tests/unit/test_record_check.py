@@ -142,3 +142,25 @@ def test_an_unwritable_stamp_location_is_reported(site: Path, tmp_path: Path) ->
     result = check_files(files(site), stamp=blocker / "stamp.json")
     assert result.problems == () and result.hashed == 3
     assert "not written" in result.note
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "directory"])
+def test_a_record_line_naming_no_regular_file_is_reported_not_read(
+    site: Path, tmp_path: Path, kind: str
+) -> None:
+    """A RECORD line may name any path (``../../../dev/zero``): only regular files are hashed,
+    so a device that never ends or a FIFO nobody writes cannot stall doctor."""
+    if kind == "/dev/zero":
+        target = Path("/dev/zero")
+    elif kind == "fifo":
+        target = tmp_path / "fifo"
+        os.mkfifo(target)
+    else:
+        target = tmp_path / "dir"
+        target.mkdir()
+    record = site / "pkg-1.0.dist-info" / "RECORD"
+    relative = os.path.relpath(target, site)
+    record.write_text(record.read_text() + f"{relative},sha256={_b64(b'')},0\n")
+    result = check(site)
+    assert result.problems == (f"pkg: {relative} not a regular file",)
+    assert result.checked == 3
