@@ -148,6 +148,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = streams
 
 
+def describe_os_error(error: OSError) -> str:
+    """An `OSError` as one line: the path, what the system said, and where more is."""
+    what = error.strerror or str(error)
+    paths = " -> ".join(str(p) for p in (error.filename, error.filename2) if p is not None)
+    where = f"{redact_text(paths)}: " if paths else ""
+    return f"{where}{what} (nothing half-written was left; --debug shows the traceback)"
+
+
 #: Commands that draw with escape sequences of their own (resolve's progress bar).
 _OWN_ESCAPES = frozenset({"resolve"})
 
@@ -161,6 +169,14 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
             raise
         print(f"envbuilder {args.command}: error: {redact_text(str(e))}", file=sys.stderr)
         return e.return_code
+    except OSError as e:
+        # A file or directory the user named, or the environment points at (an --out that is
+        # read-only or full, XDG_CACHE_HOME naming a file, --matrix given a directory): the
+        # system's words and the path, not a traceback. --debug shows the traceback.
+        if debug:
+            raise
+        print(f"envbuilder {args.command}: error: {describe_os_error(e)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("envbuilder: interrupted; nothing more was written", file=sys.stderr)
         main_thread = threading.main_thread()
