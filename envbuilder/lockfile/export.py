@@ -15,7 +15,7 @@ requirements: the resolver keeps the verified stack and adds the rest.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from envbuilder.errors import InputError
 from envbuilder.files import sha256_file
@@ -34,7 +34,14 @@ def locate_pylock(lockfile: Path, entry: Entry) -> Path:
         raise InputError(
             f"{entry.id!r} has no lock ({entry.verdict.verdict}: {entry.verdict.reason})"
         )
-    path = lockfile.parent / entry.lock.path
+    rel = PurePosixPath(entry.lock.path)
+    if rel.is_absolute() or ".." in rel.parts or "\\" in entry.lock.path or not rel.parts:
+        raise InputError(
+            f"{lockfile}: the lock of {entry.id!r} is named {entry.lock.path!r}, outside the "
+            "lockfile's directory; a lockfile names its locks relative to itself: regenerate "
+            "it with `nox -s lock` or download it again"
+        )
+    path = lockfile.parent / rel
     try:
         digest = sha256_file(path)
     except FileNotFoundError as e:
