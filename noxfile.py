@@ -143,6 +143,13 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+@nox.session(python=PYTHON, tags=["check"])
+def mutants(session: nox.Session) -> None:
+    """Plant each bug of tests/mutation/plants.toml and fail if its tests miss one: nox -s mutants -- [NAME...]."""
+    _install_project(session, "test")
+    session.run("python", "tests/mutation/run.py", *session.posargs)
+
+
 @nox.session(python=PYTHON, default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
     """Benchmarks against anchors measured in the same run: nox -s bench -- resolve|build|doctor [ARGS]."""
