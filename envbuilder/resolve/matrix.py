@@ -441,7 +441,8 @@ class _Loader:
 
         A user name and password in the URL (typed in or expanded) are taken out into
         `credentials`: the URL the matrix keeps, and every output shows, carries none."""
-        missing = tuple(dict.fromkeys(v for v in _ENV_VAR.findall(raw) if v not in self.environ))
+        # Empty counts as unset: CI systems give an unset variable as "" (GitHub's `vars.X`).
+        missing = tuple(dict.fromkeys(v for v in _ENV_VAR.findall(raw) if not self.environ.get(v)))
         expanded = _ENV_VAR.sub(lambda m: self.environ.get(m.group(1), m.group(0)), raw)
         expanded, found = split_credentials(expanded)
         self.credentials = self.credentials.merged(found)

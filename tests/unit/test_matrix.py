@@ -147,6 +147,15 @@ def test_unset_variable_is_an_error_only_when_a_selected_combination_uses_the_in
         m.select([])
 
 
+def test_an_empty_variable_counts_as_unset() -> None:
+    """A workflow hands an unset repository variable over as "": the index is then unusable,
+    but a matrix that declares it and does not select its rows still loads."""
+    m = parse(ENV_DOC, environ={"PYTORCH_INDEX_URL": ""})
+    assert [c.id for c in m.select(["torch2.5"])] == ["py3.11-cu121-torch2.5.1"]
+    with pytest.raises(ConfigError, match=r"PYTORCH_INDEX_URL.* not set"):
+        m.select(["torch2.4"])
+
+
 def test_runners_per_cuda_with_a_default() -> None:
     m = parse(
         PAIR + '[[combinations]]\npython = "3.12"\ncuda = "13.0"\ntorch = "2.11.0"\n'
