@@ -142,6 +142,12 @@ def test_the_pin_rule_itself(uses: str, ok: bool) -> None:
 EXTRA_PERMISSIONS: dict[tuple[str, str], dict[str, str]] = {
     ("gpu-matrix.yml", "pages"): {"pages": "write", "id-token": "write"},
     ("gpu-matrix.yml", "release"): {"contents": "write"},
+    # artifact attestations: an OIDC token to sign with, and the right to store them
+    ("gpu-matrix.yml", "aggregate"): {
+        "contents": "read",
+        "id-token": "write",
+        "attestations": "write",
+    },
 }
 
 
@@ -363,7 +369,11 @@ def test_rehearsal_runs_the_gpu_matrix_workflow_steps_locally_in_order(
         values = {
             "inputs.selector": "",
             "inputs.suite-args": SUITE_ARGS,
-            "vars.PYTORCH_INDEX_URL": "",
+            "secrets.PYTORCH_INDEX_URL || vars.PYTORCH_INDEX_URL": "",
+            # the repository's index setting: here the loopback index
+            "secrets.PIP_INDEX_URL || vars.PIP_INDEX_URL": server.index_url("simple"),
+            # no lockfile published before: the lock step merges this run's results alone
+            "steps.previous.outputs.lockfile": "",
         }
         rehearsal.run("resolve", "resolve", values)
         rehearsal.run("resolve", "matrix", values)
@@ -456,3 +466,219 @@ def test_a_re_run_can_upload_again(workflow: Path) -> None:
         if "actions/deploy-pages@" in uses:
             name = step["with"]["artifact_name"]
             assert re.fullmatch(r"\$\{\{ needs\.\w+\.outputs\.pages-artifact \}\}", name)
+
+
+# --- index configuration, lock reuse, evidence carried over, provenance --------------------------
+
+#: nox sessions that load matrix.toml, so need its indexes' variables and pip's index.
+MATRIX_SESSIONS = {"resolve", "matrix", "build", "conformance"}
+INDEX_CONFIGURATION = {
+    "PYTORCH_INDEX_URL": "${{ secrets.PYTORCH_INDEX_URL || vars.PYTORCH_INDEX_URL }}",
+    "PIP_INDEX_URL": "${{ secrets.PIP_INDEX_URL || vars.PIP_INDEX_URL }}",
+}
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_every_step_that_loads_the_matrix_gets_the_index_configuration(workflow: Path) -> None:
+    loading = [
+        (job, step)
+        for job, step in steps(workflow)
+        if set(re.findall(r"nox -s (\w+)", step.get("run", ""))) & MATRIX_SESSIONS
+        or "bash .ci/run" in step.get("run", "")  # the test suite resolves the committed matrix
+    ]
+    assert loading or workflow.name not in ("gpu-matrix.yml", "ci.yml")
+    for job, step in loading:
+        env = step.get("env") or {}
+        given = {k: env.get(k) for k in INDEX_CONFIGURATION}
+        assert given == INDEX_CONFIGURATION, f"{workflow.name}: {job}/{step.get('name')}"
+
+
+def test_the_gpu_matrix_loads_the_matrix_in_resolve_matrix_build_and_conformance() -> None:
+    called = {
+        m for _, step in steps(GPU_MATRIX) for m in re.findall(r"nox -s (\w+)", step.get("run", ""))
+    }
+    assert called & MATRIX_SESSIONS == MATRIX_SESSIONS
+
+
+def test_lock_reuse_and_the_previous_lockfile_come_from_releases_that_carry_them() -> None:
+    resolve = step_named("resolve", "Start from the locks of the latest published lockfile")
+    assert "bash scripts/latest-compat-release.sh compat-locks.tar.gz" in resolve["run"]
+    previous = step_named("aggregate", "Start from the last published lockfile")
+    assert "bash scripts/latest-compat-release.sh compat.lock.json" in previous["run"]
+    for step in (resolve, previous):
+        assert "--limit 1" not in step["run"]  # the newest release need not be a lockfile's
+        assert step["env"]["GH_TOKEN"] == "${{ github.token }}"
+    names = [s.get("name", s.get("uses", "")) for s in jobs(GPU_MATRIX)["aggregate"]["steps"]]
+    assert names.index("Start from the last published lockfile") < names.index(
+        "Merge the results into the compatibility lockfile"
+    )
+    lock = find_step(load(GPU_MATRIX), "aggregate", "lock")
+    assert lock["env"]["PREVIOUS"] == "${{ steps.previous.outputs.lockfile }}"
+    assert '--previous "$PREVIOUS"' in lock["run"]
+
+
+def test_the_aggregate_job_attests_what_is_published() -> None:
+    aggregate = jobs(GPU_MATRIX)["aggregate"]
+    names = [s.get("name", "") for s in aggregate["steps"]]
+    attest = step_named("aggregate", "Attest the lockfile, its archive and the results it merged")
+    assert attest["uses"].startswith("actions/attest-build-provenance@")
+    subjects = attest["with"]["subject-path"].split()
+    assert subjects == ["compat.lock.json", "compat-locks.tar.gz", "results/**/*.json"]
+    pack = names.index("Pack the lockfile with the locks it points at")
+    assert (
+        pack
+        < names.index(attest["name"])
+        < names.index("Upload the lockfile and the locks it points at")
+    )
+    upload = step_named("aggregate", "Upload the lockfile and the locks it points at")
+    assert "compat-locks.tar.gz" in upload["with"]["path"].split()
+    # the release publishes the attested bytes: it packs nothing of its own
+    create = step_named("release", "Create the release with the lockfile as its asset")
+    assert "tar " not in create["run"]
+    assert "compat.lock.json compat-locks.tar.gz" in create["run"]
+    # only the aggregate job can sign
+    for workflow in WORKFLOWS:
+        for name, job in jobs(workflow).items():
+            permissions = job.get("permissions") or {}
+            if (workflow.name, name) != ("gpu-matrix.yml", "aggregate"):
+                assert "attestations" not in permissions, (workflow.name, name)
+
+
+# --- scripts/latest-compat-release.sh against a stand-in gh --------------------------------------
+
+FAKE_GH = """\
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_GH_LOG"], "a") as log:
+    log.write(" ".join(args) + "\\n")
+releases = json.loads(open(os.environ["FAKE_GH_RELEASES"]).read())  # newest first
+if args[:2] == ["release", "list"]:
+    expected = ["--exclude-drafts", "--exclude-pre-releases", "--json", "tagName", "--jq", ".[].tagName"]
+    assert args[2] == "--limit" and args[4:] == expected, args
+    shown = [r for r in releases if not r.get("draft") and not r.get("prerelease")]
+    for release in shown[: int(args[3])]:
+        print(release["tag"])
+elif args[:2] == ["release", "view"]:
+    assert args[3:] == ["--json", "assets", "--jq", ".assets[].name"], args
+    release = next(r for r in releases if r["tag"] == args[2])
+    if release.get("fail"):
+        sys.exit("HTTP 502: Bad Gateway (https://api.github.com/graphql)")
+    for name in release["assets"]:
+        print(name)
+else:
+    sys.exit(f"the stand-in gh does not know {args}")
+"""
+
+BOTH = ["compat.lock.json", "compat-locks.tar.gz"]
+PROJECT_RELEASE = {"tag": "v1.4.0", "assets": ["gpu_envbuilder-1.4.0.tar.gz"]}
+
+
+def find_release(
+    tmp_path: Path, releases: list[dict[str, Any]], asset: str
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    gh = tmp_path / "bin" / "gh"
+    gh.parent.mkdir(exist_ok=True)
+    gh.write_text(f"#!{sys.executable}\n{FAKE_GH}", encoding="utf-8")
+    gh.chmod(0o755)
+    (tmp_path / "releases.json").write_text(json.dumps(releases), encoding="utf-8")
+    log = tmp_path / "gh.log"
+    log.write_text("", encoding="utf-8")
+    env = {
+        "PATH": os.pathsep.join([str(gh.parent), os.environ.get("PATH", "")]),
+        "FAKE_GH_RELEASES": str(tmp_path / "releases.json"),
+        "FAKE_GH_LOG": str(log),
+    }
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "latest-compat-release.sh"), asset],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return proc, log.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.mark.parametrize(
+    ("releases", "asset", "expected"),
+    [
+        # an ordinary release of the project is the newest: it is passed over
+        (
+            [
+                PROJECT_RELEASE,
+                {"tag": "compat-2", "assets": BOTH},
+                {"tag": "compat-1", "assets": BOTH},
+            ],
+            "compat-locks.tar.gz",
+            "compat-2",
+        ),
+        # drafts and pre-releases are not published
+        (
+            [
+                {"tag": "compat-3", "assets": BOTH, "draft": True},
+                {"tag": "compat-x", "assets": BOTH, "prerelease": True},
+                PROJECT_RELEASE,
+                {"tag": "compat-1", "assets": BOTH},
+            ],
+            "compat.lock.json",
+            "compat-1",
+        ),
+        # a release with the lockfile but not the locks' archive
+        (
+            [
+                {"tag": "compat-2", "assets": ["compat.lock.json"]},
+                {"tag": "compat-1", "assets": BOTH},
+            ],
+            "compat-locks.tar.gz",
+            "compat-1",
+        ),
+        # an asset whose name merely contains the one asked for does not count
+        (
+            [
+                {"tag": "notes", "assets": ["old-compat.lock.json"]},
+                {"tag": "compat-1", "assets": BOTH},
+            ],
+            "compat.lock.json",
+            "compat-1",
+        ),
+        ([PROJECT_RELEASE], "compat.lock.json", ""),
+        ([], "compat.lock.json", ""),
+    ],
+    ids=[
+        "project-release-newest",
+        "drafts-and-pre-releases",
+        "asset-missing",
+        "exact-name",
+        "none",
+        "no-releases",
+    ],
+)
+def test_the_newest_release_that_carries_the_asset_is_found(
+    tmp_path: Path, releases: list[dict[str, Any]], asset: str, expected: str
+) -> None:
+    proc, calls = find_release(tmp_path, releases, asset)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (f"{expected}\n" if expected else "")
+    assert calls[0].startswith("release list --limit 1000 ")
+
+
+def test_a_release_gh_cannot_read_fails_the_search_instead_of_taking_an_older_one(
+    tmp_path: Path,
+) -> None:
+    releases: list[dict[str, Any]] = [
+        {"tag": "compat-2", "assets": BOTH, "fail": True},
+        {"tag": "compat-1", "assets": BOTH},
+    ]
+    proc, calls = find_release(tmp_path, releases, "compat.lock.json")
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    assert "HTTP 502" in proc.stderr
+    assert calls[-1] == "release view compat-2 --json assets --jq .assets[].name"
+
+
+def test_the_scripts_are_shellcheck_clean() -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (.ci/setup installs it)")
+    scripts = sorted((REPO / "scripts").glob("*.sh"))
+    assert scripts
+    proc = subprocess.run(
+        [shellcheck, *map(str, scripts)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
