@@ -66,6 +66,13 @@ def _target(entry: Entry) -> Target:
     return target
 
 
+def _checked_closure(entry: Entry, pylock: Path) -> None:
+    """Select the target's part of the lock, refusing sdists and plain-HTTP files in it."""
+    from envbuilder.pylock import read_lock, select
+
+    select(read_lock(pylock.read_bytes(), source=pylock), _target(entry), source=pylock)
+
+
 def exported_requirements(entry: Entry, pylock: Path) -> str:
     """A ``--require-hashes`` requirements file for the entry's target."""
     from envbuilder.pylock import read_lock, requirements_text, select
@@ -131,6 +138,9 @@ def exported(lockfile: Path, combination: str, fmt: str) -> bytes:
         raise InputError(f"no combination {combination!r} in {lockfile}{hint}")
     pylock = locate_pylock(lockfile, entry)
     if fmt == "pylock":
+        # The pylock goes out as locked, but only after the checks every export makes: what
+        # the target installs from it is wheels only, from https://, file:// or loopback.
+        _checked_closure(entry, pylock)
         return pylock.read_bytes()
     if fmt == "constraints":
         return exported_constraints(entry, pylock).encode("utf-8")
