@@ -128,6 +128,13 @@ def parse(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # --help, usage or an error message into a closed pipe
+        return _reader_gone()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     args.settings = Settings.from_environment(os.environ, debug=args.debug)
     debug = args.settings.debug
@@ -160,10 +167,31 @@ def describe_os_error(error: OSError) -> str:
 _OWN_ESCAPES = frozenset({"resolve"})
 
 
+#: What a shell reports for a command that SIGPIPE ended (128 + 13).
+SIGPIPE_STATUS = 141
+
+
+def _reader_gone() -> int:
+    """``envbuilder query | head -1``: the reader left; stop quietly, as `cat` does.
+
+    Standard output is pointed at /dev/null so that the interpreter's last flush at exit
+    does not raise again and print "Exception ignored … BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real descriptor behind stdout (a test's capture)
+        pass
+    return SIGPIPE_STATUS
+
+
 def _run(args: argparse.Namespace, debug: bool) -> int:
     try:
         check_command(args.command, args)
         rc: int = args._module.run(args)
+        sys.stdout.flush()  # a reader that went away is found here, not at exit
+    except BrokenPipeError:
+        return _reader_gone()
     except EnvbuilderError as e:
         if debug:
             raise
