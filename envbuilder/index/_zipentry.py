@@ -23,7 +23,15 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["DirectoryBounds", "Entry", "NotHandled", "extract", "find_directory", "find_entry"]
+__all__ = [
+    "DirectoryBounds",
+    "Entry",
+    "NotHandled",
+    "TooLarge",
+    "extract",
+    "find_directory",
+    "find_entry",
+]
 
 # The layouts of the zip specification (APPNOTE.TXT 4.3.7, 4.3.12, 4.3.15, 4.3.16).
 END_SIGNATURE, _END_FORMAT = b"PK\x05\x06", "<4s4H2LH"
@@ -42,6 +50,10 @@ _ZIP64_MARK = 0xFFFFFFFF
 
 class NotHandled(ValueError):
     """A case left to `zipfile` (zip64, encryption, a disagreeing header, ...)."""
+
+
+class TooLarge(ValueError):
+    """A member larger than the reader's bound (said so by its record, or found inflating)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,8 +169,12 @@ def find_entry(directory: bytes, name: str) -> Entry | None:
     return None
 
 
-def extract(entry: Entry, read: Callable[[int, int], bytes]) -> bytes:
-    """The member's bytes; ``read(start, end)`` gives the archive's bytes ``[start, end)``."""
+def extract(entry: Entry, read: Callable[[int, int], bytes], *, max_size: int) -> bytes:
+    """The member's bytes; ``read(start, end)`` gives the archive's bytes ``[start, end)``.
+    Raises `TooLarge` for a member of more than ``max_size`` bytes, before reading it
+    when its record says so, else as soon as inflating passes the bound."""
+    if entry.file_size > max_size or entry.compress_size > max_size + 1024:
+        raise TooLarge(f"{entry.name!r} is {entry.file_size} bytes, more than {max_size}")
     header_end = entry.header_offset + LOCAL_SIZE
     header = read(entry.header_offset, header_end)
     if len(header) != LOCAL_SIZE:
@@ -173,9 +189,11 @@ def extract(entry: Entry, read: Callable[[int, int], bytes]) -> bytes:
     if entry.compress_type == _DEFLATED:
         inflate = zlib.decompressobj(-zlib.MAX_WBITS)
         try:
-            data = inflate.decompress(data) + inflate.flush()
+            data = inflate.decompress(data, max_size + 1)
         except zlib.error as e:
             raise NotHandled(f"{entry.name!r}: {e}") from e
+        if len(data) > max_size:
+            raise TooLarge(f"{entry.name!r} inflates to more than {max_size} bytes")
     if len(data) != entry.file_size or zlib.crc32(data) != entry.crc:
         raise NotHandled(f"{entry.name!r}: the size or CRC-32 does not match the directory")
     return data

@@ -8,16 +8,26 @@ have something to serve. Range responses (206) are never cached by
 CacheControl; callers keep what they derive from them in the small
 content-addressed store (``cache_get`` / ``cache_put``), keyed by the file's
 sha256 where known - files on an index are immutable.
+
+Every body is bounded: read within the URL's time budget in all (a server
+trickling a byte at a time is cut off, not only one that stops), and no
+larger than ``max_bytes`` once decompressed (a gzip bomb is refused after
+``max_bytes``, not inflated in memory). A response that varies on a
+header carrying a secret (``Vary: Authorization``) is never written to the
+cache: CacheControl would store the request's header beside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import hashlib
 import logging
 import re
+import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +48,11 @@ from envbuilder.errors import IndexError_
 from envbuilder.files import atomic_writer
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_URL_BUDGET",
+    "MAX_BODY",
     "RETRY_STATUSES",
+    "SECRET_HEADERS",
     "HttpClient",
     "HttpNotFound",
     "HttpResponse",
@@ -47,6 +61,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: Seconds one read may wait, and one URL may take in all, retries included.
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_URL_BUDGET = 90.0
+#: The most bytes a whole response may hold once decompressed (index pages, ``.metadata``).
+MAX_BODY = 64 * 2**20
+#: Request headers that carry a secret: a response that varies on one is not cached.
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+_CHUNK = 64 * 1024
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 
@@ -112,12 +134,65 @@ class _KeepUnvalidated(BaseHeuristic):
         return None
 
 
-class _OfflineController(CacheController):
+class _Controller(CacheController):
+    """CacheControl's controller, except that a response varying on a secret header is
+    not stored: the cache entry would hold the request's value of that header
+    (``Authorization: Basic <user:password>``), and CI saves and restores caches."""
+
+    def _cache_set(
+        self, cache_url: str, request: Any, response: HTTPResponse, *args: Any, **kwargs: Any
+    ) -> None:
+        varied = {h.strip().lower() for h in response.headers.get("vary", "").split(",")}
+        secret = sorted(h for h in varied & SECRET_HEADERS if h in request.headers)
+        if secret:
+            logger.debug("not caching %s: the response varies on %s", cache_url, secret)
+            return
+        super()._cache_set(cache_url, request, response, *args, **kwargs)
+
+
+class _OfflineController(_Controller):
     """Serve whatever is cached, however stale: there is no network to revalidate with."""
 
     def cached_request(self, request: Any) -> Any:
         cached = self._load_from_cache(request)
         return cached if cached is not None else False
+
+
+class _TolerantFileCache(FileCache):
+    """A `FileCache` that a directory it cannot write to does not stop: a run on a
+    read-only cache warns once and goes on without storing (it still reads)."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self._warned = False
+
+    def _unwritable(self, e: OSError) -> None:
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "cannot write the HTTP cache in %s (%s); going on without storing pages",
+                self.directory,
+                e.strerror or e,
+            )
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return super().get(key)
+        except OSError as e:  # a directory on the way is a file, say
+            self._unwritable(e)
+            return None
+
+    def set(self, key: str, value: bytes, expires: Any = None) -> None:
+        try:
+            super().set(key, value, expires)
+        except OSError as e:
+            self._unwritable(e)
+
+    def delete(self, key: str) -> None:
+        try:
+            super().delete(key)
+        except OSError as e:
+            self._unwritable(e)
 
 
 class _NetworkGate(HTTPAdapter):
@@ -160,9 +235,9 @@ class HttpClient:
         offline: bool = False,
         ca_bundle: str | None = None,
         retries: int = 4,
-        timeout: float = 30,
+        timeout: float = DEFAULT_TIMEOUT,
         backoff_factor: float = 0.5,
-        url_budget: float = 90,
+        url_budget: float = DEFAULT_URL_BUDGET,
         page_ttl: int = 600,
         max_workers: int = 8,
         credentials: Credentials | None = None,
@@ -178,6 +253,7 @@ class HttpClient:
         self._counters = _Counters()
         self._verify: bool | str = ca_bundle if ca_bundle else True
         self._failed: dict[str, str] = {}
+        self._exists: dict[str, bool | None] = {}
         self._failed_lock = threading.Lock()
         self._cancelled = threading.Event()
         pool = max(10, max_workers)
@@ -190,13 +266,16 @@ class HttpClient:
         }
         self._session = requests.Session()
         self._session.headers["User-Agent"] = f"envbuilder/{__version__}"
+        # Only the encodings `_Body` decodes itself, bounded (not brotli or zstd).
+        self._session.headers["Accept-Encoding"] = "gzip, deflate"
         self._cache: FileCache | None = None
+        self._blobs_warned = False
         if cache_dir is not None:
-            self._cache = FileCache(str(cache_dir / "http"))
+            self._cache = _TolerantFileCache(str(cache_dir / "http"))
             adapter: HTTPAdapter = _CachingGate(
                 cache=self._cache,
                 heuristic=_KeepUnvalidated(page_ttl),
-                controller_class=_OfflineController if offline else None,
+                controller_class=_OfflineController if offline else _Controller,
                 **gate_kwargs,
             )
         else:
@@ -248,11 +327,12 @@ class HttpClient:
         session: requests.Session,
         url: str,
         headers: Mapping[str, str] | None,
-        read: Callable[[requests.Response], _T],
+        read: Callable[[requests.Response, float], _T],
         *,
         keep_open: bool = False,
     ) -> _T:
-        """``read`` of a response to GET ``url``, each failure that may pass retried.
+        """``read(response, deadline)`` of a response to GET ``url``, each failure that
+        may pass retried, all within ``url_budget`` seconds (``deadline``, monotonic).
 
         ``read`` raises `_Transient` for a body that broke off; `IndexError_` for
         an answer that retrying cannot change (404, 403, a bad page). The response
@@ -288,7 +368,7 @@ class HttpClient:
                 handed_over = False
                 try:
                     if resp.status_code not in RETRY_STATUSES:
-                        result = read(resp)
+                        result = read(resp, deadline)
                         handed_over = keep_open
                         return result
                     problem = _status_message(shown, resp)
@@ -319,16 +399,64 @@ class HttpClient:
         if self._cancelled.is_set():
             raise IndexError_(f"GET {shown!r}: interrupted")
 
-    def _read_body(self, resp: requests.Response) -> bytes:
+    def _read_body(
+        self, url: str, resp: requests.Response, deadline: float, max_bytes: int
+    ) -> bytes:
+        """The whole body, decoded, read by ``deadline`` and at most ``max_bytes`` long.
+
+        The raw bytes are read through CacheControl (which keeps them as they came)
+        and inflated here with a bound on the output, so a small compressed body
+        cannot grow into gigabytes in memory. A server that keeps the connection
+        alive with a byte now and then is cut off at the deadline: the socket's read
+        timeout alone would wait for ever.
+        """
+        shown = self.credentials.show(url)
+        decoder = _decoder(resp.headers.get("content-encoding", ""), shown)
+        watchdog = _Watchdog(resp, deadline)
+        parts: list[bytes] = []
+        size = transferred = 0
         try:
-            content = resp.content
-        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as e:
-            raise _Transient(_body_cause(e)) from e
+            while True:
+                try:
+                    chunk = resp.raw.read(_CHUNK, decode_content=False)
+                except (
+                    requests.exceptions.RequestException,
+                    urllib3.exceptions.HTTPError,
+                    OSError,
+                ) as e:
+                    if watchdog.fired:
+                        break
+                    raise _Transient(_body_cause(e)) from e
+                if watchdog.fired or not chunk:
+                    break
+                transferred += len(chunk)
+                if decoder is not None:
+                    try:
+                        chunk = decoder.decompress(chunk, max_bytes + 1 - size)
+                    except zlib.error as e:
+                        raise IndexError_(
+                            f"GET {shown!r}: the compressed body is broken: {e}"
+                        ) from e
+                size += len(chunk)
+                if size > max_bytes or transferred > max_bytes:
+                    raise IndexError_(
+                        f"GET {shown!r}: the body is larger than {max_bytes} bytes"
+                        f"{' once decompressed' if decoder is not None else ''}; refusing it "
+                        "(a decompression bomb or the wrong URL?)"
+                    )
+                parts.append(chunk)
+        finally:
+            watchdog.cancel()
+        if watchdog.fired:
+            raise IndexError_(
+                f"GET {shown!r}: the body was not read within {self.url_budget:.0f} s in all "
+                f"({transferred} bytes came; a server sending it too slowly?)"
+            )
+        if decoder is not None and not decoder.eof and transferred:
+            raise _Transient("the compressed body ends early")
         if not getattr(resp, "from_cache", False):
-            tell = getattr(resp.raw, "tell", None)
-            transferred = int(tell()) if callable(tell) else 0
-            self._counters.add_bytes(transferred or len(content))
-        return content
+            self._counters.add_bytes(transferred)
+        return b"".join(parts)
 
     def _refuse_status(self, url: str, resp: requests.Response, what: str = "") -> None:
         shown = self.credentials.show(url)
@@ -337,12 +465,19 @@ class HttpClient:
         if resp.status_code >= 400:
             raise IndexError_(_status_message(shown, resp))
 
-    def get(self, url: str, *, headers: Mapping[str, str] | None = None) -> HttpResponse:
-        """GET a whole resource through the cache; 404/410 raise `HttpNotFound`, other errors `IndexError_`."""
+    def get(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        max_bytes: int = MAX_BODY,
+    ) -> HttpResponse:
+        """GET a whole resource through the cache; 404/410 raise `HttpNotFound`, other
+        errors `IndexError_`, as does a body over ``max_bytes`` (decompressed)."""
 
-        def read(resp: requests.Response) -> HttpResponse:
+        def read(resp: requests.Response, deadline: float) -> HttpResponse:
             self._refuse_status(url, resp)
-            content = self._read_body(resp)
+            content = self._read_body(url, resp, deadline, max_bytes)
             from_cache = bool(getattr(resp, "from_cache", False))
             logger.debug(
                 "GET %s -> %s (%s bytes, %s)",
@@ -366,7 +501,7 @@ class HttpClient:
         headers = {"Range": f"bytes={spec}", "Accept-Encoding": "identity"}
         shown = self.credentials.show(url)
 
-        def read(resp: requests.Response) -> tuple[bytes, int, int]:
+        def read(resp: requests.Response, deadline: float) -> tuple[bytes, int, int]:
             self._refuse_status(url, resp, f" (Range {spec})")
             if resp.status_code == 200:
                 # Closing without reading: a server that ignores Range would send the whole file.
@@ -383,8 +518,8 @@ class HttpClient:
                     f"GET {shown!r}: HTTP 206 with an unusable Content-Range "
                     f"{resp.headers.get('content-range')!r}"
                 )
-            body = self._read_body(resp)
             start, end, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
+            body = self._read_body(url, resp, deadline, max(0, end - start + 1))
             if len(body) != end - start + 1:
                 raise IndexError_(
                     f"GET {shown!r}: Content-Range says {end - start + 1} bytes, got {len(body)}"
@@ -399,7 +534,7 @@ class HttpClient:
         retry: it has the chunks), verified with the CA bundle and refused offline."""
         shown = self.credentials.show(url)
 
-        def opened(resp: requests.Response) -> requests.Response:
+        def opened(resp: requests.Response, _deadline: float) -> requests.Response:
             self._refuse_status(url, resp)
             if resp.status_code != 200:
                 raise IndexError_(_status_message(shown, resp))
@@ -433,6 +568,36 @@ class HttpClient:
         body, _start, total = self._range(url, f"-{length}")
         return body, total
 
+    def exists(self, url: str) -> bool | None:
+        """Whether ``url`` is there, by one HEAD request past the cache (remembered for the
+        run): False for 404/410, True for any other answer below 400, None when the
+        server cannot say (an error, a refused HEAD)."""
+        if self.offline:
+            return None
+        with self._failed_lock:
+            if url in self._exists:
+                return self._exists[url]
+        found: bool | None
+        try:
+            resp = self._range_session.head(
+                url,
+                auth=self.credentials.for_url(url),
+                timeout=self.timeout,
+                verify=self._verify,
+                allow_redirects=True,
+            )
+            resp.close()
+        except requests.exceptions.RequestException as e:
+            logger.debug("HEAD %s failed: %s", self.credentials.show(url), _cause(e))
+            found = None
+        else:
+            found = resp.status_code not in (404, 410) if resp.status_code < 500 else None
+            if resp.status_code >= 400 and resp.status_code not in (404, 410):
+                found = None
+        with self._failed_lock:
+            self._exists[url] = found
+        return found
+
     def size(self, url: str) -> int:
         """The size of ``url`` in bytes, from a one-byte suffix range (some servers lie to HEAD)."""
         return self.get_tail(url, 1)[1]
@@ -446,22 +611,76 @@ class HttpClient:
         return self.cache_dir / "blobs" / digest[:2] / digest
 
     def cache_get(self, key: str) -> bytes | None:
-        """What `cache_put` stored under ``key``, or None."""
+        """What `cache_put` stored under ``key``, or None (also when the stored bytes no
+        longer match the sha256 kept beside them: a damaged entry is read again)."""
         path = self._blob_path(key)
         if path is None:
             return None
         try:
-            return path.read_bytes()
-        except FileNotFoundError:
+            stored = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        digest, sep, data = stored.partition(b"\n")
+        if not sep or hashlib.sha256(data).hexdigest().encode() != digest:
+            logger.debug("ignoring damaged cache entry %s", path)
+            return None
+        return data
 
     def cache_put(self, key: str, data: bytes) -> None:
-        """Store immutable ``data`` under ``key`` (atomically; a no-op without a cache_dir)."""
+        """Store immutable ``data`` under ``key`` with its sha256 (atomically; a no-op
+        without a cache_dir; a cache that cannot be written is warned about once)."""
         path = self._blob_path(key)
         if path is None:
             return
-        with atomic_writer(path) as f:
-            f.write(data)
+        try:
+            with atomic_writer(path) as f:
+                f.write(hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+        except OSError as e:
+            if not self._blobs_warned:
+                self._blobs_warned = True
+                logger.warning(
+                    "cannot write the cache in %s (%s); going on without storing",
+                    path.parent.parent,
+                    e.strerror or e,
+                )
+
+
+class _Watchdog:
+    """Cut ``resp``'s connection at ``deadline`` (monotonic): a read blocked on it returns."""
+
+    def __init__(self, resp: requests.Response, deadline: float) -> None:
+        self.fired = False
+        self._resp = resp
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cut(self) -> None:
+        connection = getattr(self._resp.raw, "_connection", None)
+        sock = getattr(connection, "sock", None)
+        self.fired = True
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _decoder(content_encoding: str, shown: str) -> Any:
+    """A zlib decompressor for the body's Content-Encoding (None for identity)."""
+    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
+    codings = [c for c in codings if c != "identity"]
+    if not codings:
+        return None
+    if codings in (["gzip"], ["x-gzip"]):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if codings == ["deflate"]:
+        return zlib.decompressobj()
+    raise IndexError_(
+        f"GET {shown!r}: unsupported Content-Encoding {content_encoding!r} "
+        "(envbuilder asks for gzip or deflate only)"
+    )
 
 
 def _cause(e: BaseException) -> str:

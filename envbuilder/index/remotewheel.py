@@ -7,8 +7,16 @@ the central directory only when the member's record is not in the tail, then
 the member's local header and data in one request (`_zipentry` reads the one
 record). An archive that reader leaves alone is read with ``zipfile``,
 fetching only the blocks it asks for. Results are kept in
-the client's content-addressed store, keyed by the wheel's sha256, so a
-warm run needs no network at all.
+the client's content-addressed store, keyed by the wheel's sha256 (and the
+metadata's own sha256 where the index gives it), so a warm run needs no
+network at all.
+
+Nothing is kept or returned before it is checked: a member is at most
+``MAX_MEMBER`` bytes (a small wheel cannot inflate into gigabytes), a
+``.metadata`` file matches the sha256 the index gives for it, and METADATA
+must be UTF-8 core metadata naming the wheel's own project and version (an
+HTML login page, or another wheel's metadata from a confused proxy, is an
+error naming the URL, never evidence that a release cannot be used).
 """
 
 from __future__ import annotations
@@ -22,8 +30,12 @@ import logging
 import threading
 import weakref
 import zipfile
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import IndexError_
 from envbuilder.index import _zipentry
@@ -32,8 +44,10 @@ from envbuilder.index.simple import DistributionFile, is_local, local_path
 
 __all__ = [
     "BLOCK_SIZE",
+    "MAX_MEMBER",
     "TAIL_SIZE",
     "RangeFile",
+    "check_metadata",
     "metadata_member_name",
     "parse_metadata",
     "read_by_directory",
@@ -44,6 +58,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 TAIL_SIZE = 64 * 1024
+#: The largest METADATA or member read from a wheel (real METADATA is kilobytes; a long
+#: description makes it a few megabytes).
+MAX_MEMBER = 16 * 2**20
 BLOCK_SIZE = 16 * 1024
 #: Wheels whose fetched blocks each client keeps in memory, so that reading METADATA and
 #: then a member of the same wheel does not fetch the central directory twice.
@@ -178,9 +195,51 @@ def parse_metadata(data: bytes) -> email.message.Message:
     return email.parser.BytesParser(policy=email.policy.compat32).parsebytes(data)
 
 
+def _metadata_sha256(file: DistributionFile) -> str | None:
+    return file.core_metadata.get("sha256") if isinstance(file.core_metadata, dict) else None
+
+
 def _cache_key(file: DistributionFile, member: str) -> str:
     identity = f"sha256:{file.sha256}" if file.sha256 else f"url:{file.url}"
+    own = _metadata_sha256(file) if member == "METADATA" else None
+    if own is not None:  # the bytes' own hash: a new claim by the index is a new key
+        identity += f"\0metadata-sha256:{own}"
     return f"wheel-member\0{identity}\0{member}"
+
+
+def check_metadata(data: bytes, filename: str, source: str) -> email.message.Message:
+    """``data`` read as the core metadata of the wheel ``filename``, or `IndexError_`
+    naming ``source`` when it is not that: not UTF-8, an HTML page, no Metadata-Version,
+    or the Name and Version of another release."""
+    head = data.lstrip()[:64].lower()
+    if head.startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"<body")):
+        raise IndexError_(
+            f"{source}: an HTML page instead of core metadata (a login or captive portal "
+            "page?); not reading it as the wheel's METADATA"
+        )
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise IndexError_(
+            f"{source}: METADATA is not UTF-8 (byte {e.start}: {data[e.start : e.start + 1]!r}); "
+            "core metadata must be UTF-8"
+        ) from e
+    message = parse_metadata(data)
+    problems = [f"no {h}" for h in ("Metadata-Version", "Name", "Version") if not message.get(h)]
+    if not problems:
+        name, version = filename.split("-")[:2]
+        if canonicalize_name(str(message["Name"])) != canonicalize_name(name):
+            problems.append(f"Name {str(message['Name'])!r} is not the wheel's {name!r}")
+        try:
+            if Version(str(message["Version"])) != Version(version):
+                problems.append(
+                    f"Version {str(message['Version'])!r} is not the wheel's {version!r}"
+                )
+        except InvalidVersion:
+            problems.append(f"Version {str(message['Version'])!r} is not a version")
+    if problems:
+        raise IndexError_(f"{source}: not the core metadata of {filename!r}: {'; '.join(problems)}")
+    return message
 
 
 def _metadata_in(names: list[str], filename: str) -> str | None:
@@ -199,7 +258,18 @@ def _from_zip(archive: zipfile.ZipFile, filename: str, member: str | None) -> by
     target = _metadata_in(names, filename) if member is None else member
     if target is None or target not in names:
         return None
-    return archive.read(target)
+    info = archive.getinfo(target)
+    if info.file_size > MAX_MEMBER:
+        raise _zipentry.TooLarge(f"{target!r} is {info.file_size} bytes, more than {MAX_MEMBER}")
+    with archive.open(info) as opened:
+        data = opened.read(MAX_MEMBER + 1)
+    if len(data) > MAX_MEMBER:
+        raise _zipentry.TooLarge(f"{target!r} inflates to more than {MAX_MEMBER} bytes")
+    return data
+
+
+#: What a broken archive raises from `zipfile` besides `BadZipFile`.
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError)
 
 
 class _WheelBlocks:
@@ -239,6 +309,11 @@ def _open_remote(client: HttpClient, file: DistributionFile) -> RangeFile:
         size, blocks = known
         return RangeFile(size, fetch, name=file.url, blocks=blocks)
     tail, size = client.get_tail(file.url, TAIL_SIZE)
+    if file.size is not None and size != file.size:
+        raise IndexError_(
+            f"{file.url!r}: the server has {size} bytes where the index lists {file.size} "
+            "(another file behind the same URL?)"
+        )
     blocks = {}
     remote = RangeFile(size, fetch, name=file.url, blocks=blocks)
     remote.preload(size - len(tail), tail)
@@ -263,8 +338,9 @@ def read_by_directory(remote: RangeFile, name: str) -> bytes | None:
         entry = _zipentry.find_entry(remote.read_at(bounds.start, bounds.end), name)
     if entry is None:
         return None
-    remote.read_at(*entry.span(slack=_LOCAL_EXTRA_SLACK))  # header and data in one request
-    return _zipentry.extract(entry, remote.read_at)
+    if entry.file_size <= MAX_MEMBER:
+        remote.read_at(*entry.span(slack=_LOCAL_EXTRA_SLACK))  # header and data in one request
+    return _zipentry.extract(entry, remote.read_at, max_size=MAX_MEMBER)
 
 
 def _read_by_ranges(client: HttpClient, file: DistributionFile, member: str | None) -> bytes | None:
@@ -281,7 +357,7 @@ def _read_by_ranges(client: HttpClient, file: DistributionFile, member: str | No
     try:
         with zipfile.ZipFile(remote) as archive:
             return _from_zip(archive, file.filename, member)
-    except zipfile.BadZipFile as e:
+    except _ZIP_ERRORS as e:
         raise IndexError_(f"{file.url!r} is not a valid wheel (zip): {e}") from e
 
 
@@ -292,41 +368,57 @@ def _read_local(file: DistributionFile, member: str | None) -> bytes | None:
             return _from_zip(archive, file.filename, member)
     except FileNotFoundError as e:
         raise IndexError_(f"wheel {str(path)!r} does not exist") from e
-    except zipfile.BadZipFile as e:
+    except _ZIP_ERRORS as e:
         raise IndexError_(f"{str(path)!r} is not a valid wheel (zip): {e}") from e
 
 
 def _read_pep658(client: HttpClient, file: DistributionFile) -> bytes | None:
     url = file.url + ".metadata"
     try:
-        data = client.get(url).content
+        data = client.get(url, max_bytes=MAX_MEMBER).content
     except HttpNotFound:
         logger.debug("%s advertised but missing (404); reading the wheel by ranges", url)
         return None
-    expected = file.core_metadata.get("sha256") if isinstance(file.core_metadata, dict) else None
-    if expected is not None and hashlib.sha256(data).hexdigest() != expected.lower():
-        raise IndexError_(
-            f"{url!r}: sha256 {hashlib.sha256(data).hexdigest()!r} does not match the "
-            f"index's {expected!r}; the index or a proxy is serving a wrong file"
-        )
+    expected = _metadata_sha256(file)
+    try:
+        if expected is not None and hashlib.sha256(data).hexdigest() != expected.lower():
+            raise IndexError_(
+                f"{url!r}: sha256 {hashlib.sha256(data).hexdigest()!r} does not match the "
+                f"index's {expected!r}; the index or a proxy is serving a wrong file"
+            )
+        check_metadata(data, file.filename, repr(url))
+    except IndexError_:
+        client.forget(url)  # the next run asks again
+        raise
     return data
 
 
 def _read(client: HttpClient, file: DistributionFile, member: str | None) -> bytes | None:
     if not file.is_wheel:
         raise IndexError_(f"{file.filename!r} is not a wheel; only wheels can be read remotely")
-    if is_local(file.url):
-        return _read_local(file, member)
-    key = _cache_key(file, member or "METADATA")
-    cached = client.cache_get(key)
-    if cached is not None:
-        return None if cached == _ABSENT else cached[len(_PRESENT) :]
-    data: bytes | None = None
-    if member is None and file.core_metadata:
-        data = _read_pep658(client, file)
-    if data is None:
-        data = _read_by_ranges(client, file, member)
+    try:
+        if is_local(file.url):
+            return _checked(_read_local(file, member), file, member)
+        key = _cache_key(file, member or "METADATA")
+        cached = client.cache_get(key)
+        if cached is not None:
+            return None if cached == _ABSENT else cached[len(_PRESENT) :]
+        data: bytes | None = None
+        if member is None and file.core_metadata:
+            data = _read_pep658(client, file)
+        if data is None:
+            data = _checked(_read_by_ranges(client, file, member), file, member)
+    except _zipentry.TooLarge as e:
+        raise IndexError_(
+            f"{file.url!r}: {e}; refusing it (a decompression bomb or a broken wheel?)"
+        ) from e
     client.cache_put(key, _ABSENT if data is None else _PRESENT + data)
+    return data
+
+
+def _checked(data: bytes | None, file: DistributionFile, member: str | None) -> bytes | None:
+    if data is not None and member is None:
+        check_metadata(data, file.filename, f"{file.url!r} (METADATA)")
     return data
 
 
@@ -335,7 +427,7 @@ def read_core_metadata(client: HttpClient, file: DistributionFile) -> email.mess
     data = _read(client, file, None)
     if data is None:
         raise IndexError_(f"{file.filename!r} ({file.url!r}) has no .dist-info/METADATA")
-    return parse_metadata(data)
+    return check_metadata(data, file.filename, repr(file.url))
 
 
 def read_member(client: HttpClient, file: DistributionFile, member_name: str) -> bytes | None:

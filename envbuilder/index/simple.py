@@ -2,6 +2,12 @@
 
 Also reads a flat find-links page and a local directory of wheels, since a
 locally built torch may live in one.
+
+A page is read whole or refused: a file entry with fields of the wrong types,
+or a remote page linking a file outside HTTP(S) (``file://``), is an
+`IndexError_` naming the page, never a page with that file left out (which
+would read as "not on the index"). A 404 for a project is an empty page
+only when the index itself answers; a 404 for the index is an error.
 """
 
 from __future__ import annotations
@@ -118,10 +124,16 @@ def project_url(index_url: str, project: str) -> str:
     return f"{index_url.rstrip('/')}/{canonicalize_name(project)}/"
 
 
-def _split_url(url: str, base: str) -> tuple[str, dict[str, str]]:
+def _split_url(url: str, base: str, page_url: str | None = None) -> tuple[str, dict[str, str]]:
     """Absolute URL without fragment or user name and password, and the hash the
-    fragment names (``#sha256=...``)."""
+    fragment names (``#sha256=...``). With ``page_url`` on HTTP(S), a file URL that
+    is not HTTP(S) is refused: a remote index must not point a lock at local files."""
     absolute = split_credentials(urllib.parse.urljoin(base, url))[0]
+    if page_url is not None and not is_local(page_url) and is_local(absolute):
+        raise IndexError_(
+            f"{page_url!r} links {absolute.split('#')[0]!r}, which is not an http(s) URL; "
+            "a remote index may only list files on http(s)"
+        )
     clean, fragment = urllib.parse.urldefrag(absolute)
     hashes: dict[str, str] = {}
     if fragment:
@@ -151,37 +163,66 @@ def _versions_from(files: Iterable[DistributionFile]) -> tuple[str, ...]:
 # -- PEP 691 JSON ---------------------------------------------------------------------------
 
 
-def _json_core_metadata(entry: Mapping[str, Any]) -> CoreMetadata:
-    value = entry.get("core-metadata", entry.get("dist-info-metadata", False))
-    if isinstance(value, dict):
-        return {str(k): str(v) for k, v in value.items()}
-    return bool(value)
+def _preferred(values: Iterable[CoreMetadata]) -> CoreMetadata:
+    """PEP 714's ``core-metadata`` and the older ``dist-info-metadata`` together: the
+    first that gives a hash, else whether either says the file exists."""
+    given = list(values)
+    for value in given:
+        if isinstance(value, dict):
+            return value
+    return any(given)
 
 
-def _json_file(entry: object, page_url: str) -> DistributionFile | None:
-    """One entry of a PEP 691 ``files`` list, or None when its fields have the wrong types."""
+def _json_file(entry: object, page_url: str, number: int) -> DistributionFile:
+    """Entry ``number`` of a PEP 691 ``files`` list; `IndexError_` when a field has the
+    wrong type (reading it as absent would hide a file the index lists)."""
+    where = f"{page_url!r}: file entry {number}"
     if not isinstance(entry, dict):
-        return None
-    filename, url, hashes = entry.get("filename"), entry.get("url"), entry.get("hashes") or {}
-    requires_python = entry.get("requires-python") or None
-    yanked, size, uploaded = entry.get("yanked", False), entry.get("size"), entry.get("upload-time")
-    if not (isinstance(filename, str) and filename and isinstance(url, str) and url):
-        return None
-    if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
-        return None
-    if not isinstance(requires_python, str | None) or not isinstance(yanked, bool | str):
-        return None
-    absolute, fragment_hashes = _split_url(url, page_url)
+        raise IndexError_(f"{where} is a {type(entry).__name__}, not an object")
+    filename = entry.get("filename")
+    if isinstance(filename, str) and filename:
+        where += f" ({filename!r})"
+
+    def field(key: str, *types: type, required: bool = False) -> Any:
+        value = entry.get(key)
+        if value is None and not required:
+            return None
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            wanted = " or ".join(t.__name__ for t in types)
+            raise IndexError_(
+                f"{where}: {key!r} is {value!r:.80}, not a {wanted}; the page is not a valid "
+                "PEP 691 page"
+            )
+        return value
+
+    filename, url = field("filename", str, required=True), field("url", str, required=True)
+    if not filename or not url:
+        raise IndexError_(f"{where}: an empty 'filename' or 'url'")
+    hashes = field("hashes", dict) or {}
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in hashes.items()):
+        raise IndexError_(f"{where}: 'hashes' must map names to strings, not {hashes!r:.80}")
+    metadata: list[CoreMetadata] = []
+    for key in ("core-metadata", "dist-info-metadata"):
+        value = field(key, bool, dict)
+        if isinstance(value, dict):
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                raise IndexError_(f"{where}: {key!r} must map names to strings")
+            value = {k: v.lower() for k, v in value.items()}
+        metadata.append(bool(value) if value is None or isinstance(value, bool) else value)
+    requires_python = field("requires-python", str) or None
+    yanked = field("yanked", bool, str) or False
+    size, uploaded = field("size", int), field("upload-time", str)
+    absolute, fragment_hashes = _split_url(url, page_url, page_url)
     return DistributionFile(
         filename=filename,
         url=absolute,
-        hashes={str(k): v.lower() for k, v in hashes.items()} or fragment_hashes,
+        hashes={k: v.lower() for k, v in hashes.items()} or fragment_hashes,
         requires_python=requires_python,
         yanked=bool(yanked),
         yanked_reason=yanked if isinstance(yanked, str) and yanked else None,
-        core_metadata=_json_core_metadata(entry),
-        size=size if isinstance(size, int) and not isinstance(size, bool) else None,
-        upload_time=uploaded if isinstance(uploaded, str) else None,
+        core_metadata=_preferred(metadata),
+        size=size,
+        upload_time=uploaded,
     )
 
 
@@ -201,13 +242,7 @@ def parse_json_page(
     meta = data.get("meta")
     if not isinstance(meta, dict) or not isinstance(meta.get("api-version"), str):
         raise IndexError_(f"{page_url!r}: PEP 691 JSON page without meta.api-version")
-    files: list[DistributionFile] = []
-    for entry in data["files"]:
-        file = _json_file(entry, page_url)
-        if file is None:
-            logger.debug("skipping malformed file entry on %s: %.200r", page_url, entry)
-            continue
-        files.append(file)
+    files = [_json_file(entry, page_url, n) for n, entry in enumerate(data["files"])]
     name = canonicalize_name(str(data.get("name") or project))
     versions = data.get("versions")
     return ProjectPage(
@@ -265,19 +300,19 @@ class _AnchorCollector(HTMLParser):
 
 
 def _html_core_metadata(attrs: Mapping[str, str | None]) -> CoreMetadata:
+    values: list[CoreMetadata] = []
     for key in ("data-core-metadata", "data-dist-info-metadata"):
         if key not in attrs:
             continue
         value = (attrs[key] or "").strip()
-        if value in ("", "true"):
-            return True
-        if value == "false":
-            return False
         algo, sep, digest = value.partition("=")
-        if sep and digest:
-            return {algo: digest.lower()}
-        return True
-    return False
+        if value == "false":
+            values.append(False)
+        elif sep and digest:
+            values.append({algo: digest.lower()})
+        else:
+            values.append(True)
+    return _preferred(values)
 
 
 def parse_html_page(
@@ -301,7 +336,7 @@ def _parse_html(
         href = attrs.get("href")
         if not href:
             continue
-        url, hashes = _split_url(href, base)
+        url, hashes = _split_url(href, base, page_url)
         filename = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
         if not filename:
             filename = anchor_text
@@ -451,7 +486,13 @@ def fetch_project_page(client: HttpClient, index_url: str, project: str) -> Proj
     url = project_url(index_url, project)
     try:
         response = client.get(url, headers={"Accept": ACCEPT})
-    except HttpNotFound:
+    except HttpNotFound as e:
+        root = index_url.rstrip("/") + "/"
+        if client.exists(root) is False:
+            raise IndexError_(
+                f"the index {client.credentials.show(root)!r} does not exist (HTTP 404 for "
+                f"the index itself, not only for {project}); check the index URL"
+            ) from e
         logger.debug("%s: no project %s (404)", index_url, project)
         return ProjectPage(name=canonicalize_name(project), url=url)
     try:
@@ -482,6 +523,9 @@ def fetch_find_links(client: HttpClient, location: str, project: str) -> Project
         return _local_project_page(location, project)
     try:
         response = client.get(location, headers={"Accept": "text/html"})
-    except HttpNotFound:
-        return ProjectPage(name=canonicalize_name(project), url=location)
+    except HttpNotFound as e:
+        raise IndexError_(
+            f"the find-links page {client.credentials.show(location)!r} does not exist "
+            "(HTTP 404); check its URL"
+        ) from e
     return parse_html_page(response.content, page_url=response.url, project=project)

@@ -9,12 +9,15 @@ not the host — is uv's job. The result is written as a PEP 751
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,7 @@ from packaging.version import Version
 from envbuilder.credentials import Credentials, redact_text
 from envbuilder.errors import EnvbuilderError
 from envbuilder.extras import missing
+from envbuilder.index import http as index_http
 from envbuilder.pylock import (
     LockedArchive,
     LockedPackage,
@@ -87,6 +91,67 @@ def find_uv() -> str:
         raise missing("uv", extra="resolve", needed_for="computing dependency closures") from e
 
 
+def _uv_dies_with_us() -> Any:
+    """A ``preexec_fn`` that has Linux send uv SIGTERM when the thread that started it
+    dies (SIGTERM, SIGKILL, ``os._exit`` after Ctrl-C): uv never outlives envbuilder.
+    None where there is no ``prctl``."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    set_pdeathsig, sigterm = 1, int(signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    def arm() -> None:
+        prctl(set_pdeathsig, sigterm)
+        if os.getppid() != parent:  # envbuilder died before the line above
+            os._exit(1)
+
+    return arm
+
+
+def _netrc_pipe(text: str) -> int:
+    """A pipe's read end that yields ``text``: uv reads its netrc from ``/dev/fd/N``, so
+    the password is never in a file (nothing is left behind however envbuilder ends)."""
+    read_fd, write_fd = os.pipe()
+    data = text.encode("utf-8")
+
+    def feed() -> None:
+        try:
+            with os.fdopen(write_fd, "wb") as pipe:
+                pipe.write(data)
+        except OSError:  # uv ended without reading it all
+            pass
+
+    threading.Thread(target=feed, name="netrc", daemon=True).start()
+    return read_fd
+
+
+def _run_uv(argv: list[str], env: Mapping[str, str], pass_fds: tuple[int, ...]) -> tuple[int, str]:
+    """uv's exit status and its output (stderr, else stdout); uv is stopped when
+    envbuilder is (an exception here, Ctrl-C, or envbuilder's death)."""
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(env),
+        pass_fds=pass_fds,
+        preexec_fn=_uv_dies_with_us(),
+    )
+    for fd in pass_fds:
+        os.close(fd)  # uv holds its own copy
+    try:
+        stdout, stderr = proc.communicate()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc.returncode, stderr or stdout
+
+
 def lock_inputs(
     requirements: Sequence[str],
     target: Target,
@@ -134,6 +199,9 @@ def compile_closure(
     (seconds where the PATH holds version-manager shims). The target comes from
     ``python_floor`` either way. ``downloads`` caps uv's concurrent downloads (so its
     connections per host) unless the environment sets ``UV_CONCURRENT_DOWNLOADS``.
+    uv's requests get envbuilder's read timeout and as many retries as fit in its
+    time budget per URL (``UV_HTTP_TIMEOUT``, ``UV_HTTP_RETRIES``, unless the
+    environment sets them): a hung page costs uv what it costs envbuilder.
     """
     if not requirements:
         return read_lock('lock-version = "1.0"\ncreated-by = "uv"\npackages = []\n', source="uv")
@@ -156,6 +224,11 @@ def compile_closure(
         env.pop(key, None)
     if downloads is not None:
         env.setdefault("UV_CONCURRENT_DOWNLOADS", str(downloads))
+    timeout = max(1, round(index_http.DEFAULT_TIMEOUT))
+    env.setdefault("UV_HTTP_TIMEOUT", str(timeout))
+    env.setdefault(
+        "UV_HTTP_RETRIES", str(max(0, int(index_http.DEFAULT_URL_BUDGET // timeout) - 1))
+    )
     if ca_bundle:
         env["SSL_CERT_FILE"] = ca_bundle
     with tempfile.TemporaryDirectory(prefix="envbuilder-uv-") as tmp:
@@ -164,14 +237,14 @@ def compile_closure(
         constraints_in = Path(tmp) / "constraints.txt"
         constraints_in.write_text("".join(f"{c}\n" for c in constraints), encoding="utf-8")
         out = Path(tmp) / "pylock.toml"
+        pass_fds: tuple[int, ...] = ()
         if credentials:
             # The user's own netrc still counts: its entries follow ours.
             own = Path(env.get("NETRC") or Path.home() / ".netrc")
             kept = own.read_text(encoding="utf-8", errors="replace") if own.is_file() else ""
-            netrc = Path(tmp) / "netrc"
-            netrc.touch(mode=0o600)
-            netrc.write_text(credentials.netrc_text() + kept, encoding="utf-8")
-            env["NETRC"] = str(netrc)
+            netrc_fd = _netrc_pipe(credentials.netrc_text() + kept)
+            env["NETRC"] = f"/dev/fd/{netrc_fd}"
+            pass_fds = (netrc_fd,)
         argv = [
             uv, "pip", "compile", str(req_in),
             "--universal",
@@ -191,9 +264,9 @@ def compile_closure(
         if offline:
             argv.append("--offline")
         logger.debug("running %s", argv)
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-        if proc.returncode != 0:
-            message = redact_text((proc.stderr or proc.stdout).strip())
+        returncode, output = _run_uv(argv, env, pass_fds)
+        if returncode != 0:
+            message = redact_text(output.strip())
             raise ClosureError(f"uv could not resolve {', '.join(requirements)}: {message}")
         try:
             return read_lock(out.read_bytes(), source="uv's closure")

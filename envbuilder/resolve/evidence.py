@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from envbuilder import jsondoc
 from envbuilder.errors import EnvbuilderError
 from envbuilder.index import remotewheel, simple
 from envbuilder.index.http import HttpClient
@@ -110,6 +111,7 @@ class IndexEvidence:
             if data is None:
                 return None
             try:
+                jsondoc.parse(data)  # bounded: a deeply nested file must not overflow the stack
                 return parse_build_record(data)
             except ValueError as e:  # a broken record is this combination's error, not a crash
                 raise EnvbuilderError(f"{file.filename!r}: unreadable {BUILD_RECORD}: {e}") from e

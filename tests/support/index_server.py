@@ -16,8 +16,13 @@ one), ``advertise_metadata`` (PEP 658/714 keys on the page),
 ``etag`` (ETag / Last-Modified validators and 304s), ``cache_control``
 (the header on pages; None for none), ``fail_next(n, status, retry_after)``
 (the next n requests answer that status), ``delay_next(n, seconds)`` and
-``basic_auth`` ((user, password): every request without them gets 401) and
-``break_next(n, fault)``: the next n project pages come back broken (`PageFault`).
+``basic_auth`` ((user, password): every request without them gets 401),
+``break_next(n, fault)``: the next n project pages come back broken (`PageFault`),
+``vary`` (the Vary header of pages), ``metadata_hash`` (False advertises PEP 658
+metadata as plain ``true``), ``trickle`` (seconds between the bytes of a page body),
+``hang_paths`` (requests under these paths wait 60 s), ``serve_page(prefix, project, body, headers)`` and ``serve_metadata_as(prefix,
+filename, body, content_type)``: answer that URL with those bytes instead.
+The index's root (``/<prefix>/``) lists its projects (PEP 503).
 
 Pages live at ``/<prefix>/<project>/``; files at ``/<prefix>/files/<filename>``
 (HTML links are relative, JSON links absolute).
@@ -129,8 +134,17 @@ class IndexServer:
         etag: bool = True,
         cache_control: str | None = "max-age=0",
         basic_auth: tuple[str, str] | None = None,
+        vary: str = "Accept",
+        metadata_hash: bool = True,
+        trickle: float | None = None,
     ) -> None:
         self.basic_auth = basic_auth
+        self.vary = vary
+        self.metadata_hash = metadata_hash
+        self.trickle = trickle
+        self.hang_paths: set[str] = set()  # requests for paths starting so wait 60 s
+        self._pages: dict[tuple[str, str], tuple[bytes, dict[str, str]]] = {}
+        self._metadata: dict[tuple[str, str], tuple[bytes, str]] = {}
         self.format = format
         self.advertise_metadata = advertise_metadata
         self.serve_metadata = serve_metadata
@@ -159,6 +173,25 @@ class IndexServer:
             entries = index.setdefault(str(canonicalize_name(project)), [])
             entries += [f if isinstance(f, IndexedFile) else IndexedFile(wheel=f) for f in files]
         return self.index_url(prefix)
+
+    def serve_page(
+        self, prefix: str, project: str, body: bytes, headers: Mapping[str, str]
+    ) -> None:
+        """Answer ``project``'s page with ``body`` and ``headers`` (HTTP 200) from now on."""
+        key = (prefix.strip("/"), str(canonicalize_name(project)))
+        with self._lock:
+            self._pages[key] = (body, dict(headers))
+
+    def serve_metadata_as(
+        self, prefix: str, filename: str, body: bytes, content_type: str = "text/plain"
+    ) -> None:
+        """Answer ``<filename>.metadata`` with ``body`` (HTTP 200) from now on; an empty
+        ``body`` goes back to the wheel's real metadata."""
+        with self._lock:
+            if body:
+                self._metadata[(prefix.strip("/"), filename)] = (body, content_type)
+            else:
+                self._metadata.pop((prefix.strip("/"), filename), None)
 
     def fail_next(self, count: int, status: int = 503, retry_after: int | None = None) -> None:
         """The next ``count`` requests answer ``status`` (with Retry-After if given)."""
@@ -241,8 +274,10 @@ class IndexServer:
                 "yanked": entry.yanked,
                 "size": w.size,
             }
-            if self.advertise_metadata:
+            if self.advertise_metadata and self.metadata_hash:
                 item["core-metadata"] = {"sha256": hashlib.sha256(w.metadata).hexdigest()}
+            elif self.advertise_metadata:
+                item["core-metadata"] = True
             files.append(item)
         versions = sorted({e.wheel.version for e in self._indexes[prefix][project]})
         doc = {
@@ -268,10 +303,12 @@ class IndexServer:
             if entry.yanked is not False:
                 reason = entry.yanked if isinstance(entry.yanked, str) else ""
                 attrs.append(f'data-yanked="{html.escape(reason)}"')
-            if self.advertise_metadata:
+            if self.advertise_metadata and self.metadata_hash:
                 digest = hashlib.sha256(w.metadata).hexdigest()
                 attrs.append(f'data-core-metadata="sha256={digest}"')
                 attrs.append(f'data-dist-info-metadata="sha256={digest}"')
+            elif self.advertise_metadata:
+                attrs.append('data-core-metadata="true"')
             lines.append(f"<a {' '.join(attrs)}>{html.escape(w.filename)}</a><br/>")
         lines.append("</body></html>")
         return "\n".join(lines).encode()
@@ -341,6 +378,8 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
                     challenge = {"WWW-Authenticate": 'Basic realm="index"'}
                     self._finish(401, b"unauthorized\n", challenge, send_body=send_body)
                     return
+            if any(self.path.startswith(h) for h in server.hang_paths):
+                time.sleep(60)
             delay = server._take_delay()
             if delay:
                 time.sleep(delay)
@@ -352,6 +391,9 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
                 return
             path = urllib.parse.urlsplit(self.path).path
             parts = [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
+            if "/".join(parts) in server._indexes and path.endswith("/"):
+                self._serve_root("/".join(parts), send_body=send_body)
+                return
             for cut in range(len(parts) - 1, 0, -1):
                 prefix = "/".join(parts[:cut])
                 if prefix in server._indexes:
@@ -369,7 +411,22 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._finish(404, b"not found\n", {}, send_body=send_body)
 
+        def _serve_root(self, prefix: str, *, send_body: bool) -> None:
+            links = "".join(
+                f'<a href="{html.escape(p)}/">{html.escape(p)}</a><br/>'
+                for p in sorted(server._indexes[prefix])
+            )
+            body = (
+                '<!DOCTYPE html><html><head><meta name="pypi:repository-version" '
+                f'content="1.0"></head><body>{links}</body></html>'
+            ).encode()
+            self._finish(200, body, {"Content-Type": HTML_TYPE}, send_body=send_body)
+
         def _serve_page(self, prefix: str, project: str, *, send_body: bool) -> None:
+            override = server._pages.get((prefix, project))
+            if override is not None:
+                self._finish(200, override[0], override[1], send_body=send_body)
+                return
             if project not in server._indexes[prefix]:
                 self._finish(404, b"no such project\n", {}, send_body=send_body)
                 return
@@ -385,7 +442,7 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
                 body, ctype = server.render_json(prefix, project), JSON_TYPE
             else:
                 body, ctype = server.render_html(prefix, project), HTML_TYPE
-            headers = {"Content-Type": ctype, "Vary": "Accept"}
+            headers = {"Content-Type": ctype, "Vary": server.vary}
             if server.cache_control is not None:
                 headers["Cache-Control"] = server.cache_control
             if fault == "short-length":
@@ -393,7 +450,35 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
             elif fault in ("cut", "reset"):
                 self._break_off(body, headers, reset=fault == "reset")
                 return
+            if server.trickle is not None and send_body:
+                self._trickle(body, headers, server.trickle)
+                return
             self._validated(body, headers, send_body=send_body)
+
+        def _trickle(self, body: bytes, headers: Mapping[str, str], delay: float) -> None:
+            """The whole body, one byte every ``delay`` seconds, until the client leaves."""
+            server.stats.record(
+                RequestRecord(
+                    method=self.command,
+                    path=self.path,
+                    status=200,
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                    body_bytes=len(body),
+                )
+            )
+            self.send_response(200)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                for i in range(len(body)):
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(delay)
+            except OSError:
+                pass
+            self.close_connection = True
 
         def _break_off(self, body: bytes, headers: Mapping[str, str], *, reset: bool) -> None:
             """Promise the whole body, send half of it, and drop the connection."""
@@ -431,6 +516,11 @@ def _make_handler(server: IndexServer) -> type[BaseHTTPRequestHandler]:
 
         def _serve_file(self, prefix: str, filename: str, *, send_body: bool) -> None:
             if filename.endswith(".metadata"):
+                served = server._metadata.get((prefix, filename[: -len(".metadata")]))
+                if served is not None:
+                    body, ctype = served
+                    self._finish(200, body, {"Content-Type": ctype}, send_body=send_body)
+                    return
                 entry = server._lookup_file(prefix, filename[: -len(".metadata")])
                 if entry is None or not server.serve_metadata:
                     self._finish(404, b"not found\n", {}, send_body=send_body)
