@@ -37,7 +37,7 @@ from tests.integration.test_resolver import (  # the resolver's wheels, index la
     uv,
     wheels,
 )
-from tests.support.wheels import BuiltWheel
+from tests.support.wheels import BuiltWheel, build_wheel
 
 __all__ = ["resolve", "uv", "wheels"]  # fixtures, used by name
 
@@ -376,3 +376,79 @@ def test_a_cache_that_cannot_be_written_is_read_and_warned_about_not_a_connectio
         read_core_metadata(client, page.files[0])
     assert [f.filename for f in page.files] == [six.filename]
     assert "cannot write the HTTP cache" in caplog.text
+
+
+# -- 8: one bad file is that combination's error ---------------------------------------------
+
+
+def test_a_deeply_nested_build_record_is_one_combinations_error(
+    wheels: Wheels, tmp_path: Path, resolve: Any
+) -> None:
+    nested = build_wheel(
+        tmp_path / "bad",
+        "xformers",
+        "0.0.28.post2",
+        tags="cp311-cp311-manylinux_2_28_x86_64",
+        requires_dist=["torch==2.4.1"],
+        members={"xformers/cpp_lib.json": b"[" * 100_000 + b"]" * 100_000},
+    )
+    server = _server(wheels)
+    server.add_index("simple", {"xformers": [nested]})
+    with server:
+        matrix = _matrix(
+            tmp_path,
+            server.index_url("simple"),
+            server.index_url("whl") + "/{cuda}",
+            rows=BAD_ROWS,
+        )
+        run = resolve(matrix)
+    answers = run.by_id()
+    assert run.rc == 1
+    assert answers[OK]["status"] == "resolved"
+    bad = answers["py3.11-cu121-torch2.4.1-xformers0.0.28.post2"]
+    assert bad["status"] == "error"
+    assert "nested deeper than" in bad["reason"]
+
+
+BAD_ROWS = """
+[[combinations]]
+python = "3.11"
+cuda = "cu121"
+torch = "2.4.1"
+xformers = "0.0.28.post1"
+
+[[combinations]]
+python = "3.11"
+cuda = "cu121"
+torch = "2.4.1"
+xformers = "0.0.28.post2"
+"""
+
+
+def test_metadata_that_is_not_utf8_is_an_error_naming_the_wheel(
+    index_server: ServerFactory, http_client: ClientFactory, tmp_path: Path
+) -> None:
+    wheel = _bomb_wheel(tmp_path, "bomb/data.txt", b"")
+    path = tmp_path / "latin1" / wheel.filename
+    path.parent.mkdir()
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(
+            "bomb-1.0.dist-info/METADATA",
+            b"Metadata-Version: 2.1\nName: bomb\nVersion: 1.0\nSummary: caf\xe9\n\n",
+        )
+    raw = path.read_bytes()
+    latin1 = BuiltWheel(
+        path=path,
+        name="bomb",
+        version="1.0",
+        filename=wheel.filename,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        size=len(raw),
+        metadata=b"",
+        requires_python=None,
+    )
+    server = index_server({"bomb": [latin1]}, advertise_metadata=False)
+    client = http_client()
+    (file,) = fetch_project_page(client, server.index_url("simple"), "bomb").files
+    with pytest.raises(IndexError_, match=r"METADATA is not UTF-8 \(byte 58"):
+        read_core_metadata(client, file)
