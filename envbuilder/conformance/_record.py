@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeAlias
 
 __all__ = [
     "FAILED",
+    "KEEPS_XFORMERS",
     "STATUSES",
     "USES",
     "CheckResult",
@@ -41,6 +42,13 @@ Impl: TypeAlias = Literal["xformers", "sdpa"]
 #: ``sdpa-under-compile``: SDPA in xformers' place under ``torch.compile``;
 #: ``sdpa-instead``: SDPA in xformers' place in eager code.
 Workaround: TypeAlias = Literal["sdpa-under-compile", "dynamo-disable", "sdpa-instead"]
+#: whether a workaround keeps xformers in the user's code (``dynamo-disable``) or replaces it
+#: (the SDPA ones): a replacement is an answer ("use SDPA"), not a workaround of xformers.
+KEEPS_XFORMERS: Mapping[Workaround, bool] = {
+    "dynamo-disable": True,
+    "sdpa-under-compile": False,
+    "sdpa-instead": False,
+}
 #: what a user runs: eager forward under no_grad, the same compiled, an eager training
 #: step (forward, backward, optimizer step), the same compiled.
 Use: TypeAlias = Literal["inference", "inference-compiled", "training", "training-compiled"]
