@@ -22,10 +22,17 @@ Two runs after ``torch.manual_seed`` with one seed must give bitwise equal
 outputs (both implementations draw the mask from torch's generator), and the
 backward pass must run and give finite gradients; gradients are not compared
 (the mask they need is not observable).
+
+The ``dynamo-disable`` workaround compiles an attention layer (a projection,
+the dropout attention behind ``torch.compiler.disable``, a projection; the
+projections are permutations, so the statistics are those of the attention)
+and records the evidence that the disable held; the SDPA one records that no
+xformers operator ran (`envbuilder.conformance._workaround`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -33,10 +40,18 @@ from typing import Any
 
 import torch
 
-from envbuilder.conformance import tolerance
+from envbuilder.conformance import _fault, tolerance
 from envbuilder.conformance._attn import DTYPES, Case, make_inputs, nonfinite
 from envbuilder.conformance._context import Context
 from envbuilder.conformance._record import Impl, Number, Outcome, Workaround, describe_error
+from envbuilder.conformance._workaround import (
+    Disabled,
+    Kernel,
+    count_xformers_calls,
+    projected,
+    replaced_evidence,
+    settle,
+)
 
 __all__ = ["STD_DEVIATIONS", "P", "dropout_check", "dropout_statistics"]
 
@@ -102,15 +117,28 @@ def dropout_statistics(
 
 
 def dropout_check(
-    ctx: Context, kernel: Impl, *, compiled: bool, workaround: Workaround | None = None
+    ctx: Context,
+    kernel: Impl,
+    *,
+    compiled: bool,
+    workaround: Workaround | None = None,
+    inner: Kernel = "xformers",
 ) -> Outcome:
-    """Dropout (p = 0.3) in training mode, eager or under ``torch.compile``."""
+    """Dropout (p = 0.3) in training mode, eager or under ``torch.compile``; with
+    ``workaround``, that workaround's check (``inner``: the kernel behind the disable)."""
     case, dtype_name = _case(ctx)
     dtype = DTYPES[dtype_name]
     inp = make_inputs(case, dtype, ctx.device, seed=31, v_offset=0.5)
     fn = _dropout_fn(kernel, P)
+    disabled: Disabled | None = None
     if workaround == "dynamo-disable":
-        fn = torch._dynamo.disable(fn)
+        disabled = Disabled(kernel=inner)
+        attention = disabled.wrap(_dropout_fn(inner, P))
+        layer = projected(lambda q, k, v, m: attention(q, k, v))
+
+        def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return layer(q, k, v, None)
+
     numbers: dict[str, Number] = {
         "p": P,
         "dtype": dtype_name,
@@ -126,14 +154,17 @@ def dropout_check(
     outs: list[torch.Tensor] = []
     problems: list[str] = []
     times: list[float] = []
+    xformers_calls = [0]
     try:
         for repeat in range(3):
             torch.manual_seed(1234)
             q, k, v = (t.detach().clone().requires_grad_(True) for t in (inp.q, inp.k, inp.v))
             _sync(ctx)
             t0 = time.perf_counter()
-            out = runner(q, k, v)
-            out.backward(grad)
+            # the first run (untimed for step_ms) gathers the workaround's evidence
+            with _evidence(disabled, workaround, xformers_calls, first=repeat == 0):
+                out = runner(q, k, v)
+                out.backward(grad)
             _sync(ctx)
             times.append(time.perf_counter() - t0)
             outs.append(out.detach())
@@ -142,11 +173,17 @@ def dropout_check(
                 if bad:
                     problems.append(f"{bad} NaN/inf values in the gradients")
     except Exception as e:  # the kernel or the compiler refusing dropout is the finding
-        return Outcome.failed(f"dropout in training mode failed: {describe_error(e)}", numbers)
+        failed = Outcome.failed(
+            f"dropout in training mode failed: {describe_error(e)}",
+            numbers | _fault.error_fault(e),
+        )
+        breaks = _graph_breaks() - breaks_before
+        return _with_evidence(failed, workaround, disabled, breaks, xformers_calls[0])
     same = all(torch.equal(o, outs[0]) for o in outs[1:])
+    breaks = _graph_breaks() - breaks_before
     numbers |= {
         "same_seed_bitwise_equal": same,
-        "graph_breaks": _graph_breaks() - breaks_before,
+        "graph_breaks": breaks,
         "step_ms": round(statistics.median(times[1:]) * 1000, 3),
     }
     if not same:
@@ -155,7 +192,40 @@ def dropout_check(
         problems.append(f"{nonfinite(outs[0])} NaN/inf values in the output")
     comparisons = dropout_statistics(outs[0], inp.q, inp.k, inp.v, P)
     wrong = "p = 0, no dropout (for the mean: no 1/(1-p) rescale)"
-    return tolerance.assess(comparisons, wrong=wrong, problems=problems, numbers=numbers)
+    outcome = tolerance.assess(comparisons, wrong=wrong, problems=problems, numbers=numbers)
+    if outcome.status == "fail":
+        subject = f"{workaround or kernel} dropout{' compiled' if compiled else ''}"
+        outcome = Outcome.failed(
+            outcome.reason,
+            dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject),
+        )
+    return _with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0])
+
+
+def _evidence(
+    disabled: Disabled | None, workaround: Workaround | None, into: list[int], *, first: bool
+) -> contextlib.AbstractContextManager[Any]:
+    if not first or workaround is None:
+        return contextlib.nullcontext()
+    if disabled is not None:
+        return disabled.watch()
+    return count_xformers_calls(into)
+
+
+def _with_evidence(
+    outcome: Outcome,
+    workaround: Workaround | None,
+    disabled: Disabled | None,
+    graph_breaks: int,
+    xformers_calls: int,
+) -> Outcome:
+    if workaround is None:
+        return outcome
+    if disabled is not None:
+        applied, evidence, numbers = disabled.evidence(graph_breaks)
+        return settle(outcome, applied, evidence, numbers | {"graph_breaks": graph_breaks})
+    applied, evidence = replaced_evidence(xformers_calls)
+    return settle(outcome, applied, evidence, {"xformers_calls": xformers_calls})
 
 
 def _graph_breaks() -> int:

@@ -19,29 +19,34 @@ with ``fullgraph=False`` so that torch would split the graph silently: any
 split dynamo reports), on more compilations than the shapes explain (static:
 one per shape; dynamic: one for every shape) or on any compilation when the
 same shapes run again (recompiling without end). A failing xformers check is
-re-run on its exact case with each workaround: xformers wrapped in
-``torch._dynamo.disable`` (a graph break by design, so compiled without
-``fullgraph``), and SDPA in xformers' place; each records its graph breaks and
-the median time of one step, the cost a verdict picks the cheapest by.
+re-run on its exact case with each workaround, applied as users apply it
+(`envbuilder.conformance._workaround`): a compiled attention layer (an input
+projection, the attention call, an output projection) whose xformers
+attention function is wrapped in ``torch.compiler.disable`` (a graph break by
+design, so compiled without ``fullgraph``), and SDPA in xformers' place; each
+records its graph breaks, the median time of one step (the cost a verdict
+picks the cheapest by) and the evidence that it was applied. The projections
+are by a permutation (exact in every dtype, and q and k permuted alike leave
+the scores unchanged), so the numbers compare with the direct check's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
 
 import torch
 
-from envbuilder.conformance import _dropout, tolerance
+from envbuilder.conformance import _dropout, _fault, tolerance
 from envbuilder.conformance._attn import (
     DTYPES,
     MASKS,
-    AttnFn,
     Case,
     MaskKind,
     attention_fn,
@@ -57,7 +62,16 @@ from envbuilder.conformance._record import (
     Outcome,
     Skip,
     Use,
+    Workaround,
     describe_error,
+)
+from envbuilder.conformance._workaround import (
+    Disabled,
+    Kernel,
+    count_xformers_calls,
+    projected,
+    replaced_evidence,
+    settle,
 )
 from envbuilder.conformance.checks_attention import compare_attention, grad_out
 
@@ -67,8 +81,8 @@ __all__ = ["compile_check", "specs"]
 #: ``compile.<impl>.<mask>.<static|dynamic>.<fullgraph|nobreaks>``, stay together.
 SHARD_UNIT_PARTS = 5
 
-#: the attention code that is compiled: an implementation, or xformers behind
-#: ``torch._dynamo.disable`` (the ``dynamo-disable`` workaround).
+#: the attention code that is compiled: an implementation, or an attention layer calling
+#: xformers behind ``torch.compiler.disable`` (the ``dynamo-disable`` workaround).
 Variant = Literal["xformers", "sdpa", "dynamo-disable"]
 
 #: dynamo keeps at most a few compiled versions of one function by default and
@@ -103,6 +117,8 @@ class _Compiled:
     code: Any
     compilations: list[int]
     found: dict[tuple[str, bool], tuple[int, int, int, str]] = field(default_factory=dict)
+    #: the disabled attention function a ``dynamo-disable`` layer calls
+    disabled: Disabled | None = None
 
     def versions(self) -> int:
         from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
@@ -120,27 +136,31 @@ def _counting_backend(counter: list[int]) -> Callable[..., Any]:
     return backend
 
 
-def _attention(variant: Variant, mask: MaskKind) -> AttnFn:
-    if variant == "dynamo-disable":
-        disabled: AttnFn = torch._dynamo.disable(attention_fn("xformers", mask))
-        return disabled
-    return attention_fn(variant, mask)
-
-
 def _compiled(
-    ctx: Context, variant: Variant, mask: MaskKind, dynamic: bool, fullgraph: bool
+    ctx: Context,
+    variant: Variant,
+    mask: MaskKind,
+    dynamic: bool,
+    fullgraph: bool,
+    inner: Kernel = "xformers",
 ) -> _Compiled:
-    key = f"compiled/{variant}/{mask}/{dynamic}/{fullgraph}"
+    key = f"compiled/{variant}/{inner}/{mask}/{dynamic}/{fullgraph}"
     if key not in ctx.cache:
         _raise_compile_limits()
         counter = [0]
-        attention = _attention(variant, mask)
+        disabled: Disabled | None = None
+        if variant == "dynamo-disable":
+            disabled = Disabled(kernel=inner)
+            attention = projected(disabled.wrap(attention_fn(inner, mask)))
+        else:
+            attention = attention_fn(variant, mask)
         fn = torch.compile(
             attention, backend=_counting_backend(counter), dynamic=dynamic, fullgraph=fullgraph
         )
         # closures of one factory share their code object: versions are counted as deltas
-        code = getattr(attention, "__wrapped__", attention).__code__
-        ctx.cache[key] = _Compiled(fn=fn, code=code, compilations=counter)
+        ctx.cache[key] = _Compiled(
+            fn=fn, code=attention.__code__, compilations=counter, disabled=disabled
+        )
     compiled: _Compiled = ctx.cache[key]
     return compiled
 
@@ -186,12 +206,18 @@ def compile_check(
     fullgraph: bool,
     dtype_name: str,
     backward: bool,
+    *,
+    workaround: Workaround | None = None,
+    inner: Kernel = "xformers",
 ) -> Outcome:
+    """One compiled case; with ``workaround`` it is that workaround's check and records the
+    evidence that it was applied. ``inner`` is the kernel a ``dynamo-disable`` layer's
+    disabled function runs (xformers; SDPA where xformers is absent, for testing)."""
     if variant == "dynamo-disable":
         fullgraph = False  # a disabled function is a graph break: fullgraph refuses it
     dtype = DTYPES[dtype_name]
-    kernel: Impl = "sdpa" if variant == "sdpa" else "xformers"
-    compiled = _compiled(ctx, variant, mask, dynamic, fullgraph)
+    kernel: Impl = "sdpa" if variant == "sdpa" or inner == "sdpa" else "xformers"
+    compiled = _compiled(ctx, variant, mask, dynamic, fullgraph, inner)
     cases = shapes(ctx, mask, dynamic)
     numbers: dict[str, Number] = {
         "attention": variant,
@@ -202,6 +228,7 @@ def compile_check(
         "fullgraph": fullgraph,
         "shapes": " ".join(c.label for c in cases),
     }
+    subject = f"{variant} compiled, {mask} mask, {'backward' if backward else 'forward'}"
     problems: list[str] = []
     comparisons: list[tolerance.Comparison] = []
     wrong = ""
@@ -211,34 +238,46 @@ def compile_check(
     failures_before = len(_guard_failures(compiled.code))
     compiles_before = compiled.compilations[0]
     versions_before = compiled.versions()
+    disabled = compiled.disabled
+    if disabled is not None:
+        disabled.calls = disabled.ops = 0
+    xformers_calls = [0]
     times: list[float] = []
     try:
         for pass_no in (1, 2):
             if pass_no == 2:
                 first_pass = compiled.versions() - versions_before
                 graphs = compiled.compilations[0] - compiles_before
-            for i, case in enumerate(cases):
-                inp = make_inputs(case, dtype, ctx.device, seed=300 + i)
-                grad = grad_out(case, ctx.device, seed=400 + i) if backward else None
-                bias_grad = backward and wants_bias_grad(case)
-                _sync(ctx)
-                t0 = time.perf_counter()
-                got = run_attention(compiled.fn, kernel, inp, grad, bias_grad=bias_grad)
-                _sync(ctx)
-                times.append(time.perf_counter() - t0)
-                if pass_no == 1:
-                    found, wrong = compare_attention(
-                        got,
-                        inp,
-                        grad,
-                        bias_grad=bias_grad,
-                        dtype_name=str(dtype).removeprefix("torch."),
-                        problems=problems,
-                    )
-                    comparisons += found
+            # the first pass (it compiles; untimed for step_ms) gathers the evidence
+            evidence = (
+                _evidence(disabled, workaround, xformers_calls) if pass_no == 1 else _no_evidence()
+            )
+            with evidence:
+                for i, case in enumerate(cases):
+                    inp = make_inputs(case, dtype, ctx.device, seed=300 + i)
+                    grad = grad_out(case, ctx.device, seed=400 + i) if backward else None
+                    bias_grad = backward and wants_bias_grad(case)
+                    _sync(ctx)
+                    t0 = time.perf_counter()
+                    got = run_attention(compiled.fn, kernel, inp, grad, bias_grad=bias_grad)
+                    _sync(ctx)
+                    times.append(time.perf_counter() - t0)
+                    if pass_no == 1:
+                        found, wrong = compare_attention(
+                            got,
+                            inp,
+                            grad,
+                            bias_grad=bias_grad,
+                            dtype_name=str(dtype).removeprefix("torch."),
+                            problems=problems,
+                        )
+                        comparisons += found
     except Exception as e:  # a compile failure is this check's finding, not a suite error
         numbers["compilations"] = compiled.versions() - versions_before
-        return Outcome.failed(f"compiled attention failed: {describe_error(e, 1200)}", numbers)
+        numbers |= _fault.error_fault(e)
+        failed = Outcome.failed(f"compiled attention failed: {describe_error(e, 1200)}", numbers)
+        breaks_now = sum((_graph_breaks() - breaks_before).values())
+        return _with_evidence(failed, workaround, disabled, breaks_now, xformers_calls[0])
     again = compiled.versions() - versions_before - first_pass
     new_breaks = _graph_breaks() - breaks_before
     mode = (dtype_name, backward)
@@ -271,7 +310,52 @@ def compile_check(
             f"compiled {compilations} versions for {len(cases)} shape(s)"
             f" ({'dynamic' if dynamic else 'static'}; at most {allowed} expected)"
         )
-    return tolerance.assess(comparisons, wrong=wrong, problems=problems, numbers=numbers)
+    outcome = tolerance.assess(comparisons, wrong=wrong, problems=problems, numbers=numbers)
+    if outcome.status == "fail":
+        outcome = replace(
+            outcome, numbers=dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject)
+        )
+    return _with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0])
+
+
+def _evidence(
+    disabled: Disabled | None, workaround: Workaround | None, xformers_calls: list[int]
+) -> contextlib.AbstractContextManager[list[int]]:
+    """What watches a workaround check's first pass: the disabled function's own counters
+    (``dynamo-disable``), or the profiler counting xformers' operators (the SDPA ones)."""
+    if disabled is not None:
+        return _watching(disabled)
+    if workaround is not None:
+        return count_xformers_calls(xformers_calls)
+    return _no_evidence()
+
+
+@contextlib.contextmanager
+def _watching(disabled: Disabled) -> Iterator[list[int]]:
+    with disabled.watch():
+        yield [0]
+
+
+@contextlib.contextmanager
+def _no_evidence() -> Iterator[list[int]]:
+    yield [0]
+
+
+def _with_evidence(
+    outcome: Outcome,
+    workaround: Workaround | None,
+    disabled: Disabled | None,
+    graph_breaks: int,
+    xformers_calls: int,
+) -> Outcome:
+    if workaround is None:
+        return outcome
+    if workaround == "dynamo-disable":
+        assert disabled is not None, "a dynamo-disable check compiles a disabled attention"
+        applied, evidence, numbers = disabled.evidence(graph_breaks)
+        return settle(outcome, applied, evidence, numbers | {"graph_breaks": graph_breaks})
+    applied, evidence = replaced_evidence(xformers_calls)
+    return settle(outcome, applied, evidence, {"xformers_calls": xformers_calls})
 
 
 def _refuse_what_eager_rejects(
@@ -383,12 +467,24 @@ def specs(ctx: Context) -> list[CheckSpec]:
                                     workarounds=(
                                         spec.covered_by(
                                             "dynamo-disable",
-                                            partial(compile_check, ctx, "dynamo-disable", *case),
+                                            partial(
+                                                compile_check,
+                                                ctx,
+                                                "dynamo-disable",
+                                                *case,
+                                                workaround="dynamo-disable",
+                                            ),
                                             "xformers",
                                         ),
                                         spec.covered_by(
                                             "sdpa-under-compile",
-                                            partial(compile_check, ctx, "sdpa", *case),
+                                            partial(
+                                                compile_check,
+                                                ctx,
+                                                "sdpa",
+                                                *case,
+                                                workaround="sdpa-under-compile",
+                                            ),
                                             "sdpa",
                                         ),
                                     ),
@@ -418,7 +514,13 @@ def specs(ctx: Context) -> list[CheckSpec]:
                     ),
                     dropout.covered_by(
                         "sdpa-under-compile",
-                        partial(_dropout.dropout_check, ctx, "sdpa", compiled=True),
+                        partial(
+                            _dropout.dropout_check,
+                            ctx,
+                            "sdpa",
+                            compiled=True,
+                            workaround="sdpa-under-compile",
+                        ),
                         "sdpa",
                     ),
                 ),
