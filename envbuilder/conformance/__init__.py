@@ -16,7 +16,7 @@ from __future__ import annotations
 
 __all__ = ["FULL_ONLY_GROUPS", "GROUPS", "RESULTS_SCHEMA", "SUITE_VERSION"]
 
-SUITE_VERSION = "2.0.0"
+SUITE_VERSION = "2.1.0"
 RESULTS_SCHEMA = "envbuilder.results/2"
 
 #: check groups, in the order they run; each runs in its own process.
@@ -26,6 +26,7 @@ GROUPS: tuple[str, ...] = (
     "compile",
     "performance",
     "model",
+    "masks",
     "multigpu",
 )
 

@@ -140,7 +140,11 @@ def error_fault(error: BaseException) -> dict[str, Number]:
 def cause_of_problem(problem: str, subject: str) -> str:
     """The cause of a check that ran and found ``problem`` (its first one), about ``subject``
     (what was run: an implementation, a backend, a compiled function)."""
-    if re.search(r"error \S+ > bound", problem):
+    if problem.startswith("workaround not applied"):
+        cause = f"workaround not applied: {subject}"
+    elif "cannot tell it from right" in problem:
+        cause = f"cannot tell the wrong answer from right: {subject}"
+    elif re.search(r"error \S+ > bound", problem):
         cause = f"error above bound: {subject}"
     elif "NaN/inf" in problem:
         cause = f"NaN/inf values: {subject}"

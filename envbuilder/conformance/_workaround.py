@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeAlias
 
 import torch
 
+from envbuilder.conformance._fault import normalise
 from envbuilder.conformance._record import Number, Outcome
 
 __all__ = [
@@ -227,5 +228,6 @@ def settle(outcome: Outcome, applied: bool, evidence: str, numbers: dict[str, Nu
     recorded = dict(outcome.numbers) | numbers | {"applied": applied, "applied_evidence": evidence}
     if not applied:
         found = f" (the run found: {outcome.reason})" if outcome.reason else ""
+        recorded["cause"] = f"workaround not applied: {normalise(evidence)}"[:160]
         return Outcome.invalid(f"workaround not applied: {evidence}{found}", recorded)
     return replace(outcome, numbers=recorded)

@@ -13,7 +13,12 @@ padding mask, the case where diffusers hands xformers a tensor bias; the
 nearest plausible wrong answer is the model run without that mask, and the
 padding is long enough for it to lie at least 4 bounds away (sensitivity
 rule, `envbuilder.conformance.tolerance`). A failing xformers check is re-run
-on the same case with the default backend in xformers' place.
+on the same case with the default backend in xformers' place and, compiled,
+with the workaround that keeps xformers as users apply it: the transformer
+module's ``dispatch_attention_fn`` replaced by itself behind
+``torch.compiler.disable``, so that the compiled transformer breaks its graph
+at every attention call and runs xformers eagerly. Each workaround check
+records the evidence that it was applied (`envbuilder.conformance._workaround`).
 
 The gate checks use 256 image and 16 text tokens, so the joint sequence (272)
 is a multiple of 8: xformers' kernels need a tensor bias whose rows start on
@@ -26,16 +31,19 @@ xformers, not a reason to call the combination broken.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
 import torch
 
-from envbuilder.conformance import tolerance
+from envbuilder.conformance import _fault, tolerance
 from envbuilder.conformance._context import Context
 from envbuilder.conformance._record import (
     CheckSpec,
@@ -46,6 +54,12 @@ from envbuilder.conformance._record import (
     Use,
     Workaround,
     describe_error,
+)
+from envbuilder.conformance._workaround import (
+    Disabled,
+    count_xformers_calls,
+    replaced_evidence,
+    settle,
 )
 
 __all__ = ["specs"]
@@ -179,6 +193,26 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max().item())
 
 
+#: the module whose attention processor calls ``dispatch_attention_fn``: what a user
+#: patches to keep diffusers' attention call out of the compiled graph
+_TRANSFORMER_MODULE = "diffusers.models.transformers.transformer_qwenimage"
+
+
+@contextlib.contextmanager
+def _dispatch_disabled(disabled: Disabled) -> Iterator[None]:
+    """The transformer's ``dispatch_attention_fn`` behind ``torch.compiler.disable`` (and
+    counting), as a user patches it, for the block only."""
+    module = importlib.import_module(_TRANSFORMER_MODULE)
+    original = getattr(module, "dispatch_attention_fn", None)
+    if original is None:
+        raise Skip(f"{_TRANSFORMER_MODULE} has no dispatch_attention_fn to wrap")
+    setattr(module, "dispatch_attention_fn", disabled.wrap(original))  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(module, "dispatch_attention_fn", original)  # noqa: B010
+
+
 def model_check(
     ctx: Context,
     impl: Impl,
@@ -186,7 +220,10 @@ def model_check(
     training: bool,
     *,
     text: int = ALIGNED_TEXT,
+    workaround: Workaround | None = None,
 ) -> Outcome:
+    """One model case; with ``workaround``, that workaround's check (``dynamo-disable``
+    disables ``impl``'s attention dispatch inside the compiled transformer)."""
     # fp16 on a GPU: in bf16 the model's own rounding (3 x the math path's error) hides
     # the mask (the model without it lay at 2 bounds); fp16's 3 more bits leave it at 8
     dtype = torch.float16 if ctx.is_cuda else torch.float32
@@ -224,22 +261,36 @@ def model_check(
     if compiled:
         torch._dynamo.reset()  # clears dynamo's counters too
         runner = torch.compile(model)
+    disabled: Disabled | None = None
+    patched: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if workaround == "dynamo-disable":
+        disabled = Disabled(kernel="xformers" if impl == "xformers" else "sdpa")
+        patched = _dispatch_disabled(disabled)
     breaks_before = sum(counters["graph_break"].values())
     times: list[float] = []
+    xformers_calls = [0]
     try:
-        for _ in range(3 if compiled else 2):  # compiled: the first step compiles
-            stepped = copy.deepcopy(model) if training else model
-            t0 = time.perf_counter()
-            got = _step(model, runner, inputs, training)
-            if ctx.is_cuda:
-                torch.cuda.synchronize(ctx.device)
-            times.append(time.perf_counter() - t0)
-            if training:  # every step starts from the same weights
-                model.load_state_dict(stepped.state_dict())
+        with patched:
+            for step in range(3 if compiled else 2):  # compiled: the first step compiles
+                stepped = copy.deepcopy(model) if training else model
+                t0 = time.perf_counter()
+                # the first step (untimed for step_ms) gathers the workaround's evidence
+                with _evidence(disabled, workaround, xformers_calls, first=step == 0):
+                    got = _step(model, runner, inputs, training)
+                if ctx.is_cuda:
+                    torch.cuda.synchronize(ctx.device)
+                times.append(time.perf_counter() - t0)
+                if training:  # every step starts from the same weights
+                    model.load_state_dict(stepped.state_dict())
+    except Skip:
+        raise
     except Exception as e:  # the backend or the compiler refusing the model is the finding
-        return Outcome.failed(describe_error(e), numbers)
+        breaks = int(sum(counters["graph_break"].values()) - breaks_before)
+        failed = Outcome.failed(describe_error(e), numbers | _fault.error_fault(e))
+        return _with_evidence(failed, workaround, disabled, breaks, xformers_calls[0])
     numbers["step_ms"] = round(statistics.median(times[1:]) * 1000, 3)
-    numbers["graph_breaks"] = int(sum(counters["graph_break"].values()) - breaks_before)
+    breaks = int(sum(counters["graph_break"].values()) - breaks_before)
+    numbers["graph_breaks"] = breaks
     problems: list[str] = []
     comparisons: list[tolerance.Comparison] = []
     for name, value in got.items():
@@ -257,9 +308,41 @@ def model_check(
                 _max_abs(wrong[name], expected[name]),
             )
         )
-    return tolerance.assess(
+    outcome = tolerance.assess(
         comparisons, wrong="the model without its padding mask", problems=problems, numbers=numbers
     )
+    if outcome.status == "fail":
+        subject = f"diffusers {numbers['backend']} backend, {'compiled ' if compiled else ''}model"
+        outcome = Outcome.failed(
+            outcome.reason, dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject)
+        )
+    return _with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0])
+
+
+def _evidence(
+    disabled: Disabled | None, workaround: Workaround | None, into: list[int], *, first: bool
+) -> contextlib.AbstractContextManager[Any]:
+    if not first or workaround is None:
+        return contextlib.nullcontext()
+    if disabled is not None:
+        return disabled.watch()
+    return count_xformers_calls(into)
+
+
+def _with_evidence(
+    outcome: Outcome,
+    workaround: Workaround | None,
+    disabled: Disabled | None,
+    graph_breaks: int,
+    xformers_calls: int,
+) -> Outcome:
+    if workaround is None:
+        return outcome
+    if disabled is not None:
+        applied, evidence, numbers = disabled.evidence(graph_breaks)
+        return settle(outcome, applied, evidence, numbers | {"graph_breaks": graph_breaks})
+    applied, evidence = replaced_evidence(xformers_calls)
+    return settle(outcome, applied, evidence, {"xformers_calls": xformers_calls})
 
 
 def unaligned_mask(ctx: Context) -> Outcome:
@@ -316,10 +399,23 @@ def specs(ctx: Context) -> list[CheckSpec]:
                 )
                 if impl == "xformers":
                     workaround: Workaround = "sdpa-under-compile" if compiled else "sdpa-instead"
-                    instead = partial(model_check, ctx, "sdpa", compiled, training)
-                    spec = replace(
-                        spec, workarounds=(spec.covered_by(workaround, instead, "sdpa"),)
+                    instead = partial(
+                        model_check, ctx, "sdpa", compiled, training, workaround=workaround
                     )
+                    covering: tuple[CheckSpec, ...] = (
+                        spec.covered_by(workaround, instead, "sdpa"),
+                    )
+                    if compiled:
+                        keep = partial(
+                            model_check,
+                            ctx,
+                            "xformers",
+                            compiled,
+                            training,
+                            workaround="dynamo-disable",
+                        )
+                        covering = (spec.covered_by("dynamo-disable", keep, "xformers"), *covering)
+                    spec = replace(spec, workarounds=covering)
                 out.append(spec)
     out.append(
         CheckSpec(

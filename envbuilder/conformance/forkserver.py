@@ -72,7 +72,8 @@ __all__ = [
 
 #: imported before any fork, in this order; an absent module is skipped.
 #: A group waits for the modules up to its own check module: the groups that need torch
-#: only come first, then dynamo and inductor for the compile group, then diffusers' model.
+#: only come first, then dynamo and inductor for the compile group, then diffusers for the
+#: model and masks groups.
 DEFAULT_PRELOAD: tuple[str, ...] = (
     "torch",
     "envbuilder.conformance.checks_environment",
@@ -84,6 +85,7 @@ DEFAULT_PRELOAD: tuple[str, ...] = (
     "envbuilder.conformance.checks_compile",
     "diffusers.models.transformers.transformer_qwenimage",
     "envbuilder.conformance.checks_model",
+    "envbuilder.conformance.checks_masks",
 )
 
 #: a comma-separated preload list replacing the default (``""``: torch only is not implied).

@@ -73,6 +73,7 @@ DEFAULT_TIMEOUTS: Mapping[str, float] = {
     "compile": 600,
     "performance": 300,
     "model": 300,
+    "masks": 180,
     "multigpu": 300,
 }
 QUICK_TIMEOUTS: Mapping[str, float] = {
@@ -81,6 +82,7 @@ QUICK_TIMEOUTS: Mapping[str, float] = {
     "compile": 300,
     "performance": 120,
     "model": 180,
+    "masks": 120,
     "multigpu": 180,
 }
 

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from envbuilder.conformance import _fault
 from envbuilder.conformance._context import Context
 from envbuilder.conformance._record import (
     FAILED,
@@ -68,6 +69,7 @@ GROUP_MODULES: dict[str, str] = {
     "compile": "envbuilder.conformance.checks_compile",
     "performance": "envbuilder.conformance.checks_performance",
     "model": "envbuilder.conformance.checks_model",
+    "masks": "envbuilder.conformance.checks_masks",
     "multigpu": "envbuilder.conformance.checks_multigpu",
 }
 
@@ -133,10 +135,15 @@ def execute(spec: CheckSpec, ctx: Context) -> CheckResult:
         status, reason = "skip", str(e)
     except Exception as e:  # a check that raises is recorded as an error, with its cause
         status, reason = "error", _describe(e)
+        numbers = _fault.error_fault(e)
     if outcome is not None:
         status, reason, numbers = outcome.status, outcome.reason, dict(outcome.numbers)
     if status != "pass" and not reason:
         reason = f"{status} without a reason given"
+    if status in ("fail", "invalid") and "cause" not in numbers:
+        # the first problem names the cause; the check's group and implementation, what ran
+        subject = " ".join(filter(None, (spec.group, spec.impl, spec.workaround)))
+        numbers |= _fault.problem_fault(reason.split("; ")[0], subject)
     return CheckResult(
         group=spec.group,
         name=spec.name,
