@@ -1,6 +1,6 @@
 """The suite on CPU with a real torch: CPU checks run (SDPA and the math path over every
 mask kind, eager and compiled, forward and backward; dropout; the diffusers model's
-training step where diffusers is installed), GPU checks skip with a reason, and a
+training step and the mask forms through diffusers' dispatch where diffusers is installed), GPU checks skip with a reason, and a
 crash or a hang in one check loses nothing else (fault injection)."""
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
         "compile.sdpa",
         "--checks",
         "model",
+        "--checks",
+        "masks",
         "--checks",
         "performance",
         "--checks",
@@ -168,6 +170,21 @@ def test_the_model_training_step_runs_on_cpu(
     _measured_and_sensitive(check)
     assert check["uses"] == ["training"]
     assert check["numbers"]["padded_text_tokens"] > 0
+
+
+@pytest.mark.parametrize("form", ["bool2d", "bool4d_b11n", "bool4d_b1mn", "additive"])
+def test_quick_checks_every_mask_form_through_diffusers_dispatch(
+    quick_run: tuple[dict[str, Any], Path, str], form: str
+) -> None:
+    checks = _checks(quick_run[0])
+    native, xformers = checks[f"masks.native.{form}.fp32"], checks[f"masks.xformers.{form}.fp32"]
+    assert xformers["status"] == "skip" and xformers["reason"]
+    if importlib.util.find_spec("diffusers") is None:
+        assert native["status"] == "skip" and "diffusers" in native["reason"]
+        pytest.skip("diffusers is not installed: the mask checks skipped (as they should)")
+    _measured_and_sensitive(native)
+    assert native["uses"] == ["inference", "training"]
+    assert native["numbers"]["form"] == form
 
 
 @pytest.fixture(scope="module")

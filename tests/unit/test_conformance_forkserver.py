@@ -91,7 +91,10 @@ def test_a_preload_module_that_loads_the_driver_restarts_the_server_without_it(
         (
             4,
             GROUPS,
-            [["environment", "attention", "compile", "model", "multigpu"], ["performance"]],
+            [
+                ["environment", "attention", "compile", "model", "masks", "multigpu"],
+                ["performance"],
+            ],
         ),
         (2, ("attention", "performance"), [["attention"], ["performance"]]),
         (4, ("performance",), [["performance"]]),

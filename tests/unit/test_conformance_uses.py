@@ -53,6 +53,7 @@ ALL = {s.name: s for s in _specs(quick=False)}
         (r"environment\.(torch|xformers)\.arch_covered", USES),
         (r"environment\.xformers\.extension_loads", USES),
         (r"multigpu\.ddp\.xformers", ("training",)),
+        (r"masks\.\w+\.\w+\.(fp16|bf16)", ("inference", "training")),
     ],
 )
 def test_direct_checks_speak_for_their_uses(pattern: str, uses: tuple[str, ...]) -> None:
@@ -81,8 +82,13 @@ def test_each_workaround_check_covers_its_direct_check_and_shares_its_uses() -> 
         (r"attention\.xformers\.\w+\.\w+\.(forward|backward)", {"sdpa-instead"}),
         (r"attention\.xformers\.dropout", {"sdpa-instead"}),
         (r"model\.diffusers\.qwenimage\.xformers\.\w+\.eager", {"sdpa-instead"}),
-        (r"model\.diffusers\.qwenimage\.xformers\.\w+\.compiled", {"sdpa-under-compile"}),
+        (
+            r"model\.diffusers\.qwenimage\.xformers\.\w+\.compiled",
+            {"dynamo-disable", "sdpa-under-compile"},
+        ),
+        (r"masks\.xformers\..*", {"sdpa-instead"}),
         (r"(attention|compile|model)\..*sdpa\..*", set()),
+        (r"masks\.native\..*", set()),
     ],
 )
 def test_which_direct_checks_have_which_workarounds(pattern: str, workarounds: set[str]) -> None:
@@ -112,3 +118,12 @@ def test_quick_keeps_compiled_training_with_a_tensor_bias_and_the_model_training
         assert f"compile.{impl}.bias.dynamic.fullgraph.bf16.backward" in quick
         assert f"model.diffusers.qwenimage.{impl}.training.eager" in quick
         assert f"attention.{impl}.dropout" in quick
+
+
+def test_quick_keeps_every_mask_form_of_both_backends_in_bf16() -> None:
+    quick = {s.name for s in _specs(quick=True) if s.quick and s.group == "masks" and not s.covers}
+    assert quick == {
+        f"masks.{backend}.{form}.bf16"
+        for backend in ("native", "xformers")
+        for form in ("bool2d", "bool4d_b11n", "bool4d_b1mn", "additive")
+    }
