@@ -29,6 +29,8 @@ __all__ = [
     "Status",
     "load_resolution",
     "lock_filename",
+    "suite_lock_filename",
+    "suite_requirements_filename",
 ]
 
 RESOLUTION_SCHEMA = "envbuilder.resolution/1"
@@ -163,6 +165,11 @@ class ResolvedCombination:
     lock_sha256: str | None = None
     requirements: str | None = None
     requested: Requested | None = None  # absent in files written before it was recorded
+    #: the conformance suite's own dependencies (matrix.toml [suite]), locked beside ``lock``;
+    #: None when the combination has no suite group
+    suite_lock: str | None = None
+    suite_requirements: str | None = None
+    suite_lock_sha256: str | None = None
     #: the matrix cell this answers; known to the run that resolved it, not kept in JSON
     combination: Combination | None = field(default=None, compare=False, repr=False)
 
@@ -198,6 +205,9 @@ class ResolvedCombination:
             lock_sha256=data.get("lock_sha256"),
             requirements=data.get("requirements"),
             requested=Requested(**data["requested"]) if data.get("requested") else None,
+            suite_lock=data.get("suite_lock"),
+            suite_requirements=data.get("suite_requirements"),
+            suite_lock_sha256=data.get("suite_lock_sha256"),
         )
 
 
@@ -239,6 +249,17 @@ def lock_filename(combination_id: str) -> str:
     """``pylock.<name>.toml`` for a combination: PEP 751 allows no dot in ``<name>``,
     so the id's dots become underscores (``pylock.py3_11-cu121-torch2_4_1-….toml``)."""
     return f"pylock.{combination_id.replace('.', '_')}.toml"
+
+
+def suite_lock_filename(combination_id: str) -> str:
+    """The suite group's ``pylock.<name>-suite.toml``: ``<name>`` as in `lock_filename`,
+    and ``-suite`` rather than ``.suite`` since PEP 751 allows no dot in it."""
+    return f"pylock.{combination_id.replace('.', '_')}-suite.toml"
+
+
+def suite_requirements_filename(combination_id: str) -> str:
+    """``requirements.<id>.suite.txt``: the suite group for ``pip install --require-hashes``."""
+    return f"requirements.{combination_id}.suite.txt"
 
 
 def load_resolution(path: Path) -> Resolution:

@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     reporter = Reporter(verbose=args.verbose)
     matrix = load_matrix(args.matrix)
     selected = matrix.select(args.selectors)
+    matrix.require_index_urls(selected)
     cache_dir = args.cache_dir or args.settings.cache_dir
     settings = ResolveSettings(
         default_index_url=args.settings.index_url,
@@ -84,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
             python=sys.executable,
             offline=args.offline,
             upgrade=args.upgrade,
+            suite=matrix.suite.requirements,
             ca_bundle=args.settings.ca_bundle,
             credentials=args.settings.credentials.merged(matrix.credentials),
         ),

@@ -5,6 +5,14 @@ resolution; a combination whose existing lock was made from the same
 inputs keeps it (unless ``upgrade``). Each lock is written as
 ``pylock.<id>.toml`` with its ``requirements.<id>.txt``.
 
+The conformance suite's own dependencies (``[suite]`` in ``matrix.toml``,
+e.g. diffusers) are a second group beside each lock, never part of it:
+``pylock.<id>-suite.toml`` and ``requirements.<id>.suite.txt`` hold what the
+suite needs beyond the combination's lock, resolved by one universal uv
+run per pairing with each member's lock as constraints, so that a package
+both need has the lock's version. A suite group is kept while its
+requirements and the lock it was constrained by are unchanged.
+
 Solved closures are content-addressed: each lock is also stored in the
 cache under the digest of its inputs (the pinned torch/xformers files,
 the target, the dependency requirements, the indexes and the resolver's
@@ -28,9 +36,15 @@ from packaging.version import Version
 from envbuilder import __version__
 from envbuilder.credentials import Credentials
 from envbuilder.files import write_atomic
-from envbuilder.model import ResolvedCombination, lock_filename
-from envbuilder.pylock import PylockError, packages, read_lock, tool_table
+from envbuilder.model import (
+    ResolvedCombination,
+    lock_filename,
+    suite_lock_filename,
+    suite_requirements_filename,
+)
+from envbuilder.pylock import LockedPackage, PylockError, packages, read_lock, tool_table
 from envbuilder.resolve.closure import (
+    GENERATED_BY,
     ClosureError,
     PinnedFile,
     assemble_lock,
@@ -41,7 +55,14 @@ from envbuilder.resolve.closure import (
 )
 from envbuilder.resolve.decisions import Decision
 
-__all__ = ["CLOSURE_FORMAT", "LockSettings", "SolvedClosures", "closure_digest", "lock_group"]
+__all__ = [
+    "CLOSURE_FORMAT",
+    "LockSettings",
+    "SolvedClosures",
+    "closure_digest",
+    "lock_group",
+    "suite_inputs",
+]
 
 CLOSURE_FORMAT = 2
 """Changes whenever the same inputs would give another closure (2: a closure needing
@@ -64,6 +85,9 @@ class LockSettings:
     run many at once, and their connections add up to what an index or a proxy limits."""
     offline: bool = False
     upgrade: bool = False
+    suite: tuple[str, ...] = ()
+    """The conformance suite's own requirements (``[suite]``), locked as a group beside
+    each lock; none, no group."""
     ca_bundle: str | None = None
     credentials: Credentials = field(default_factory=Credentials)
 
@@ -101,24 +125,37 @@ def lock_group(
     """Lock decisions that share their requirements with one uv resolution.
 
     A member whose existing lock was made from the same inputs keeps it; the
-    others take their part of one universal closure.
+    others take their part of one universal closure. Then each member's suite
+    group (`_lock_suites`) is locked against its lock.
     """
     results: dict[str, ResolvedCombination] = {}
     pending: list[tuple[Decision, list[PinnedFile], dict[str, Any]]] = []
     for d in members:
         pinned = d.pins()
         inputs = lock_inputs(d.closure_requirements(), d.target, d.indexes, pinned)
-        existing = _existing_lock(d, inputs, settings)
+        existing = _existing_lock(
+            (settings.out_dir / lock_filename(d.combination.id),), inputs, settings
+        )
         if existing is not None:
-            results[d.combination.id] = done(
-                d, _write(d, *existing, inputs=inputs, settings=settings)
-            )
+            results[d.combination.id] = _write(d, *existing, inputs=inputs, settings=settings)
         elif settings.offline:
-            results[d.combination.id] = done(d, d.result("error", _offline_miss(inputs, settings)))
+            results[d.combination.id] = d.result("error", _offline_miss(inputs, settings))
         else:
             pending.append((d, pinned, inputs))
-    if not pending:
-        return [results[d.combination.id] for d in members]
+    if pending:
+        _lock_pending(pending, settings, solved, results)
+    if settings.suite:
+        _lock_suites(members, settings, solved, results)
+    return [done(d, results[d.combination.id]) for d in members]
+
+
+def _lock_pending(
+    pending: Sequence[tuple[Decision, list[PinnedFile], dict[str, Any]]],
+    settings: LockSettings,
+    solved: SolvedClosures | None,
+    results: dict[str, ResolvedCombination],
+) -> None:
+    """Solve one universal closure for the members without a lock, and write each one's."""
     requirements = list(
         dict.fromkeys(r for d, _, _ in pending for r in d.raw_dependencies + d.extra_runtime)
     )
@@ -127,24 +164,7 @@ def lock_group(
     pins = {p.name: p.version for _, pinned, _ in pending for p in pinned}
 
     def solve(constraints: tuple[str, ...]) -> Pylock:
-        def compute() -> Pylock:
-            return compile_closure(
-                requirements=requirements,
-                constraints=constraints,
-                python_floor=floor,
-                indexes=indexes,
-                cache_dir=settings.cache_dir / "uv",
-                uv=settings.uv,
-                python=settings.python,
-                downloads=settings.uv_downloads,
-                offline=settings.offline,
-                ca_bundle=settings.ca_bundle,
-                credentials=settings.credentials,
-            )
-
-        if solved is None:
-            return compute()
-        return solved.solve((tuple(requirements), constraints, floor, indexes), compute)
+        return _solve(requirements, constraints, floor, indexes, settings, solved)
 
     closure: Pylock | None = None
     failure = ""
@@ -158,17 +178,157 @@ def lock_group(
         failure = str(e)
     for d, pinned, inputs in pending:
         if closure is None:
-            results[d.combination.id] = done(d, d.result("error", failure))
+            results[d.combination.id] = d.result("error", failure)
             continue
         try:
             text = assemble_lock(
                 select_for_target(closure, d.target), pinned=pinned, inputs=inputs, target=d.target
             )
         except ClosureError as e:
-            results[d.combination.id] = done(d, d.result("error", str(e)))
+            results[d.combination.id] = d.result("error", str(e))
             continue
-        results[d.combination.id] = done(d, _write(d, text, inputs=inputs, settings=settings))
-    return [results[d.combination.id] for d in members]
+        results[d.combination.id] = _write(d, text, inputs=inputs, settings=settings)
+
+
+def _solve(
+    requirements: Sequence[str],
+    constraints: tuple[str, ...],
+    floor: str,
+    indexes: tuple[Any, ...],
+    settings: LockSettings,
+    solved: SolvedClosures | None,
+) -> Pylock:
+    def compute() -> Pylock:
+        return compile_closure(
+            requirements=requirements,
+            constraints=constraints,
+            python_floor=floor,
+            indexes=indexes,
+            cache_dir=settings.cache_dir / "uv",
+            uv=settings.uv,
+            python=settings.python,
+            downloads=settings.uv_downloads,
+            offline=settings.offline,
+            ca_bundle=settings.ca_bundle,
+            credentials=settings.credentials,
+        )
+
+    if solved is None:
+        return compute()
+    return solved.solve((tuple(requirements), constraints, floor, indexes), compute)
+
+
+def suite_inputs(d: Decision, lock_sha256: str, suite: Sequence[str]) -> dict[str, Any]:
+    """What a suite group was computed from: it is kept while this is unchanged."""
+    return {
+        "generated-by": GENERATED_BY,
+        "group": "suite",
+        "requirements": list(suite),
+        "lock-sha256": lock_sha256,
+        "python": d.target.python,
+        "platform": d.target.platform,
+        "indexes": [f"{i.role} {i.url}" for i in d.indexes],
+    }
+
+
+def _lock_suites(
+    members: Sequence[Decision],
+    settings: LockSettings,
+    solved: SolvedClosures | None,
+    results: dict[str, ResolvedCombination],
+) -> None:
+    """Lock each resolved member's suite group: kept when its inputs are unchanged, else
+    taken from one universal uv run over the members' pythons, whose constraints pin every
+    package of each member's lock for that member's Python."""
+    pending: list[tuple[Decision, tuple[LockedPackage, ...], dict[str, Any]]] = []
+    for d in members:
+        r = results[d.combination.id]
+        if r.status != "resolved" or r.lock_sha256 is None:
+            continue
+        inputs = suite_inputs(d, r.lock_sha256, settings.suite)
+        existing = _existing_lock(
+            (settings.out_dir / suite_lock_filename(d.combination.id),), inputs, settings
+        )
+        if existing is not None:
+            results[d.combination.id] = _write_suite(
+                d, r, *existing, settings=settings, inputs=inputs
+            )
+            continue
+        if settings.offline:
+            results[d.combination.id] = _suite_failed(d, settings, _offline_miss(inputs, settings))
+            continue
+        try:
+            main = packages(read_lock(_lock_text(r, settings), source=r.lock or "its lock"))
+        except (OSError, PylockError) as e:
+            results[d.combination.id] = _suite_failed(d, settings, str(e))
+            continue
+        pending.append((d, main, inputs))
+    # One uv run answers one Python per target; members sharing a Python (another
+    # platform) take another run.
+    runs: list[list[tuple[Decision, tuple[LockedPackage, ...], dict[str, Any]]]] = []
+    for item in pending:
+        run = next(
+            (g for g in runs if all(o[0].target.python != item[0].target.python for o in g)), None
+        )
+        if run is None:
+            runs.append([item])
+        else:
+            run.append(item)
+    for run in runs:
+        constraints = tuple(
+            f"{p.name}=={p.version} ; python_version == '{d.target.python}'"
+            for d, main, _ in run
+            for p in main
+            if p.version is not None
+        )
+        floor = min((d.target.python for d, _, _ in run), key=_python_key)
+        closure: Pylock | None = None
+        failure = ""
+        try:
+            closure = _solve(
+                settings.suite, constraints, floor, run[0][0].indexes, settings, solved
+            )
+        except ClosureError as e:
+            failure = str(e)
+        for d, main, inputs in run:
+            cid = d.combination.id
+            if closure is None:
+                results[cid] = _suite_failed(d, settings, failure)
+                continue
+            try:
+                group = _beyond(select_for_target(closure, d.target), main)
+                text = assemble_lock(
+                    group, pinned=(), inputs=inputs, target=d.target, group="suite"
+                )
+            except ClosureError as e:
+                results[cid] = _suite_failed(d, settings, str(e))
+                continue
+            results[cid] = _write_suite(d, results[cid], text, settings=settings, inputs=inputs)
+
+
+def _beyond(
+    selected: Sequence[LockedPackage], main: Sequence[LockedPackage]
+) -> list[LockedPackage]:
+    """What the suite needs beyond the lock; a package both need must have the lock's version."""
+    locked = {p.name: p.version for p in main}
+    extra: list[LockedPackage] = []
+    for p in selected:
+        if p.name not in locked:
+            extra.append(p)
+        elif p.version is None or Version(p.version) != Version(locked[p.name] or "0"):
+            raise ClosureError(
+                f"the suite needs {p.name} {p.version}, but the lock has {p.name} {locked[p.name]}"
+            )
+    return extra
+
+
+def _suite_failed(d: Decision, settings: LockSettings, message: str) -> ResolvedCombination:
+    return d.result("error", f"suite group ({', '.join(settings.suite)}) not locked: {message}")
+
+
+def _lock_text(r: ResolvedCombination, settings: LockSettings) -> str:
+    assert r.lock is not None
+    return (settings.out_dir.resolve().parent / r.lock).read_text(encoding="utf-8")
 
 
 def closure_digest(inputs: Mapping[str, Any]) -> str:
@@ -189,15 +349,13 @@ def _offline_miss(inputs: Mapping[str, Any], settings: LockSettings) -> str:
 
 
 def _existing_lock(
-    d: Decision, inputs: Mapping[str, Any], settings: LockSettings
+    paths: Sequence[Path], inputs: Mapping[str, Any], settings: LockSettings
 ) -> tuple[str, Pylock] | None:
-    """The lock made from the same inputs: the one in ``--out``, else the cache's."""
+    """The lock made from the same inputs: the first of ``paths`` (in ``--out``), else the
+    cache's."""
     if settings.upgrade:
         return None
-    for path in (
-        settings.out_dir / lock_filename(d.combination.id),
-        _cached_path(inputs, settings),
-    ):
+    for path in (*paths, _cached_path(inputs, settings)):
         try:
             text = path.read_text(encoding="utf-8")
             lock = read_lock(text, source=path)
@@ -234,6 +392,37 @@ def _write(
         lock=_relative(lock_path, out),
         lock_sha256=sha,
         requirements=_relative(req_path, out),
+    )
+
+
+def _write_suite(
+    d: Decision,
+    resolved: ResolvedCombination,
+    text: str,
+    lock: Pylock | None = None,
+    *,
+    settings: LockSettings,
+    inputs: Mapping[str, Any],
+) -> ResolvedCombination:
+    """Write the suite group beside the lock; the answer names it."""
+    c = d.combination
+    out = settings.out_dir
+    lock_path = out / suite_lock_filename(c.id)
+    req_path = out / suite_requirements_filename(c.id)
+    try:
+        if lock is None:
+            lock = read_lock(text, source=lock_path)
+        requirements = lock_requirements(c.id, packages(lock), d.indexes, group="suite")
+        sha = write_atomic(lock_path, text)
+        write_atomic(req_path, requirements)
+    except (ClosureError, PylockError) as e:
+        return _suite_failed(d, settings, str(e))
+    _store(_cached_path(inputs, settings), text)
+    return replace(
+        resolved,
+        suite_lock=_relative(lock_path, out),
+        suite_lock_sha256=sha,
+        suite_requirements=_relative(req_path, out),
     )
 
 

@@ -2,7 +2,10 @@
 
 The format is documented in ``docs/matrix.md``. Loading reads the file and the
 environment (for ``${VAR}`` in index URLs) and writes nothing; every problem
-in the file is reported at once in one `ConfigError`.
+in the file is reported at once in one `ConfigError`. An index URL whose
+variable is unset is a problem only for what fetches from it
+(`Matrix.require_index_urls`): selecting, planning jobs and building from
+locks need no index URL.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -35,6 +39,7 @@ __all__ = [
     "Matrix",
     "MatrixDefaults",
     "Runners",
+    "Suite",
     "combination_id",
     "load_matrix",
     "parse_matrix",
@@ -44,7 +49,19 @@ DEFAULT_RUNNER: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
 _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TEMPLATE_FIELDS = frozenset({"python", "cuda", "torch", "xformers"})
 
-_TOP_KEYS = ("defaults", "indexes", "axes", "pairs", "combinations", "exclude", "runners")
+_TOP_KEYS = (
+    "defaults",
+    "indexes",
+    "axes",
+    "pairs",
+    "combinations",
+    "exclude",
+    "runners",
+    "suite",
+)
+_SUITE_KEYS = ("requirements",)
+#: the combination's own projects: the suite group is locked against them, never beside them
+_STACK_PROJECTS = frozenset({"torch", "xformers"})
 _DEFAULTS_KEYS = ("platform", "base-image", "add-cuda-runtime", "index")
 _INDEX_KEYS = ("url", "projects", "kind")
 _AXES_KEYS = ("python",)
@@ -105,6 +122,17 @@ class Runners:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Suite:
+    """``[suite]``: what the conformance suite imports beyond the combination (diffusers
+    for the model and mask checks), as PEP 508 requirements in declared order.
+
+    Each resolved combination gets them locked as a group of its own beside its lock,
+    constrained to the versions its lock already has; none declared, no group."""
+
+    requirements: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class Matrix:
     """A loaded, validated ``matrix.toml``."""
 
@@ -114,6 +142,7 @@ class Matrix:
     indexes: Mapping[str, IndexSpec]
     runners: Runners
     defaults: MatrixDefaults
+    suite: Suite = field(default_factory=Suite)
     #: index name -> environment variables its URL needs that were unset at load time
     unset_variables: Mapping[str, tuple[str, ...]] = field(
         default_factory=lambda: MappingProxyType({})
@@ -129,8 +158,13 @@ class Matrix:
         return {c.id: c for c in self.combinations}
 
     def select(self, selectors: Sequence[str]) -> tuple[Combination, ...]:
-        """The combinations the selectors pick (all for none); checks their indexes' variables."""
-        chosen = select(self.combinations, selectors)
+        """The combinations the selectors pick (all for none), in matrix order."""
+        return select(self.combinations, selectors)
+
+    def require_index_urls(self, chosen: Sequence[Combination]) -> None:
+        """Raise `ConfigError` when a chosen combination uses an index whose URL names an
+        unset environment variable: for what fetches from the indexes (``resolve``), not
+        for what only reads the matrix and the locks (``matrix``, ``build``, ``conformance``)."""
         problems: list[str] = []
         for name, variables in sorted(self.unset_variables.items()):
             users = [c.id for c in chosen if name in (c.torch_index, c.xformers_index)]
@@ -140,11 +174,11 @@ class Matrix:
                 )
                 problems.append(
                     f"indexes.{name}.url: environment variable(s) {', '.join(variables)} not set,"
-                    f" and {shown} use(s) index {name!r}; set it or select other combinations"
+                    f" and {shown} use(s) index {name!r} to fetch from; set it or select"
+                    " other combinations"
                 )
         if problems:
             raise ConfigError(str(self.path), problems)
-        return chosen
 
 
 def load_matrix(path: Path, *, environ: Mapping[str, str] | None = None) -> Matrix:
@@ -346,6 +380,7 @@ class _Loader:
         indexes, unset = self.indexes(document.get("indexes"))
         pythons = self.axes(document.get("axes"))
         runners = self.runners(document.get("runners"))
+        suite = self.suite(document.get("suite"))
         if defaults is not None and defaults.index not in indexes:
             _RowBuilder(self, defaults, indexes, runners).known_index(
                 defaults.index, "defaults.index"
@@ -373,6 +408,7 @@ class _Loader:
             indexes=MappingProxyType(indexes),
             runners=runners,
             defaults=defaults,
+            suite=suite,
             unset_variables=MappingProxyType(unset),
             credentials=self.credentials,
         )
@@ -465,6 +501,45 @@ class _Loader:
             )
             return None, ()
         return expanded, missing
+
+    def suite(self, value: Any) -> Suite:
+        """``[suite] requirements``: PEP 508 requirements on an index, none of them the
+        combination's own projects, each project once."""
+        table = self.table(value, "suite") or {}
+        self.keys(table, _SUITE_KEYS, "suite")
+        if "requirements" not in table:
+            return Suite()
+        where = "suite.requirements"
+        value = table["requirements"]
+        if value == []:
+            return Suite()  # said explicitly: no suite group
+        requirements: list[str] = []
+        seen: dict[str, str] = {}
+        for at, text in self.located_strings(value, where) or []:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement as e:
+                self.problem(at, f"invalid requirement {text!r} ({e})")
+                continue
+            name = canonicalize_name(req.name)
+            if req.url:
+                self.problem(
+                    at,
+                    f"{text!r} is a direct reference; the suite group is locked from the"
+                    f" indexes: name a version instead (e.g. '{req.name}==1.2.3')",
+                )
+            elif name in _STACK_PROJECTS:
+                self.problem(
+                    at,
+                    f"{text!r} names {name}, which each combination pins itself;"
+                    " the suite group is locked against it: remove it",
+                )
+            elif name in seen:
+                self.problem(at, f"{text!r} names {name} again (after {seen[name]!r})")
+            else:
+                seen[name] = text
+                requirements.append(str(req))
+        return Suite(requirements=tuple(requirements))
 
     def axes(self, value: Any) -> list[str] | None:
         """The python axis; None when undeclared (pairs must then list their own)."""

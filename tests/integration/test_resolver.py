@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from packaging.pylock import is_valid_pylock_path
 
 from envbuilder import cli
 from envbuilder.errors import MissingToolError
-from envbuilder.model import lock_filename
+from envbuilder.model import lock_filename, suite_lock_filename
 from envbuilder.resolve.closure import find_uv
 from tests.support.index_server import IndexedFile, IndexServer
 from tests.support.wheels import BuiltWheel, build_wheel, cpp_lib_json
@@ -945,3 +946,153 @@ def test_a_dependency_requiring_torch_itself(
     else:
         assert "triton" in result["reason"] and "torch" in result["reason"]
         assert "pull in another torch" not in result["reason"]
+
+
+# -- the conformance suite's own dependencies, a group beside each lock --------------------------
+
+
+SUITE_PAIR = """
+[axes]
+python = ["3.11", "3.12"]
+
+[[pairs]]
+torch = "2.4.1"
+xformers = "0.0.28.post1"
+cuda = "cu121"
+
+[[combinations]]
+python = "3.11"
+cuda = "cu124"
+torch = "2.4.1"
+"""
+
+
+def _suite_projects(d: Path) -> dict[str, list[IndexedFile | BuiltWheel]]:
+    """torch needs ``shared<2``; the suite's ``modelkit`` needs ``shared>=1`` (2.0 on its own)."""
+    record = {"xformers/cpp_lib.json": cpp_lib_json(torch="2.4.1", cuda=1201, arch_list="8.0")}
+    runtime = f"nvidia-cuda-runtime-cu12==12.1.105; {LINUX_X86}"
+    return {
+        "torch": [
+            build_wheel(d, "torch", "2.4.1", tags=f"cp{v}-cp{v}-manylinux1_x86_64", requires_dist=[runtime, "shared<2"])
+            for v in ("311", "312")
+        ],
+        "xformers": [
+            build_wheel(d, "xformers", "0.0.28.post1", tags=f"cp{v}-cp{v}-manylinux_2_28_x86_64", requires_dist=["torch==2.4.1"], members=record)
+            for v in ("311", "312")
+        ],
+        "nvidia-cuda-runtime-cu12": [build_wheel(d, "nvidia-cuda-runtime-cu12", "12.1.105", tags="py3-none-manylinux1_x86_64")],
+        "shared": [build_wheel(d, "shared", "1.0"), build_wheel(d, "shared", "2.0")],
+        "modelkit": [
+            build_wheel(d, "modelkit", "1.0", requires_dist=["shared>=1", "helper"]),
+            build_wheel(d, "modelkit", "2.0", requires_dist=["shared>=2", "helper"]),
+        ],
+        "helper": [build_wheel(d, "helper", "3.1")],
+    }  # fmt: skip
+
+
+@pytest.fixture
+def suite_server(tmp_path: Path) -> Iterator[IndexServer]:
+    with IndexServer() as server:
+        server.add_index("simple", _suite_projects(tmp_path / "suite-wheels"))
+        yield server
+
+
+def _suite_matrix(tmp_path: Path, server: IndexServer, suite: str) -> Path:
+    rows = SUITE_PAIR + f"\n[suite]\nrequirements = [{suite}]\n"
+    return _matrix(tmp_path, server.index_url("simple"), server.url + "/{cuda}", rows)
+
+
+def test_the_suite_group_is_locked_with_hashes_beside_the_lock_and_agrees_with_it(
+    suite_server: IndexServer,
+    tmp_path: Path,
+    resolve: Any,
+    uv: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wrapper, calls = _uv_wrapper(tmp_path, uv)
+    monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
+    run = resolve(_suite_matrix(tmp_path, suite_server, '"modelkit"'))
+    py311, py312 = OK, OK.replace("py3.11", "py3.12")
+    assert {cid: r["status"] for cid, r in run.by_id().items()} == {
+        py311: "resolved",
+        py312: "resolved",
+        TORCH_CUDA_MISMATCH: "unsatisfiable",
+    }
+    assert _calls(calls) == 2, "one uv run for the pair's lock, one for its suite groups"
+    for cid in (py311, py312):
+        entry = run.written()[cid]
+        assert entry == run.by_id()[cid]
+        assert entry["suite_lock"] == f"locks/{suite_lock_filename(cid)}"
+        assert entry["suite_requirements"] == f"locks/requirements.{cid}.suite.txt"
+        suite_path = run.out.parent / entry["suite_lock"]
+        assert entry["suite_lock_sha256"] == hashlib.sha256(suite_path.read_bytes()).hexdigest()
+        assert is_valid_pylock_path(suite_path)
+        # The lock has shared 1.0 (torch needs <2); the suite takes that version, not 2.0,
+        # and its group holds only what the lock does not.
+        assert run.locked(cid)["shared"] == "1.0"
+        suite = tomllib.loads(suite_path.read_text(encoding="utf-8"))
+        assert {p["name"]: p["version"] for p in suite["packages"]} == {
+            "helper": "3.1",
+            "modelkit": "1.0",
+        }
+        assert all(re.fullmatch(r"[0-9a-f]{64}", w["hashes"]["sha256"]) for p in suite["packages"] for w in p["wheels"])  # fmt: skip
+        assert suite["requires-python"] == f"=={entry['python']}.*"
+        assert suite["tool"]["envbuilder"]["lock-sha256"] == entry["lock_sha256"]
+        text = (run.out.parent / entry["suite_requirements"]).read_text(encoding="utf-8")
+        assert re.findall(r"^(\S+==\S+) \\\n    --hash=sha256:[0-9a-f]{64}$", text, re.M) == [
+            "helper==3.1",
+            "modelkit==1.0",
+        ]
+    unsatisfiable = run.by_id()[TORCH_CUDA_MISMATCH]
+    assert (unsatisfiable["suite_lock"], unsatisfiable["suite_requirements"]) == (None, None)
+    assert unsatisfiable["suite_lock_sha256"] is None
+
+
+def test_a_suite_group_is_kept_while_its_inputs_hold_and_upgrade_re_resolves_it(
+    suite_server: IndexServer,
+    tmp_path: Path,
+    resolve: Any,
+    uv: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wrapper, calls = _uv_wrapper(tmp_path, uv)
+    monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
+    matrix = _suite_matrix(tmp_path, suite_server, '"modelkit"')
+    first = resolve(matrix)
+    snapshot = {p.name: p.read_bytes() for p in first.out.iterdir()}
+    assert _calls(calls) == 2
+
+    again = resolve(matrix)
+    assert _calls(calls) == 2, "unchanged inputs: no uv run for the lock nor the suite"
+    assert {p.name: p.read_bytes() for p in again.out.iterdir()} == snapshot
+
+    fresh = resolve(matrix, out=tmp_path / "elsewhere" / "locks")
+    assert _calls(calls) == 2, "the cache holds both groups"
+    assert {p.name: p.read_bytes() for p in fresh.out.iterdir()} == {
+        name: data for name, data in snapshot.items() if name != "resolution.json"
+    } | {"resolution.json": (fresh.out / "resolution.json").read_bytes()}
+
+    upgraded = resolve(matrix, "--upgrade")
+    assert _calls(calls) == 4
+    assert {p.name: p.read_bytes() for p in upgraded.out.iterdir()} == snapshot
+
+    # Another suite requirement re-locks the suite group only; the lock stays.
+    matrix = _suite_matrix(tmp_path, suite_server, '"modelkit==1.0"')
+    changed = resolve(matrix)
+    assert _calls(calls) == 5
+    for cid in (OK, OK.replace("py3.11", "py3.12")):
+        assert changed.by_id()[cid]["lock_sha256"] == first.by_id()[cid]["lock_sha256"]
+        assert changed.by_id()[cid]["suite_lock_sha256"] != first.by_id()[cid]["suite_lock_sha256"]
+
+
+def test_a_suite_that_needs_another_version_than_the_lock_is_an_error_naming_it(
+    suite_server: IndexServer, tmp_path: Path, resolve: Any
+) -> None:
+    run = resolve(_suite_matrix(tmp_path, suite_server, '"modelkit==2.0"'), OK)
+    (entry,) = run.doc["combinations"]
+    assert entry["status"] == "error"
+    assert entry["reason"].startswith(
+        "suite group (modelkit==2.0) not locked: uv could not resolve"
+    )
+    assert "shared" in entry["reason"]
+    assert run.rc == 1

@@ -136,15 +136,73 @@ ENV_DOC = (
 )
 
 
-def test_unset_variable_is_an_error_only_when_a_selected_combination_uses_the_index() -> None:
+def test_an_unset_variable_is_an_error_only_for_fetching_from_its_index() -> None:
     m = parse(ENV_DOC)
-    assert [c.id for c in m.select(["torch2.5"])] == ["py3.11-cu121-torch2.5.1"]
+    # Selecting (matrix, build, conformance) needs no index URL.
+    assert [c.id for c in m.select([])] == ["py3.11-cu121-torch2.4.1", "py3.11-cu121-torch2.5.1"]
+    m.require_index_urls(m.select(["torch2.5"]))
+    # Fetching (resolve) names the variable, the index and who uses it.
     with pytest.raises(ConfigError) as info:
-        m.select(["torch2.4"])
-    assert "PYTORCH_INDEX_URL" in str(info.value)
-    assert "py3.11-cu121-torch2.4.1" in str(info.value)
-    with pytest.raises(ConfigError, match="PYTORCH_INDEX_URL"):
-        m.select([])
+        m.require_index_urls(m.select(["torch2.4"]))
+    assert info.value.problems == [
+        "indexes.pytorch.url: environment variable(s) PYTORCH_INDEX_URL not set, and"
+        " py3.11-cu121-torch2.4.1 use(s) index 'pytorch' to fetch from; set it or select"
+        " other combinations"
+    ]
+
+
+def test_the_default_matrix_selects_without_the_pytorch_index_url() -> None:
+    text = (REPO / "matrix.toml").read_text(encoding="utf-8")
+    text = text.replace("# [indexes.pytorch]", "[indexes.pytorch]")
+    text = text.replace('# url = "${PYTORCH_INDEX_URL}', 'url = "${PYTORCH_INDEX_URL}')
+    text = text.replace('# projects = ["torch", "triton"]', 'projects = ["torch", "triton"]')
+    text = text.replace('cuda = "cu121"\n', 'cuda = "cu121"\nindex = "pytorch"\n', 1)
+    m = parse(text)
+    assert m.unset_variables == {"pytorch": ("PYTORCH_INDEX_URL",)}
+    chosen = m.select(["cu121"])
+    assert chosen and all(c.torch_index == "pytorch" for c in chosen)
+    with pytest.raises(ConfigError, match="PYTORCH_INDEX_URL not set"):
+        m.require_index_urls(chosen)
+
+
+SUITE_ROW = '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\n'
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        pytest.param("", (), id="absent-no-group"),
+        pytest.param("[suite]\nrequirements = []\n", (), id="empty-no-group"),
+        pytest.param(
+            '[suite]\nrequirements = ["diffusers==0.42.1", "Pillow>=10; python_version < \'3.12\'"]\n',
+            ("diffusers==0.42.1", 'Pillow>=10; python_version < "3.12"'),
+            id="pinned-and-marked",
+        ),
+        pytest.param('[suite]\nrequirements = "diffusers"\n', ("diffusers",), id="one-string"),
+    ],
+)
+def test_suite_requirements(table: str, expected: tuple[str, ...]) -> None:
+    assert parse(SUITE_ROW + table).suite.requirements == expected
+
+
+def test_bad_suite_requirements_are_each_reported() -> None:
+    found = problems(
+        SUITE_ROW + "[suite]\nrequirments = []\nrequirements = ["
+        '"diffusers==0.42.1", "Diffusers>=0.1", "torch==2.4.1",'
+        ' "x @ https://example.invalid/x.whl", "diffusers==", 3]\n'
+    )
+    assert found[:5] == [
+        "suite.requirments: unknown key 'requirments'; did you mean 'requirements'?",
+        "suite.requirements[5]: expected a string, got integer 3",
+        "suite.requirements[1]: 'Diffusers>=0.1' names diffusers again (after 'diffusers==0.42.1')",
+        "suite.requirements[2]: 'torch==2.4.1' names torch, which each combination pins"
+        " itself; the suite group is locked against it: remove it",
+        "suite.requirements[3]: 'x @ https://example.invalid/x.whl' is a direct reference;"
+        " the suite group is locked from the indexes: name a version instead"
+        " (e.g. 'x==1.2.3')",
+    ]
+    assert found[5].startswith("suite.requirements[4]: invalid requirement 'diffusers==' (")
+    assert len(found) == 6
 
 
 def test_an_empty_variable_counts_as_unset() -> None:
@@ -301,6 +359,11 @@ REQUIRED_IDS = [
 @pytest.fixture(scope="module")
 def default_matrix() -> Matrix:
     return load_matrix(REPO / "matrix.toml", environ={})
+
+
+def test_default_matrix_pins_the_suite_s_own_dependencies(default_matrix: Matrix) -> None:
+    (diffusers,) = default_matrix.suite.requirements
+    assert diffusers.startswith("diffusers==")
 
 
 def test_default_matrix_has_the_required_rows_and_unique_ids(default_matrix: Matrix) -> None:
