@@ -98,6 +98,12 @@ def conformance(session: nox.Session) -> None:
                 " combination id, after `nox -s resolve` (or with the locks downloaded)"
             )
         session.install("--require-hashes", "--no-deps", "-r", str(requirements))
+        # Then the suite's own dependencies (diffusers for the model checks), locked beside it.
+        suite = locks / f"requirements.{selectors[0]}.suite.txt"
+        if suite.is_file():
+            session.install("--require-hashes", "--no-deps", "-r", str(suite))
+        else:
+            session.warn(f"no {suite} (matrix.toml has no [suite]): the model checks will skip")
     session.run("envbuilder", "conformance", *session.posargs)
 
 

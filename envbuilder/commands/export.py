@@ -32,6 +32,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="file to write (default: stdout); uv needs a pylock named pylock.toml or pylock.<name>.toml",
     )
+    parser.add_argument(
+        "--with-suite",
+        action="store_true",
+        help="add the combination's suite group (the conformance suite's own dependencies,"
+        " e.g. diffusers), locked against the same lock; left out by default",
+    )
     add_lock_argument(parser)
 
 
@@ -51,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.lockfile.export import exported
 
     lockfile = lockfile_argument(args.lock, args.settings, with_locks=True, combination=args.id)
-    data = exported(lockfile, args.id, args.format)
+    data = exported(lockfile, args.id, args.format, with_suite=args.with_suite)
     if args.out is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()

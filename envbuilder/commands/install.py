@@ -29,6 +29,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--installer", choices=["uv", "pip"], default="uv", help="installer to use (default: uv)"
     )
+    parser.add_argument(
+        "--with-suite",
+        action="store_true",
+        help="also install the suite group (the conformance suite's own dependencies, e.g."
+        " diffusers), to run the suite in that environment; left out by default",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the command; install nothing")
     add_lock_argument(parser)
 

@@ -11,18 +11,34 @@ selects, as a direct URL with its sha256, for ``pip install --require-hashes
 --no-deps -r``. ``constraints`` output pins the same closure's versions
 (``name==version``) for ``pip install -c`` / ``uv pip install -c`` beside one's own
 requirements: the resolver keeps the verified stack and adds the rest.
+
+``with_suite`` (``--with-suite``) adds the combination's suite group, the
+conformance suite's own dependencies (``pylock.<name>-suite.toml`` beside the
+lock), to any format: users get it only when they ask, for example to run the
+suite themselves. The group must have been locked against the very lock the
+lockfile records (its ``lock-sha256``); a pylock with it is a new document
+holding both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from envbuilder.errors import InputError
 from envbuilder.files import sha256_file
 from envbuilder.lockfile.model import Entry
+from envbuilder.pylock import LockedPackage
 from envbuilder.target import Target
 
-__all__ = ["FORMATS", "exported", "exported_constraints", "exported_requirements", "locate_pylock"]
+__all__ = [
+    "FORMATS",
+    "exported",
+    "exported_constraints",
+    "exported_requirements",
+    "locate_pylock",
+    "locate_suite",
+]
 
 #: what `envbuilder export --format` writes
 FORMATS = ("pylock", "requirements", "constraints")
@@ -57,6 +73,30 @@ def locate_pylock(lockfile: Path, entry: Entry) -> Path:
     return path
 
 
+def locate_suite(lockfile: Path, entry: Entry) -> Path:
+    """The entry's suite group beside its lock, after checking it was locked against it."""
+    from envbuilder.model import suite_lock_filename
+    from envbuilder.pylock import read_lock, tool_table
+
+    assert entry.lock is not None
+    path = (lockfile.parent / entry.lock.path).parent / suite_lock_filename(entry.id)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as e:
+        raise InputError(
+            f"{path}: {entry.id!r} has no suite group beside its lock (`envbuilder resolve`"
+            " writes one when matrix.toml has a [suite] table); leave out --with-suite"
+        ) from e
+    table = tool_table(read_lock(data, source=path)) or {}
+    if table.get("lock-sha256") != entry.lock.sha256:
+        raise InputError(
+            f"{path}: this suite group was locked against lock sha256"
+            f" {table.get('lock-sha256')!r}, not the {entry.lock.sha256} recorded in"
+            f" {lockfile}; resolve again (`nox -s resolve`) and re-make the lockfile"
+        )
+    return path
+
+
 def _target(entry: Entry) -> Target:
     try:
         target = Target(python=entry.python, platform=entry.platform)
@@ -66,37 +106,46 @@ def _target(entry: Entry) -> Target:
     return target
 
 
-def _checked_closure(entry: Entry, pylock: Path) -> None:
-    """Select the target's part of the lock, refusing sdists and plain-HTTP files in it."""
+def _chosen(entry: Entry, pylocks: Sequence[Path]) -> list[tuple[Path, LockedPackage]]:
+    """The target's packages of each lock, by name, with the lock each comes from."""
     from envbuilder.pylock import read_lock, select
 
-    select(read_lock(pylock.read_bytes(), source=pylock), _target(entry), source=pylock)
+    target = _target(entry)
+    chosen = [
+        (pylock, package)
+        for pylock in pylocks
+        for package in select(read_lock(pylock.read_bytes(), source=pylock), target, source=pylock)
+    ]
+    return sorted(chosen, key=lambda c: c[1].name)
 
 
-def exported_requirements(entry: Entry, pylock: Path) -> str:
-    """A ``--require-hashes`` requirements file for the entry's target."""
-    from envbuilder.pylock import read_lock, requirements_text, select
+def _with(suite: Path | None) -> str:
+    return f" with its suite group {suite.name}" if suite else ""
 
-    chosen = select(read_lock(pylock.read_bytes(), source=pylock), _target(entry), source=pylock)
+
+def exported_requirements(entry: Entry, pylock: Path, suite: Path | None = None) -> str:
+    """A ``--require-hashes`` requirements file for the entry's target (and its suite group)."""
+    from envbuilder.pylock import requirements_text
+
     pins: list[tuple[str, str]] = []
-    for package in sorted(chosen, key=lambda p: p.name):
+    for source, package in _chosen(entry, [pylock, *([suite] if suite else [])]):
         wheel = package.archive
         if wheel is None or wheel.kind != "wheel":
             raise InputError(
-                f"{pylock}: {package.name} is locked as an sdist, not a wheel; "
+                f"{source}: {package.name} is locked as an sdist, not a wheel; "
                 "only wheels can be exported"
             )
-        url = wheel.location(pylock)
+        url = wheel.location(source)
         if url is None:
-            raise InputError(f"{pylock}: {package.name}'s wheel has neither url nor path")
+            raise InputError(f"{source}: {package.name}'s wheel has neither url nor path")
         if not wheel.sha256:
-            raise InputError(f"{pylock}: {package.name}'s wheel has no sha256")
+            raise InputError(f"{source}: {package.name}'s wheel has no sha256")
         pins.append((f"{package.name} @ {url}", wheel.sha256))
     return requirements_text(
         pins,
         header=(
             f"{entry.id}: exported by `envbuilder export` from {pylock.name} "
-            f"(sha256 {entry.lock.sha256 if entry.lock else '?'})",
+            f"(sha256 {entry.lock.sha256 if entry.lock else '?'}){_with(suite)}",
             f"target: Python {entry.python}, {entry.platform}; verdict: {entry.verdict.verdict} "
             f"(per use: {', '.join(f'{u.use} {u.verdict.verdict}' for u in entry.uses)})",
             "install: pip install --require-hashes --no-deps -r <this file>",
@@ -104,16 +153,16 @@ def exported_requirements(entry: Entry, pylock: Path) -> str:
     )
 
 
-def exported_constraints(entry: Entry, pylock: Path) -> str:
+def exported_constraints(entry: Entry, pylock: Path, suite: Path | None = None) -> str:
     """A constraints file of the closure the entry's target installs, versions only."""
-    from envbuilder.pylock import constraints_text, read_lock, select
+    from envbuilder.pylock import constraints_text
 
-    chosen = select(read_lock(pylock.read_bytes(), source=pylock), _target(entry), source=pylock)
+    chosen = [p for _, p in _chosen(entry, [pylock, *([suite] if suite else [])])]
     return constraints_text(
         chosen,
         header=(
             f"{entry.id}: exported by `envbuilder export --format constraints` from "
-            f"{pylock.name} (sha256 {entry.lock.sha256 if entry.lock else '?'})",
+            f"{pylock.name} (sha256 {entry.lock.sha256 if entry.lock else '?'}){_with(suite)}",
             f"target: Python {entry.python}, {entry.platform}; verdict: {entry.verdict.verdict}",
             "use: uv pip install -c <this file> -r your-requirements.txt "
             "(or pip install -c ... -r ...)",
@@ -123,8 +172,27 @@ def exported_constraints(entry: Entry, pylock: Path) -> str:
     )
 
 
-def exported(lockfile: Path, combination: str, fmt: str) -> bytes:
-    """The bytes `envbuilder export` writes (also used by `install`)."""
+def exported_pylock(entry: Entry, pylock: Path, suite: Path) -> str:
+    """One PEP 751 lock of the entry's target's packages from the lock and its suite group."""
+    from envbuilder.pylock import assemble
+
+    chosen = [p for _, p in _chosen(entry, [pylock, suite])]
+    return assemble(
+        chosen,
+        requires_python=f"=={entry.python}.*",
+        tool={
+            "envbuilder": {
+                "exported-from": [pylock.name, suite.name],
+                "lock-sha256": entry.lock.sha256 if entry.lock else None,
+            }
+        },
+        header=(f"{entry.id}: exported by `envbuilder export --with-suite`; do not edit.",),
+    )
+
+
+def exported(lockfile: Path, combination: str, fmt: str, *, with_suite: bool = False) -> bytes:
+    """The bytes `envbuilder export` writes (also used by `install`); ``with_suite`` adds
+    the combination's suite group."""
     import difflib
 
     from envbuilder.lockfile.read import load_lockfile
@@ -137,11 +205,14 @@ def exported(lockfile: Path, combination: str, fmt: str) -> bytes:
         hint = f"; did you mean {near[0]!r}?" if near else "; see `envbuilder query`"
         raise InputError(f"no combination {combination!r} in {lockfile}{hint}")
     pylock = locate_pylock(lockfile, entry)
+    suite = locate_suite(lockfile, entry) if with_suite else None
     if fmt == "pylock":
         # The pylock goes out as locked, but only after the checks every export makes: what
         # the target installs from it is wheels only, from https://, file:// or loopback.
-        _checked_closure(entry, pylock)
-        return pylock.read_bytes()
+        _chosen(entry, [pylock, *([suite] if suite else [])])
+        return (
+            pylock.read_bytes() if suite is None else exported_pylock(entry, pylock, suite).encode()
+        )
     if fmt == "constraints":
-        return exported_constraints(entry, pylock).encode("utf-8")
-    return exported_requirements(entry, pylock).encode("utf-8")
+        return exported_constraints(entry, pylock, suite).encode("utf-8")
+    return exported_requirements(entry, pylock, suite).encode("utf-8")

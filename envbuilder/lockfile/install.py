@@ -185,7 +185,8 @@ def install(args: argparse.Namespace) -> int:
             )
 
     fmt = "pylock" if args.installer == "uv" else "requirements"
-    data = exported(lockfile, entry.id, fmt)  # the lock is verified before the disk is touched
+    # the lock is verified before the disk is touched
+    data = exported(lockfile, entry.id, fmt, with_suite=args.with_suite)
     create_venv = args.venv is not None and not python_exe.exists()
     base = entry.python
     if create_venv:

@@ -1096,3 +1096,43 @@ def test_a_suite_that_needs_another_version_than_the_lock_is_an_error_naming_it(
     )
     assert "shared" in entry["reason"]
     assert run.rc == 1
+
+
+def test_users_get_the_suite_group_only_with_with_suite(
+    suite_server: IndexServer, tmp_path: Path, resolve: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = resolve(_suite_matrix(tmp_path, suite_server, '"modelkit"'), OK)
+    assert run.by_id()[OK]["status"] == "resolved"
+    (tmp_path / "results").mkdir()
+    lockfile = tmp_path / "compat.lock.json"
+    made = ["lock", "--resolution", str(run.out / "resolution.json"), "--results", str(tmp_path / "results"), "-o", str(lockfile)]  # fmt: skip
+    assert cli.main(made) == 0
+
+    def export(*extra: str) -> str:
+        capsys.readouterr()
+        assert cli.main(["export", OK, "--lock", str(lockfile), *extra]) == 0
+        return capsys.readouterr().out
+
+    def names(text: str) -> list[str]:
+        return re.findall(r"^([a-z0-9-]+)(?: @ |==)", text, re.M)
+
+    stack = ["nvidia-cuda-runtime-cu12", "shared", "torch", "xformers"]
+    assert names(export("--format", "requirements")) == stack
+    assert names(export("--format", "constraints")) == stack
+    with_suite = ["helper", "modelkit", *stack]
+    assert names(export("--format", "requirements", "--with-suite")) == sorted(with_suite)
+    assert names(export("--format", "constraints", "--with-suite")) == sorted(with_suite)
+    assert export("--format", "pylock") == (run.out.parent / run.by_id()[OK]["lock"]).read_text()
+    both = tomllib.loads(export("--format", "pylock", "--with-suite"))
+    assert [p["name"] for p in both["packages"]] == sorted(with_suite)
+    assert both["tool"]["envbuilder"]["lock-sha256"] == run.by_id()[OK]["lock_sha256"]
+    assert (
+        cli.main(["install", OK, "--lock", str(lockfile), "--allow-unverified", "--dry-run"]) == 0
+    )
+
+    # A suite group locked against another lock is refused, naming what to do.
+    suite_path = run.out.parent / run.by_id()[OK]["suite_lock"]
+    suite_path.write_text(suite_path.read_text().replace(run.by_id()[OK]["lock_sha256"], "0" * 64))
+    capsys.readouterr()
+    assert cli.main(["export", OK, "--lock", str(lockfile), "--with-suite"]) == 2
+    assert "this suite group was locked against lock sha256 '0000" in capsys.readouterr().err

@@ -389,3 +389,15 @@ def test_default_matrix_covers_pythons_and_cudas(default_matrix: Matrix) -> None
     assert {"2.4.1", "2.11.0"} <= torches
     # no cp313 wheel for torch 2.4.1, nor for xformers <= 0.0.30
     assert not [c.id for c in combos if c.python == "3.13" and c.torch == "2.4.1"]
+
+
+def test_the_matrix_command_plans_jobs_without_the_index_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from envbuilder import cli
+
+    monkeypatch.delenv("PYTORCH_INDEX_URL", raising=False)
+    path = tmp_path / "matrix.toml"
+    path.write_text(ENV_DOC, encoding="utf-8")
+    assert cli.main(["matrix", "--matrix", str(path), "--format", "ids"]) == 0
+    assert capsys.readouterr().out.split() == ["py3.11-cu121-torch2.4.1", "py3.11-cu121-torch2.5.1"]
