@@ -22,6 +22,7 @@ checkout with its cache restored) reuses it instead of running uv.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -142,10 +143,18 @@ def lock_group(
             results[d.combination.id] = d.result("error", _offline_miss(inputs, settings))
         else:
             pending.append((d, pinned, inputs))
+    floor = min((d.target.python for d in members), key=_python_key)
+    if settings.suite and pending and solved is not None:
+        # New locks mean new suite groups: start the suite's own uv run beside the locks'.
+        threading.Thread(
+            target=_solve_quietly,
+            args=(settings.suite, (), floor, members[0].indexes, settings, solved),
+            daemon=True,
+        ).start()
     if pending:
         _lock_pending(pending, settings, solved, results)
     if settings.suite:
-        _lock_suites(members, settings, solved, results)
+        _lock_suites(members, floor, settings, solved, results)
     return [done(d, results[d.combination.id]) for d in members]
 
 
@@ -218,6 +227,12 @@ def _solve(
     return solved.solve((tuple(requirements), constraints, floor, indexes), compute)
 
 
+def _solve_quietly(*args: Any) -> None:
+    """`_solve` for its answer in ``solved`` only; a failure is stored there too."""
+    with contextlib.suppress(ClosureError):
+        _solve(*args)
+
+
 def suite_inputs(d: Decision, lock_sha256: str, suite: Sequence[str]) -> dict[str, Any]:
     """What a suite group was computed from: it is kept while this is unchanged."""
     return {
@@ -233,13 +248,16 @@ def suite_inputs(d: Decision, lock_sha256: str, suite: Sequence[str]) -> dict[st
 
 def _lock_suites(
     members: Sequence[Decision],
+    floor: str,
     settings: LockSettings,
     solved: SolvedClosures | None,
     results: dict[str, ResolvedCombination],
 ) -> None:
-    """Lock each resolved member's suite group: kept when its inputs are unchanged, else
-    taken from one universal uv run over the members' pythons, whose constraints pin every
-    package of each member's lock for that member's Python."""
+    """Lock each resolved member's suite group: kept when its inputs are unchanged; else
+    the suite's own closure where it agrees with the member's lock; else taken from one
+    universal uv run over the members' pythons, whose constraints pin every package of
+    each member's lock for that member's Python. When that run fails, each member is
+    asked alone, so that only the members that cannot have the suite fail."""
     pending: list[tuple[Decision, tuple[LockedPackage, ...], dict[str, Any]]] = []
     for d in members:
         r = results[d.combination.id]
@@ -263,7 +281,27 @@ def _lock_suites(
             results[d.combination.id] = _suite_failed(d, settings, str(e))
             continue
         pending.append((d, main, inputs))
-    # One uv run answers one Python per target; members sharing a Python (another
+    if not pending:
+        return
+    # First the suite on its own, one uv run that pairings from the same Python floor
+    # share: where what it shares with a member's lock has the lock's versions (the
+    # newest, usually, on both sides), that member's group is its part beyond the lock.
+    try:
+        alone = _solve(settings.suite, (), floor, pending[0][0].indexes, settings, solved)
+    except ClosureError:
+        alone = None
+    if alone is not None:
+        disagreeing = []
+        for d, main, inputs in pending:
+            try:
+                group = _beyond(select_for_target(alone, d.target), main)
+            except ClosureError:
+                disagreeing.append((d, main, inputs))
+                continue
+            results[d.combination.id] = _suite_write(d, group, inputs, settings, results)
+        pending = disagreeing
+    # The others are asked again with their locks as constraints. One uv run answers
+    # one Python per target; members sharing a Python (another
     # platform) take another run.
     runs: list[list[tuple[Decision, tuple[LockedPackage, ...], dict[str, Any]]]] = []
     for item in pending:
@@ -274,7 +312,8 @@ def _lock_suites(
             runs.append([item])
         else:
             run.append(item)
-    for run in runs:
+    while runs:
+        run = runs.pop(0)
         constraints = tuple(
             f"{p.name}=={p.version} ; python_version == '{d.target.python}'"
             for d, main, _ in run
@@ -290,6 +329,11 @@ def _lock_suites(
             )
         except ClosureError as e:
             failure = str(e)
+            if len(run) > 1:
+                # One Python's failure (a suite release requiring a newer Python) is that
+                # member's alone: ask again for each.
+                runs += [[item] for item in run]
+                continue
         for d, main, inputs in run:
             cid = d.combination.id
             if closure is None:
@@ -297,13 +341,24 @@ def _lock_suites(
                 continue
             try:
                 group = _beyond(select_for_target(closure, d.target), main)
-                text = assemble_lock(
-                    group, pinned=(), inputs=inputs, target=d.target, group="suite"
-                )
             except ClosureError as e:
                 results[cid] = _suite_failed(d, settings, str(e))
                 continue
-            results[cid] = _write_suite(d, results[cid], text, settings=settings, inputs=inputs)
+            results[cid] = _suite_write(d, group, inputs, settings, results)
+
+
+def _suite_write(
+    d: Decision,
+    group: Sequence[LockedPackage],
+    inputs: Mapping[str, Any],
+    settings: LockSettings,
+    results: Mapping[str, ResolvedCombination],
+) -> ResolvedCombination:
+    try:
+        text = assemble_lock(group, pinned=(), inputs=inputs, target=d.target, group="suite")
+    except ClosureError as e:
+        return _suite_failed(d, settings, str(e))
+    return _write_suite(d, results[d.combination.id], text, settings=settings, inputs=inputs)
 
 
 def _beyond(

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -504,7 +505,7 @@ class _Loader:
 
     def suite(self, value: Any) -> Suite:
         """``[suite] requirements``: PEP 508 requirements on an index, none of them the
-        combination's own projects, each project once."""
+        combination's own projects, each project once or each time with a marker."""
         table = self.table(value, "suite") or {}
         self.keys(table, _SUITE_KEYS, "suite")
         if "requirements" not in table:
@@ -514,7 +515,7 @@ class _Loader:
         if value == []:
             return Suite()  # said explicitly: no suite group
         requirements: list[str] = []
-        seen: dict[str, str] = {}
+        seen: dict[str, tuple[str, Marker | None]] = {}
         for at, text in self.located_strings(value, where) or []:
             try:
                 req = Requirement(text)
@@ -534,10 +535,14 @@ class _Loader:
                     f"{text!r} names {name}, which each combination pins itself;"
                     " the suite group is locked against it: remove it",
                 )
-            elif name in seen:
-                self.problem(at, f"{text!r} names {name} again (after {seen[name]!r})")
+            elif name in seen and (req.marker is None or seen[name][1] is None):
+                self.problem(
+                    at,
+                    f"{text!r} names {name} again (after {seen[name][0]!r}); to pick a release"
+                    " per Python, give each a marker (e.g. \"; python_version < '3.11'\")",
+                )
             else:
-                seen[name] = text
+                seen.setdefault(name, (text, req.marker))
                 requirements.append(str(req))
         return Suite(requirements=tuple(requirements))
 

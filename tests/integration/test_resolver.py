@@ -1018,7 +1018,9 @@ def test_the_suite_group_is_locked_with_hashes_beside_the_lock_and_agrees_with_i
         py312: "resolved",
         TORCH_CUDA_MISMATCH: "unsatisfiable",
     }
-    assert _calls(calls) == 2, "one uv run for the pair's lock, one for its suite groups"
+    # One uv run for the pair's lock, one for the suite alone (modelkit 2.0 with shared 2.0,
+    # which the lock does not have), one for the suite constrained by both locks.
+    assert _calls(calls) == 3
     for cid in (py311, py312):
         entry = run.written()[cid]
         assert entry == run.by_id()[cid]
@@ -1060,29 +1062,45 @@ def test_a_suite_group_is_kept_while_its_inputs_hold_and_upgrade_re_resolves_it(
     matrix = _suite_matrix(tmp_path, suite_server, '"modelkit"')
     first = resolve(matrix)
     snapshot = {p.name: p.read_bytes() for p in first.out.iterdir()}
-    assert _calls(calls) == 2
+    assert _calls(calls) == 3
 
     again = resolve(matrix)
-    assert _calls(calls) == 2, "unchanged inputs: no uv run for the lock nor the suite"
+    assert _calls(calls) == 3, "unchanged inputs: no uv run for the lock nor the suite"
     assert {p.name: p.read_bytes() for p in again.out.iterdir()} == snapshot
 
     fresh = resolve(matrix, out=tmp_path / "elsewhere" / "locks")
-    assert _calls(calls) == 2, "the cache holds both groups"
+    assert _calls(calls) == 3, "the cache holds both groups"
     assert {p.name: p.read_bytes() for p in fresh.out.iterdir()} == {
         name: data for name, data in snapshot.items() if name != "resolution.json"
     } | {"resolution.json": (fresh.out / "resolution.json").read_bytes()}
 
     upgraded = resolve(matrix, "--upgrade")
-    assert _calls(calls) == 4
+    assert _calls(calls) == 6
     assert {p.name: p.read_bytes() for p in upgraded.out.iterdir()} == snapshot
 
     # Another suite requirement re-locks the suite group only; the lock stays.
     matrix = _suite_matrix(tmp_path, suite_server, '"modelkit==1.0"')
     changed = resolve(matrix)
-    assert _calls(calls) == 5
+    assert _calls(calls) == 8
     for cid in (OK, OK.replace("py3.11", "py3.12")):
         assert changed.by_id()[cid]["lock_sha256"] == first.by_id()[cid]["lock_sha256"]
         assert changed.by_id()[cid]["suite_lock_sha256"] != first.by_id()[cid]["suite_lock_sha256"]
+
+
+def test_a_suite_agreeing_with_the_locks_on_its_own_takes_one_uv_run(
+    suite_server: IndexServer,
+    tmp_path: Path,
+    resolve: Any,
+    uv: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wrapper, calls = _uv_wrapper(tmp_path, uv)
+    monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
+    run = resolve(_suite_matrix(tmp_path, suite_server, '"helper", "shared<2"'))
+    assert _calls(calls) == 2
+    for cid in (OK, OK.replace("py3.11", "py3.12")):
+        suite = tomllib.loads((run.out.parent / run.by_id()[cid]["suite_lock"]).read_text())
+        assert [(p["name"], p["version"]) for p in suite["packages"]] == [("helper", "3.1")]
 
 
 def test_a_suite_that_needs_another_version_than_the_lock_is_an_error_naming_it(

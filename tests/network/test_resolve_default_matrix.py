@@ -8,6 +8,7 @@ closures), so the whole module stays well under a minute.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import tomllib
@@ -110,3 +111,23 @@ def test_add_cuda_runtime_puts_the_cuda_12_8_runtime_in_the_lock(
     assert versions["nvidia-cuda-runtime-cu12"].startswith("12.8.")
     assert versions["torch"] == "2.11.0"
     assert versions["xformers"] == "0.0.35"
+
+
+@pytest.mark.parametrize("cid", [RESOLVED_CU121, WITH_RUNTIME])
+def test_the_suite_group_locks_diffusers_beside_the_lock_and_agrees_with_it(
+    run: tuple[int, dict[str, Any], Path], cid: str
+) -> None:
+    result, root = run[1][cid], run[2].parent
+    lock = tomllib.loads((root / result["lock"]).read_text(encoding="utf-8"))
+    suite_path = root / result["suite_lock"]
+    suite = tomllib.loads(suite_path.read_text(encoding="utf-8"))
+    assert result["suite_lock_sha256"] == hashlib.sha256(suite_path.read_bytes()).hexdigest()
+    assert suite["tool"]["envbuilder"]["lock-sha256"] == result["lock_sha256"]
+    versions = {p["name"]: p["version"] for p in suite["packages"]}
+    assert versions["diffusers"] == "0.42.1"
+    assert {"huggingface-hub", "safetensors"} <= set(versions)
+    # What both need (numpy, filelock) is the lock's, so it is not in the group again.
+    assert not set(versions) & {p["name"] for p in lock["packages"]}
+    assert all(len(w["hashes"]["sha256"]) == 64 for p in suite["packages"] for w in p["wheels"])
+    requirements = (root / result["suite_requirements"]).read_text(encoding="utf-8")
+    assert requirements.count("--hash=sha256:") == len(versions)

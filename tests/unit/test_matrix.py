@@ -179,6 +179,12 @@ SUITE_ROW = '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\n'
             id="pinned-and-marked",
         ),
         pytest.param('[suite]\nrequirements = "diffusers"\n', ("diffusers",), id="one-string"),
+        pytest.param(
+            "[suite]\nrequirements = [\"x==2; python_version >= '3.11'\","
+            " \"x==1; python_version < '3.11'\"]\n",
+            ('x==2; python_version >= "3.11"', 'x==1; python_version < "3.11"'),
+            id="a-release-per-python",
+        ),
     ],
 )
 def test_suite_requirements(table: str, expected: tuple[str, ...]) -> None:
@@ -194,7 +200,9 @@ def test_bad_suite_requirements_are_each_reported() -> None:
     assert found[:5] == [
         "suite.requirments: unknown key 'requirments'; did you mean 'requirements'?",
         "suite.requirements[5]: expected a string, got integer 3",
-        "suite.requirements[1]: 'Diffusers>=0.1' names diffusers again (after 'diffusers==0.42.1')",
+        "suite.requirements[1]: 'Diffusers>=0.1' names diffusers again (after"
+        " 'diffusers==0.42.1'); to pick a release per Python, give each a marker"
+        " (e.g. \"; python_version < '3.11'\")",
         "suite.requirements[2]: 'torch==2.4.1' names torch, which each combination pins"
         " itself; the suite group is locked against it: remove it",
         "suite.requirements[3]: 'x @ https://example.invalid/x.whl' is a direct reference;"
@@ -362,8 +370,10 @@ def default_matrix() -> Matrix:
 
 
 def test_default_matrix_pins_the_suite_s_own_dependencies(default_matrix: Matrix) -> None:
-    (diffusers,) = default_matrix.suite.requirements
-    assert diffusers.startswith("diffusers==")
+    assert default_matrix.suite.requirements == (
+        'diffusers==0.42.1; python_version >= "3.11"',
+        'diffusers==0.41.0; python_version < "3.11"',
+    )
 
 
 def test_default_matrix_has_the_required_rows_and_unique_ids(default_matrix: Matrix) -> None:
