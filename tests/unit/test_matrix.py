@@ -217,9 +217,11 @@ def test_an_empty_variable_counts_as_unset() -> None:
     """A workflow hands an unset repository variable over as "": the index is then unusable,
     but a matrix that declares it and does not select its rows still loads."""
     m = parse(ENV_DOC, environ={"PYTORCH_INDEX_URL": ""})
-    assert [c.id for c in m.select(["torch2.5"])] == ["py3.11-cu121-torch2.5.1"]
+    chosen = m.select(["torch2.5"])
+    assert [c.id for c in chosen] == ["py3.11-cu121-torch2.5.1"]
+    m.require_index_urls(chosen)
     with pytest.raises(ConfigError, match=r"PYTORCH_INDEX_URL.* not set"):
-        m.select(["torch2.4"])
+        m.require_index_urls(m.select(["torch2.4"]))
 
 
 def test_runners_per_cuda_with_a_default() -> None:
