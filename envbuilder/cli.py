@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "install": "envbuilder.commands.install",
     "doctor": "envbuilder.commands.doctor",
     "publish": "envbuilder.commands.publish",
+    "repro": "envbuilder.commands.repro",
 }
 
 

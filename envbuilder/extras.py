@@ -56,6 +56,7 @@ COMMAND_NEEDS: dict[str, tuple[Need, ...]] = {
     "export": (),
     "install": (),  # uv only for --installer uv, found on PATH too: see lockfile.install
     "doctor": (),
+    "repro": (),  # reads results JSON; the script it writes needs torch, not envbuilder
 }
 
 
