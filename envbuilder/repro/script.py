@@ -32,8 +32,8 @@ __all__ = ["Origin", "default_filename", "render"]
 
 #: checks_compile._COMPILE_LIMITS
 COMPILE_LIMITS: dict[str, int] = {
-    "cache_size_limit": 65536,
-    "recompile_limit": 65536,
+    "cache_size_limit": 4096,
+    "recompile_limit": 4096,
     "accumulated_cache_size_limit": 65536,
     "accumulated_recompile_limit": 65536,
 }
