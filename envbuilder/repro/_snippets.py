@@ -13,6 +13,7 @@ __all__ = [
     "COMMON",
     "COMPILE_MAIN",
     "DROPOUT",
+    "ENTRY",
     "IMPORTS",
     "INPUTS",
     "MASKS",
@@ -755,3 +756,15 @@ def main():
     status, reason, worst = assess(comparisons, problems, "the mask dropped")
     return finish(status, reason, worst)
 '''
+
+#: the script's entry: an error the check would not have caught is an ``error`` result
+ENTRY = """
+
+if __name__ == "__main__":
+    try:
+        code = main()
+    except Exception as e:
+        traceback.print_exc()
+        code = finish("error", error_line(e))
+    sys.exit(code)
+"""

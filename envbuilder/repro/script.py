@@ -298,7 +298,7 @@ def render(case: ReproCase, origin: Origin, *, filename: str | None = None) -> s
     name = filename or default_filename(origin.check)
     constants = "\n".join(f"{key} = {value!r}" for key, value in _constants(case, origin))
     head = f'#!/usr/bin/env python3\n{_header(case, origin, name)}\n"""Reproducer of {origin.check}."""\n'
-    tail = '\n\nif __name__ == "__main__":\n    sys.exit(main())\n'
+    tail = _snippets.ENTRY
     return (
         head
         + _snippets.IMPORTS
