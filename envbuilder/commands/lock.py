@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from envbuilder.lockfile.model import CompatLock
+    from envbuilder.settings import Settings
 
 HELP = "merge resolution and conformance results into the compatibility lockfile"
 
@@ -20,9 +25,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--results",
         type=Path,
         nargs="*",
+        action="extend",
         default=None,
         metavar="PATH",
-        help="results files or directories of *.json (default: results/ when it exists)",
+        help="results files or directories of *.json; repeatable, every one is read "
+        "(default: results/ when it exists)",
+    )
+    parser.add_argument(
+        "--previous",
+        default=None,
+        metavar="FILE|URL",
+        help="start from this lockfile (the last published one, or its https URL): its runs "
+        "of combinations this merge does not measure are kept, as current while their lock "
+        "is unchanged, as stale evidence otherwise; its retired combinations stay retired",
     )
     parser.add_argument(
         "-o",
@@ -43,11 +58,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _previous(value: str | None, settings: Settings) -> CompatLock | None:
+    """The lockfile ``--previous`` names, read and its content hash checked (None: none)."""
+    from envbuilder.errors import InputError
+    from envbuilder.lockfile.published import is_url, lockfile_argument
+    from envbuilder.lockfile.read import load_lockfile
+
+    if value is None:
+        return None
+    if not is_url(value) and not Path(value).is_file():
+        raise InputError(
+            f"--previous {value}: no such file; give the last published lockfile (a file or "
+            "its https URL), or leave --previous out to start from the results alone"
+        )
+    path = lockfile_argument(value, settings, option="--previous")
+    try:
+        return load_lockfile(path)
+    except InputError as e:
+        raise InputError(f"--previous: {e}") from e
+
+
 def run(args: argparse.Namespace) -> int:
     from envbuilder.errors import InputError, OutputError
     from envbuilder.files import write_atomic
     from envbuilder.lockfile.canonical import seal
-    from envbuilder.lockfile.merge import build_lockfile
+    from envbuilder.lockfile.merge import merge
     from envbuilder.lockfile.results import find_results
     from envbuilder.model import load_resolution
     from envbuilder.reporter import Reporter
@@ -60,10 +95,16 @@ def run(args: argparse.Namespace) -> int:
     missing = [p for p in paths if not p.exists()]
     if missing:
         raise InputError(f"results path(s) not found: {', '.join(map(str, missing))}")
-    files = find_results(paths)
-    lock, rejected = build_lockfile(
-        resolution, resolution_path=args.resolution, results=files, out=args.out
+    files = sorted(set(find_results(paths)))  # a path named twice is one file
+    previous = _previous(args.previous, args.settings)
+    merged = merge(
+        resolution,
+        resolution_path=args.resolution,
+        results=files,
+        out=args.out,
+        previous=previous,
     )
+    lock, rejected = merged.lock, merged.rejected
     for r in rejected:
         report.line(f"✕ rejected {r}")
     if rejected and not args.skip_rejected:
@@ -85,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
         if entry.stale_runs and not entry.runs and entry.last_verified:
             report.line(f"  {'':<25} stale evidence: {entry.last_verified.describe()}")
         report.detail(entry.verdict.reason)
+    for record in lock.retired:
+        report.line(f"  {'retired':<25} {record.id}: {record.last_verified.describe()}")
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     if args.check:
         current = args.out.read_bytes() if args.out.exists() else b""
@@ -101,9 +144,21 @@ def run(args: argparse.Namespace) -> int:
             f"({'the old file is intact' if args.out.exists() else 'no file was left behind'}): "
             "free some space or pass a writable --out"
         ) from e
+    carried = ""
+    if previous is not None:
+        again = f" ({merged.repeated} more given again)" if merged.repeated else ""
+        carried = f" and {merged.carried} run(s) kept from {args.previous}{again}"
+    retired = ""
+    if lock.retired:
+        kept = sum(len(r.runs) for r in lock.retired)
+        retired = (
+            f"; {len(lock.retired)} retired combination(s) (not in the resolution) kept "
+            f"with {kept} run(s)"
+        )
     report.line(
         f"✓ wrote {args.out}: {len(lock.combinations)} combinations ({summary}), "
         f"{runs} runs{f' and {stale} stale (on an older lock)' if stale else ''} from "
-        f"{len(files) - len(rejected)} results file(s), {len(rejected)} rejected"
+        f"{len(files) - len(rejected)} results file(s){carried}, {len(rejected)} rejected"
+        f"{retired}"
     )
     return 0

@@ -1,10 +1,34 @@
-"""Merging the resolution and conformance results into the lockfile (``envbuilder lock``)."""
+"""Merging the resolution and conformance results into the lockfile (``envbuilder lock``).
+
+Evidence accumulates: the merge can start from the previous lockfile (``--previous``), whose
+runs, stale runs and retired combinations are carried into the new one. Every run, carried
+or read from a results file, is judged anew from its checks, and bound to where it belongs
+now:
+
+=====================================  =========================  ==========================
+the run's combination                  the run's ``lock_sha256``  the run is kept
+=====================================  =========================  ==========================
+in the resolution, resolved            the current lock's         in ``runs``: it counts
+in the resolution, resolved            another one, or null       in ``stale_runs``
+in the resolution, unsatisfiable       null                       in ``runs`` (evidence for
+                                                                    the resolver's reason)
+in the resolution, otherwise           anything                   in ``stale_runs``
+not in the resolution                  anything                   in ``retired``
+=====================================  =========================  ==========================
+
+(A results file read in this merge is checked harder: the cases `results.bind` names are
+rejected.) A run that is already in the previous lockfile (`results.run_identity`) is kept
+once, as this merge's results file gives it; nothing else of the previous lockfile is
+dropped. A combination no longer resolved becomes retired; a retired one resolved again
+takes its runs back.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,21 +45,33 @@ from envbuilder.lockfile.model import (
     CompatLock,
     DriverTable,
     Entry,
+    LastVerified,
     LockPointer,
     PackagePin,
+    RetiredEntry,
     Run,
+    UseVerdict,
+    Verdict,
 )
-from envbuilder.lockfile.results import Rejected, accept, rejection_record
+from envbuilder.lockfile.results import (
+    Rejected,
+    accept,
+    bind,
+    rejection_record,
+    run_identity,
+    run_order,
+)
 from envbuilder.lockfile.verdicts import (
     combination_use_verdicts,
     combination_verdict,
     gpu_verdicts,
     last_verified,
     overall,
+    run_use_verdicts,
 )
 from envbuilder.model import Resolution, ResolvedCombination
 
-__all__ = ["GENERATED_BY", "build_lockfile", "read_pins"]
+__all__ = ["GENERATED_BY", "Merged", "build_lockfile", "merge", "read_pins"]
 
 GENERATED_BY = "envbuilder lock (nox -s lock); generated, do not edit"
 
@@ -67,6 +103,37 @@ def _without_url(record: Any) -> dict[str, Any] | None:
     data: dict[str, Any] = asdict(record)
     data.pop("url", None)
     return data
+
+
+def _age_key(run: Run) -> tuple[float, str, str]:
+    """Runs by when they finished (as times, not text), then by content: the last is newest."""
+    try:
+        moment: datetime | None = datetime.fromisoformat(run.finished)
+    except ValueError:
+        moment = None
+    stamp = moment.astimezone(UTC).timestamp() if moment and moment.tzinfo else float("-inf")
+    return (stamp, run.finished, run.source_sha256)
+
+
+def _evidence(
+    runs: Sequence[Run], lock_sha256: str | None, verdict: Verdict, uses: tuple[UseVerdict, ...]
+) -> LastVerified:
+    """*runs* (on one lock) as dated evidence: the newest one's date and suite."""
+    newest = max(runs, key=_age_key)
+    return LastVerified(
+        lock_sha256=lock_sha256,
+        date=newest.date,
+        suite_version=newest.suite_version,
+        verdict=verdict,
+        uses=uses,
+        runs=tuple(r.source for r in runs),
+    )
+
+
+def _judged(run: Run, extra_runtime: Sequence[str]) -> Run:
+    """*run* with its verdicts made anew from its checks (a carried verdict is not trusted)."""
+    uses = run_use_verdicts(run.checks, extra_runtime)
+    return replace(run, uses=uses, verdict=overall(uses))
 
 
 def _entry(
@@ -117,6 +184,9 @@ def _entry(
     torch, xformers = (
         (combo.requested.torch, combo.requested.xformers) if combo.requested else (None, None)
     )
+    if runs:  # the verdict is made of them: they date it
+        lock_sha256 = combo.lock_sha256 if combo.status == "resolved" else None
+        last = _evidence(runs, lock_sha256, verdict, uses)
     torch_build = _without_url(combo.torch)
     xformers_build = _without_url(combo.xformers)
     release = required_cuda(torch_build, xformers_build)
@@ -147,33 +217,135 @@ def _entry(
     )
 
 
-def build_lockfile(
+@dataclass(frozen=True, kw_only=True)
+class _Known:
+    """What the previous lockfile holds for one combination id (an entry or a retired one)."""
+
+    runs: tuple[Run, ...]  # current, stale and retired alike: they are bound anew
+    python: str | None
+    cuda: str | None
+    platform: str | None
+    torch: str | None
+    xformers: str | None
+    extra_runtime: tuple[str, ...]
+
+
+def _known(previous: CompatLock | None) -> dict[str, _Known]:
+    if previous is None:
+        return {}
+    found: dict[str, _Known] = {}
+    records: list[Entry | RetiredEntry] = [*previous.combinations, *previous.retired]
+    for record in records:
+        runs = record.runs + (record.stale_runs if isinstance(record, Entry) else ())
+        earlier = found.get(record.id)
+        if earlier is not None:  # listed twice: keep both lists of runs
+            found[record.id] = replace(earlier, runs=earlier.runs + runs)
+        elif runs:
+            found[record.id] = _Known(
+                runs=runs,
+                python=record.python,
+                cuda=record.cuda,
+                platform=record.platform,
+                torch=record.torch,
+                xformers=record.xformers,
+                extra_runtime=record.extra_runtime,
+            )
+    return found
+
+
+def _new_to(combination: str, fresh: Iterable[Run], carried: Iterable[Run]) -> list[Run]:
+    """The *carried* runs that are not already among *fresh* (nor repeated among themselves)."""
+    taken = {run_identity(combination, r) for r in fresh}
+    kept: list[Run] = []
+    for run in carried:
+        identity = run_identity(combination, run)
+        if identity not in taken:
+            taken.add(identity)
+            kept.append(run)
+    return kept
+
+
+def _retired(combination: str, runs: Sequence[Run], known: _Known | None) -> RetiredEntry:
+    """A combination no longer resolved: all its *runs*, dated by its newest lock's."""
+    extra_runtime = known.extra_runtime if known else ()
+    judged = sorted((_judged(r, extra_runtime) for r in runs), key=run_order)
+    newest = max(judged, key=_age_key)
+    mine = [r for r in judged if r.lock_sha256 == newest.lock_sha256]
+    gpus = gpu_verdicts(mine)
+    verdict = combination_verdict(status="resolved", resolver_reason="", gpus=gpus)
+    uses = combination_use_verdicts(status="resolved", resolver_reason="", gpus=gpus)
+    return RetiredEntry(
+        id=combination,
+        python=known.python if known else None,
+        cuda=known.cuda if known else None,
+        platform=known.platform if known else None,
+        torch=known.torch if known else None,
+        xformers=known.xformers if known else None,
+        extra_runtime=extra_runtime,
+        runs=tuple(judged),
+        last_verified=_evidence(mine, newest.lock_sha256, verdict, uses),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Merged:
+    """A merge's lockfile, the results files it rejected, and what it kept from where."""
+
+    lock: CompatLock
+    rejected: list[Rejected]
+    carried: int  # runs kept from the previous lockfile
+    repeated: int  # runs of the previous lockfile given again (a results file of this merge)
+
+
+def merge(
     resolution: Resolution,
     *,
     resolution_path: Path,
     results: Sequence[Path],
     out: Path,
-) -> tuple[CompatLock, list[Rejected]]:
-    """Merge *resolution* and the *results* files into a lockfile to be written at *out*.
+    previous: CompatLock | None = None,
+) -> Merged:
+    """Merge *resolution*, the *results* files and the *previous* lockfile's runs into a
+    lockfile to be written at *out* (the module's table says where each run goes).
 
     Pure apart from reading the inputs; the caller decides what rejections mean
-    and writes the file. Paths inside are relative to *out*'s directory.
+    and writes the file. Paths inside are relative to *out*'s directory; a carried
+    run keeps the source its lockfile recorded.
     """
     out_dir = out.parent
     locks_base = resolution_path.parent.parent  # `lock` paths are relative to the output's parent
     combos: Mapping[str, ResolvedCombination] = resolution.by_id()
     accepted = accept(results, combos, base=out_dir)
-    rejected = list(accepted.rejected)
-    entries = tuple(
-        _entry(
-            c,
-            accepted.current.get(c.id, ()),
-            accepted.stale.get(c.id, ()),
-            locks_base=locks_base,
-            out_dir=out_dir,
+    known = _known(previous)
+    carried = 0
+    entries: list[Entry] = []
+    for combo in sorted(resolution.combinations, key=lambda c: c.id):
+        current = list(accepted.current.get(combo.id, ()))
+        stale = list(accepted.stale.get(combo.id, ()))
+        earlier = known.get(combo.id)
+        for run in _new_to(combo.id, current + stale, earlier.runs if earlier else ()):
+            carried += 1
+            try:
+                binding = bind(run.lock_sha256, combo)
+            except ValueError:  # tied to no lock this combination can have now: history
+                binding = "stale"
+            (current if binding == "current" else stale).append(_judged(run, combo.extra_runtime))
+        entries.append(
+            _entry(
+                combo,
+                sorted(current, key=run_order),
+                sorted(stale, key=run_order),
+                locks_base=locks_base,
+                out_dir=out_dir,
+            )
         )
-        for c in sorted(resolution.combinations, key=lambda c: c.id)
-    )
+    retired: list[RetiredEntry] = []
+    for cid in sorted((set(accepted.retired) | set(known)) - set(combos)):
+        fresh = list(accepted.retired.get(cid, ()))
+        earlier = known.get(cid)
+        kept = _new_to(cid, fresh, earlier.runs if earlier else ())
+        carried += len(kept)
+        retired.append(_retired(cid, fresh + kept, earlier))
     lock = CompatLock(
         generated_by=GENERATED_BY,
         resolution={
@@ -181,10 +353,31 @@ def build_lockfile(
             "matrix": resolution.matrix,
             "matrix_sha256": resolution.matrix_sha256,
         },
-        combinations=entries,
+        combinations=tuple(entries),
         drivers=DriverTable(source=DRIVER_SOURCE, minimum=MINIMUM_DRIVER),
         rejected_results=tuple(
-            sorted((rejection_record(r, out_dir) for r in rejected), key=lambda r: r.file)
+            sorted((rejection_record(r, out_dir) for r in accepted.rejected), key=lambda r: r.file)
         ),
+        retired=tuple(retired),
     )
-    return lock, rejected
+    return Merged(
+        lock=lock,
+        rejected=list(accepted.rejected),
+        carried=carried,
+        repeated=sum(len(k.runs) for k in known.values()) - carried,
+    )
+
+
+def build_lockfile(
+    resolution: Resolution,
+    *,
+    resolution_path: Path,
+    results: Sequence[Path],
+    out: Path,
+    previous: CompatLock | None = None,
+) -> tuple[CompatLock, list[Rejected]]:
+    """`merge`'s lockfile and rejections."""
+    merged = merge(
+        resolution, resolution_path=resolution_path, results=results, out=out, previous=previous
+    )
+    return merged.lock, merged.rejected

@@ -1,4 +1,4 @@
-"""The compatibility lockfile's records (``schema = "envbuilder.compat/2"``).
+"""The compatibility lockfile's records (``schema = "envbuilder.compat/3"``).
 
 Written by ``envbuilder lock``, read by ``query``, ``export``, ``install``,
 ``doctor`` and ``publish``. The JSON shape is fixed by
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "COMPAT_SCHEMA",
     "DEFAULT_LOCKFILE",
     "INSTALLABLE",
+    "READABLE_COMPAT_SCHEMAS",
     "USES",
     "VERDICTS",
     "VERDICT_RANK",
@@ -32,6 +34,7 @@ __all__ = [
     "Measurement",
     "PackagePin",
     "RejectedResults",
+    "RetiredEntry",
     "Run",
     "Scalar",
     "Use",
@@ -40,6 +43,7 @@ __all__ = [
     "VerdictName",
     "WorkaroundChoice",
     "WorkaroundCost",
+    "run_date",
     "use_verdict",
     "use_verdicts_from_json",
 ]
@@ -49,7 +53,12 @@ __all__ = [
 #: (each run's ``lock_sha256``, ``stale_runs``, ``last_verified``) and what a
 #: host needs (each combination's ``arch``, ``cuda_release`` and
 #: ``minimum_driver``, the lockfile's ``drivers`` table) came with it.
-COMPAT_SCHEMA = "envbuilder.compat/2"
+#: /3 keeps evidence across runs: the ``retired`` section (runs of combinations no longer
+#: resolved), ``last_verified`` on every entry with runs (a /2 reader took it for stale
+#: evidence) and each run's ``date``.
+COMPAT_SCHEMA = "envbuilder.compat/3"
+#: The schemas readers accept: a /2 file reads as a /3 one without retired combinations.
+READABLE_COMPAT_SCHEMAS: tuple[str, ...] = ("envbuilder.compat/2", COMPAT_SCHEMA)
 #: The lockfile's name at the repository root (and in the published site).
 DEFAULT_LOCKFILE = "compat.lock.json"
 
@@ -282,9 +291,21 @@ class CheckOutcome:
         )
 
 
+def run_date(finished: str) -> str:
+    """The date (YYYY-MM-DD, UTC) of a run that finished at *finished* (ISO 8601 with a zone).
+
+    A time without a zone, or no time at all, gives its first ten characters: results files
+    are checked for a readable time before they are merged, so only a hand-made record can."""
+    try:
+        moment = datetime.fromisoformat(finished)
+    except ValueError:
+        return finished[:10]
+    return moment.astimezone(UTC).date().isoformat() if moment.tzinfo else finished[:10]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Run:
-    """One accepted results file: where it ran and what every check said."""
+    """One accepted results file: where it ran and what every check said, and when."""
 
     source: str  # the results file, relative to the lockfile where possible
     source_sha256: str
@@ -298,10 +319,16 @@ class Run:
     checks: tuple[CheckOutcome, ...]
     uses: tuple[UseVerdict, ...]  # one per use, in `USES` order
     verdict: Verdict  # the worst of `uses`
+    date: str = ""  # YYYY-MM-DD (UTC) it finished; `run_date(finished)` when not given
+
+    def __post_init__(self) -> None:
+        if not self.date:
+            object.__setattr__(self, "date", run_date(self.finished))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Run:
         return cls(
+            date=data.get("date") or "",  # compat/2 runs carry none
             source=data["source"],
             source_sha256=data["source_sha256"],
             lock_sha256=data.get("lock_sha256"),
@@ -342,12 +369,14 @@ class GpuVerdict:
 
 @dataclass(frozen=True, kw_only=True)
 class LastVerified:
-    """What the newest runs on an older lock of a combination said: evidence with an age.
+    """When a combination's verdict was last measured, on which lock: evidence with an age.
 
-    The lock moved since (an upstream release, a deliberate upgrade), so these runs do not
-    count for the current lock's verdict; they say what was last known and when."""
+    With runs on the current lock: those runs, the entry's own verdict. Without: the older
+    lock whose newest run finished last (the lock moved since, so those runs do not count for
+    the current lock's verdict; they say what was last known and when). For a retired
+    combination: the lock of its newest run."""
 
-    lock_sha256: str  # the older lock
+    lock_sha256: str | None  # that lock; None: the runs of an unsatisfiable combination
     date: str  # YYYY-MM-DD: when the newest run on that lock finished
     suite_version: str  # the suite of that newest run
     verdict: Verdict  # that lock's verdict, judged as a combination's (worst GPU, worst use)
@@ -357,12 +386,13 @@ class LastVerified:
     def describe(self, verdict: Verdict | None = None) -> str:
         """``last verified <date> on lock <sha12>: <verdict>`` (of one use when given)."""
         chosen = self.verdict if verdict is None else verdict
-        return f"last verified {self.date} on lock {self.lock_sha256[:12]}: {chosen.verdict}"
+        lock = f" on lock {self.lock_sha256[:12]}" if self.lock_sha256 else ""
+        return f"last verified {self.date}{lock}: {chosen.verdict}"
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LastVerified:
         return cls(
-            lock_sha256=data["lock_sha256"],
+            lock_sha256=data.get("lock_sha256"),
             date=data["date"],
             suite_version=data["suite_version"],
             verdict=Verdict.from_json(data["verdict"]),
@@ -394,7 +424,7 @@ class Entry:
     notes: tuple[str, ...]
     runs: tuple[Run, ...]  # on the current lock: the verdict is made of these
     stale_runs: tuple[Run, ...] = ()  # on older locks of this combination: kept, not counted
-    last_verified: LastVerified | None = None  # the newest of `stale_runs`' locks
+    last_verified: LastVerified | None = None  # `runs`; without runs the newest stale lock's
     gpus: tuple[GpuVerdict, ...]
     uses: tuple[UseVerdict, ...]  # per use the worst of the GPUs, in `USES` order
     verdict: Verdict  # the worst of `uses`
@@ -440,6 +470,39 @@ class Entry:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RetiredEntry:
+    """A combination the resolution no longer has, kept for its runs (never offered).
+
+    A selector run, a matrix.toml change or an upgrade drops a row; what was measured on it
+    stays here, with the verdict and date of its newest lock's runs (`last_verified`). The
+    axes are those of its last entry, or None when only results files named it."""
+
+    id: str
+    python: str | None
+    cuda: str | None
+    platform: str | None
+    torch: str | None
+    xformers: str | None
+    extra_runtime: tuple[str, ...]  # its runs were judged with these, as its entry's were
+    runs: tuple[Run, ...]  # every run, on any lock
+    last_verified: LastVerified
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RetiredEntry:
+        return cls(
+            id=data["id"],
+            python=data.get("python"),
+            cuda=data.get("cuda"),
+            platform=data.get("platform"),
+            torch=data.get("torch"),
+            xformers=data.get("xformers"),
+            extra_runtime=tuple(data.get("extra_runtime", ())),
+            runs=tuple(Run.from_json(r) for r in data.get("runs", ())),
+            last_verified=LastVerified.from_json(data["last_verified"]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class RejectedResults:
     file: str
     reason: str
@@ -466,6 +529,7 @@ class CompatLock:
     combinations: tuple[Entry, ...]
     drivers: DriverTable
     rejected_results: tuple[RejectedResults, ...] = ()
+    retired: tuple[RetiredEntry, ...] = ()  # by id
     schema: str = COMPAT_SCHEMA
 
     def by_id(self) -> dict[str, Entry]:
@@ -479,6 +543,7 @@ class CompatLock:
             "combinations": [e.to_json() for e in self.combinations],
             "drivers": {"source": self.drivers.source, "minimum": dict(self.drivers.minimum)},
             "rejected_results": [asdict(r) for r in self.rejected_results],
+            "retired": [asdict(r) for r in self.retired],
         }
 
     @classmethod
@@ -490,4 +555,5 @@ class CompatLock:
             combinations=tuple(Entry.from_json(e) for e in data["combinations"]),
             drivers=DriverTable.from_json(data["drivers"]),
             rejected_results=tuple(RejectedResults(**r) for r in data.get("rejected_results", ())),
+            retired=tuple(RetiredEntry.from_json(r) for r in data.get("retired", ())),
         )

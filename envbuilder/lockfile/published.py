@@ -1,4 +1,5 @@
-"""``--lock URL``: a published lockfile, downloaded and then read like any other.
+"""``--lock URL`` (and ``lock --previous URL``): a published lockfile, downloaded and then
+read like any other.
 
 The lockfile (and, for ``export`` and ``install``, the pylocks it names, at
 their paths relative to it, as the site publishes them) is downloaded through
@@ -38,24 +39,24 @@ def _loopback(host: str | None) -> bool:
         return False
 
 
-def _check_url(url: str) -> None:
+def _check_url(url: str, option: str = "--lock") -> None:
     parts = urlsplit(url)
     if parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname)):
         return
     raise InputError(
-        f"--lock {url!r}: a published lockfile is read over https only (plain http only "
-        "from this machine); give its https URL, or download it and pass --lock FILE"
+        f"{option} {url!r}: a published lockfile is read over https only (plain http only "
+        f"from this machine); give its https URL, or download it and pass {option} FILE"
     )
 
 
-def _download(url: str, to: Path, settings: Settings) -> None:
+def _download(url: str, to: Path, settings: Settings, option: str = "--lock") -> None:
     from envbuilder.credentials import redact_text
 
     try:
         with settings.http_client() as client:
             body = client.get(url).content
     except IndexError_ as e:
-        raise IndexError_(f"--lock: cannot download {redact_text(url)}: {e}") from e
+        raise IndexError_(f"{option}: cannot download {redact_text(url)}: {e}") from e
     write_atomic(to, body)
 
 
@@ -78,8 +79,10 @@ def lockfile_argument(
     *,
     with_locks: bool = False,
     combination: str | None = None,
+    option: str = "--lock",
 ) -> Path:
-    """The local lockfile ``--lock`` names: a path as given, or a URL downloaded first.
+    """The local lockfile ``--lock`` (or *option*) names: a path as given, or a URL
+    downloaded first (and checked: read and its content hash verified).
 
     ``with_locks`` downloads the pylocks too (all of them, or ``combination``'s only).
     """
@@ -87,14 +90,14 @@ def lockfile_argument(
         return default_lockfile(settings)
     if not is_url(value):
         return Path(value)
-    _check_url(value)
+    _check_url(value, option)
     here = settings.cache_dir / "published" / hashlib.sha256(value.encode()).hexdigest()[:24]
     path = here / DEFAULT_LOCKFILE
-    _download(value, path, settings)
+    _download(value, path, settings, option)
     try:
         lock = load_lockfile(path)
     except InputError as e:
-        raise InputError(f"--lock {value}: {e}") from e
+        raise InputError(f"{option} {value}: {e}") from e
     if with_locks:
         _fetch_locks(value, here, lock, combination, settings)
     return path

@@ -11,7 +11,12 @@ from pathlib import Path
 from envbuilder.errors import InputError
 from envbuilder.jsondoc import LOCKFILE_DEPTH, NotJSON, parse
 from envbuilder.lockfile.canonical import HASH_KEY, content_sha256
-from envbuilder.lockfile.model import COMPAT_SCHEMA, DEFAULT_LOCKFILE, CompatLock
+from envbuilder.lockfile.model import (
+    COMPAT_SCHEMA,
+    DEFAULT_LOCKFILE,
+    READABLE_COMPAT_SCHEMAS,
+    CompatLock,
+)
 from envbuilder.settings import Settings
 
 __all__ = ["default_lockfile", "load_lockfile"]
@@ -47,7 +52,7 @@ def load_lockfile(path: Path) -> CompatLock:
     if not isinstance(data, dict):
         raise InputError(f"{path}: not a compatibility lockfile (top level is not an object)")
     schema = data.get("schema")
-    if schema != COMPAT_SCHEMA:
+    if schema not in READABLE_COMPAT_SCHEMAS:
         hint = (
             "it was written by a newer envbuilder: upgrade envbuilder"
             if isinstance(schema, str) and schema.startswith("envbuilder.compat/")

@@ -11,8 +11,12 @@ use.
 A results file is *rejected* (never merged) when it is not JSON or nests
 deeper than envbuilder reads, fails the results JSON Schema or those rules,
 comes from a newer results schema or a newer suite major version than this
-envbuilder understands, or names no combination or one the resolution does
-not have. Otherwise its ``lock_sha256`` binds it (`bind`):
+envbuilder understands, has a ``started`` or ``finished`` that is not an ISO
+8601 time with a zone (a run without a date), names no combination, or is
+another file's run (`run_identity`) with other content. A file naming a
+combination the resolution does not have is *retired* evidence (kept in the
+lockfile's ``retired`` section, never counted) when its ``lock_sha256`` is
+null or a sha256. Otherwise its ``lock_sha256`` binds it (`bind`):
 
 =================  ==========================  =====================================
 the combination    the run's ``lock_sha256``   the run is
@@ -43,6 +47,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -68,6 +73,8 @@ __all__ = [
     "find_results",
     "read_results",
     "rejection_record",
+    "run_identity",
+    "run_order",
 ]
 
 RESULTS_SCHEMA = "envbuilder.results/2"
@@ -280,7 +287,43 @@ def read_results(path: Path) -> ResultsFile:
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise Rejected(path, f"breaks the results contract: {problems[0]}{more}")
+    for key in ("started", "finished"):
+        if _moment(data[key]) is None:
+            raise Rejected(
+                path,
+                f"{key} {data[key]!r} is not an ISO 8601 time with a zone (such as "
+                "2026-11-20T10:04:00Z): a run without a date cannot be kept as evidence",
+            )
     return ResultsFile(path=path, sha256=hashlib.sha256(raw).hexdigest(), data=data)
+
+
+def _moment(text: str) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment.astimezone(UTC) if moment.tzinfo is not None else None
+
+
+RunIdentity = tuple[str, str, str, str, str, str]
+
+
+def run_identity(combination: str, run: Run) -> RunIdentity:
+    """What makes two records the same run, whatever file or lockfile carries them.
+
+    The combination, the lock it ran on, the runner's host name, the GPU (name and compute
+    capability) and the moment it started (in UTC, so that ``Z`` and ``+00:00`` agree).
+    Two runs of one runner on one day stay two runs; a results file merged again (committed,
+    then read back from the previous lockfile) is one."""
+    moment = _moment(run.started)
+    return (
+        combination,
+        run.lock_sha256 or "",
+        str(run.runner.get("hostname", "")),
+        run.gpu,
+        run.compute_capability or "",
+        moment.isoformat() if moment else run.started,
+    )
 
 
 def find_results(paths: Iterable[Path]) -> list[Path]:
@@ -301,14 +344,14 @@ def _relative(path: Path, base: Path) -> str:
         return path.name
 
 
-def _run(results: ResultsFile, combo: ResolvedCombination, base: Path) -> Run:
+def _run(results: ResultsFile, extra_runtime: Sequence[str], base: Path) -> Run:
     data = finite(results.data)
     checks = tuple(
         sorted((CheckOutcome.from_json(c) for c in data["checks"]), key=lambda c: c.name)
     )
     gpus = data["runner"].get("gpus") or []
     first = gpus[0] if gpus else None
-    uses = run_use_verdicts(checks, combo.extra_runtime)
+    uses = run_use_verdicts(checks, extra_runtime)
     return Run(
         source=_relative(results.path, base),
         source_sha256=results.sha256,
@@ -360,12 +403,27 @@ def bind(lock_sha256: object, combo: ResolvedCombination) -> Binding:
     return "current" if lock_sha256 == combo.lock_sha256 else "stale"
 
 
+def _retired_lock(lock_sha256: object) -> None:
+    """A retired combination's run must still name a lock it could have run on, or none."""
+    if lock_sha256 is not None and (
+        not isinstance(lock_sha256, str) or not _SHA256.fullmatch(lock_sha256)
+    ):
+        raise ValueError(f"lock_sha256 {lock_sha256!r} is not a sha256 hex digest")
+
+
+def run_order(run: Run) -> tuple[str, str, str, str]:
+    """How a combination's runs are listed: by lock, GPU, start, content."""
+    return (run.lock_sha256 or "", run.gpu, run.started, run.source_sha256)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Accepted:
-    """The runs merged per combination id: on its current lock, on older ones; the rejections."""
+    """The runs merged per combination id: on its current lock, on older ones, of combinations
+    the resolution no longer has (`retired`); the rejections."""
 
     current: Mapping[str, Sequence[Run]]
     stale: Mapping[str, Sequence[Run]]
+    retired: Mapping[str, Sequence[Run]]
     rejected: Sequence[Rejected]
 
 
@@ -375,11 +433,17 @@ def accept(
     """Read every file and bind it (`bind`): runs per combination id, and the rejections.
 
     ``base`` is the lockfile's directory: run sources are recorded relative to
-    it. Byte-identical files are merged once.
+    it. Byte-identical files are merged once; a file that is another one's run
+    (`run_identity`) with other content is rejected, naming both.
     """
-    found: dict[Binding, dict[str, list[Run]]] = {"current": {}, "stale": {}}
+    found: dict[Binding | Literal["retired"], dict[str, list[Run]]] = {
+        "current": {},
+        "stale": {},
+        "retired": {},
+    }
     rejected: list[Rejected] = []
     seen: set[str] = set()
+    identities: dict[RunIdentity, Path] = {}
     for path in files:
         try:
             results = read_results(path)
@@ -387,20 +451,36 @@ def accept(
             if combo_id is None:
                 raise Rejected(path, "names no combination (combination = null)")
             combo = combinations.get(combo_id)
-            if combo is None:
-                raise Rejected(path, f"combination {combo_id!r} is not in the resolution")
             try:
-                binding = bind(results.data["lock_sha256"], combo)
+                if combo is None:
+                    _retired_lock(results.data["lock_sha256"])
+                binding: Binding | Literal["retired"] = (
+                    "retired" if combo is None else bind(results.data["lock_sha256"], combo)
+                )
             except ValueError as e:
                 raise Rejected(path, str(e)) from e
+            if results.sha256 in seen:
+                continue
+            run = _run(results, combo.extra_runtime if combo else (), base)
+            identity = run_identity(combo_id, run)
+            if identity in identities:
+                raise Rejected(
+                    path,
+                    f"the same run as {identities[identity]} (combination, lock, runner, GPU "
+                    "and start time) with other content; keep the one that is right",
+                )
         except Rejected as e:
             rejected.append(e)
             continue
-        if results.sha256 in seen:
-            continue
         seen.add(results.sha256)
-        found[binding].setdefault(combo_id, []).append(_run(results, combo, base))
+        identities[identity] = path
+        found[binding].setdefault(combo_id, []).append(run)
     for runs in found.values():
         for combo_runs in runs.values():
-            combo_runs.sort(key=lambda r: (r.lock_sha256 or "", r.gpu, r.started, r.source_sha256))
-    return Accepted(current=found["current"], stale=found["stale"], rejected=rejected)
+            combo_runs.sort(key=run_order)
+    return Accepted(
+        current=found["current"],
+        stale=found["stale"],
+        retired=found["retired"],
+        rejected=rejected,
+    )

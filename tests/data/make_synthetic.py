@@ -8,8 +8,9 @@ files that cover every verdict, two GPUs and a conflict as older evidence
 a run broken only for compiled training, where a workaround was measured on
 one failing case but not on the other, and a run whose workarounds compete on
 cost. ``stale_results/``: runs on older locks of two combinations (one with
-runs on its current lock, one without). ``bad_results/``: one file per
-reason a results file is rejected.
+runs on its current lock, one without). ``retired_results/``: a run of a
+combination the resolution does not have (kept as retired). ``bad_results/``:
+one file per reason a results file is rejected.
 Deterministic: running it again gives the same bytes.
 """
 
@@ -603,8 +604,11 @@ def main() -> None:
             suite="2.0.0",
             schema="envbuilder.results/2",
         ),
-        "unknown-combination.json": results("py3.9-cu999-torch0.1", shas[ok], H100, "18", checks()),
         "null-lock.json": results(ok, None, H100, "18", checks()),
+        "undated.json": {
+            **results(ok, shas[ok], H100, "18", checks()),
+            "finished": "last Tuesday",
+        },
         "unsatisfiable-with-lock.json": results(unsat, shas[ok], H100, "18", checks()),
         "bad-status.json": results(
             ok, shas[ok], H100, "18", [check("attention.x", "passed", reason="not a status")]
@@ -612,6 +616,12 @@ def main() -> None:
     }
     for name, data in bad.items():
         dump(HERE / "bad_results" / name, data)
+    # A row the matrix no longer has (a selector run, a matrix.toml change): retired, kept.
+    retired = "py3.9-cu999-torch0.1"
+    dump(
+        HERE / "retired_results" / f"{retired}.h100.json",
+        results(retired, fake_sha("the last lock of torch 0.1"), H100, "18", checks()),
+    )
     text = json.dumps(good[f"{ok}.h100.json"], indent=2, sort_keys=True)
     (HERE / "bad_results" / "truncated.json").write_text(text[: len(text) // 2], encoding="utf-8")
     # json.loads recurses per level: this one exhausts the interpreter's stack

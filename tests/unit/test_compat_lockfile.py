@@ -43,6 +43,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(DATA / "results", tmp_path / "results")
     shutil.copytree(DATA / "bad_results", tmp_path / "bad_results")
     shutil.copytree(DATA / "stale_results", tmp_path / "stale_results")
+    shutil.copytree(DATA / "retired_results", tmp_path / "retired_results")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -130,11 +131,10 @@ def test_a_run_for_an_unsatisfiable_combination_is_kept_as_evidence(workdir: Pat
 
 
 def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
-    assert lock("--results", "results", "stale_results", "-o", "a.json") == 0
+    assert lock("--results", "results", "stale_results", "retired_results", "-o", "a.json") == 0
     # the same inputs named in another order give the same bytes
-    files = sorted(
-        [*workdir.glob("results/*.json"), *workdir.glob("stale_results/*")], reverse=True
-    )
+    files = sorted([*workdir.glob("results/*.json"), *workdir.glob("*_results/*")], reverse=True)
+    files = [f for f in files if f.parent.name != "bad_results"]
     assert lock("--results", *map(str, files), "-o", "b.json") == 0
     a, b = (workdir / "a.json").read_bytes(), (workdir / "b.json").read_bytes()
     assert a == b and a.endswith(b"}\n")
@@ -142,7 +142,9 @@ def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(json.loads(a))
     assert any(c["last_verified"] for c in json.loads(a)["combinations"])  # the schema saw one
-    assert lock("--results", "results", "stale_results", "-o", "a.json", "--check") == 0
+    assert json.loads(a)["retired"]  # and a retired combination
+    args = ("--results", "results", "stale_results", "retired_results", "-o", "a.json")
+    assert lock(*args, "--check") == 0
 
 
 @pytest.mark.parametrize(
@@ -157,8 +159,12 @@ def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
             "covers 'compile.x', which is not a direct gate check of this file",
         ),
         ("workaround-without-covers.json", "fails the results schema at checks/1/covers"),
-        ("unknown-combination.json", "is not in the resolution"),
         ("null-lock.json", "lock_sha256 is null: this run is not tied to the lock"),
+        (
+            "undated.json",
+            "finished 'last Tuesday' is not an ISO 8601 time with a zone (such as "
+            "2026-11-20T10:04:00Z): a run without a date",
+        ),
         ("unsatisfiable-with-lock.json", "is unsatisfiable and has no lock"),
         ("bad-status.json", "fails the results schema at checks/0/status"),
         ("truncated.json", "not valid JSON"),
@@ -385,8 +391,8 @@ def edit_value(text: str) -> str:
     [
         (lambda t: t[: len(t) // 2], "truncated or damaged"),
         (edit_value, "content_sha256 mismatch"),
-        (lambda t: t.replace("envbuilder.compat/2", "envbuilder.compat/3"), "upgrade envbuilder"),
-        (lambda t: t.replace("envbuilder.compat/2", "something/2"), "not an envbuilder"),
+        (lambda t: t.replace("envbuilder.compat/3", "envbuilder.compat/4"), "upgrade envbuilder"),
+        (lambda t: t.replace("envbuilder.compat/3", "something/3"), "not an envbuilder"),
         (lambda t: "[]", "not a compatibility lockfile"),
         (lambda t: "[" * 100_000, "JSON nested deeper than 128 levels"),
         (lambda t: "[" * 500 + "]" * 500, "JSON nested deeper than 128 levels"),
