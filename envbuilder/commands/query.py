@@ -39,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _last_verified(last: LastVerified | None) -> dict[str, object] | None:
-    """Stale evidence, shown while the current lock has no runs of its own."""
+    """When the verdict was last measured: its runs, or the stale evidence while the current
+    lock has no runs of its own (``lock_sha256`` says which lock)."""
     if last is None:
         return None
     return {
@@ -90,7 +91,7 @@ def _match_json(m: Match) -> dict[str, object]:
         "choices": [asdict(c) for c in m.verdict.choices],
         "uses": {u.use: u.verdict.verdict for u in m.uses},
         "lock": m.entry.lock.path if m.entry.lock else None,
-        "last_verified": _last_verified(m.entry.last_verified) if not m.entry.runs else None,
+        "last_verified": _last_verified(m.entry.last_verified),
     }
 
 

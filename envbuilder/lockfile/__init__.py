@@ -2,11 +2,12 @@
 
 Decisions (also in README.md, "The compatibility lockfile"):
 
-- Name ``compat.lock.json``; ``schema = "envbuilder.compat/2"``. The major
+- Name ``compat.lock.json``; ``schema = "envbuilder.compat/3"``. The major
   number changes only when a reader of the previous one would misread the
   file (/2: per-use verdicts and the check status ``invalid``, which a /1
-  reader would count as neither passed nor failed); readers refuse any other
-  schema string (exit 2) and say to upgrade.
+  reader would count as neither passed nor failed; /3: ``retired``, run
+  dates, ``last_verified`` on every entry with runs); readers also read /2,
+  refuse any other schema string (exit 2) and say to upgrade.
 - JSON Schema: ``envbuilder/schemas/compat.schema.json`` (``publish`` copies it).
 - Canonical JSON (`canonical`): sorted keys, fixed indent and separators,
   UTF-8, trailing newline, no timestamps of its own (only those in the
@@ -24,6 +25,10 @@ Decisions (also in README.md, "The compatibility lockfile"):
   with its source (`drivers`). `query.answer` rejects combinations for another
   Python, architecture or an older driver, each with its reasons; `host`
   detects this machine for ``query --here``.
+- Evidence accumulates (`merge`): ``lock --previous`` carries the last
+  published lockfile's runs; results of combinations no longer resolved are
+  kept under ``retired``; every run has a ``date`` and every entry with runs
+  a ``last_verified``.
 - Results files that cannot be merged (`results`) abort ``envbuilder lock``
   with exit 2 and nothing written, unless ``--skip-rejected`` is given: then
   the lockfile is written and lists them under ``rejected_results``.

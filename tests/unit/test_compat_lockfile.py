@@ -301,8 +301,17 @@ def test_query_shows_when_a_combination_was_last_verified(
         "uses": dict.fromkeys(USES, "verified"),
         "text": text,
     }
+    # a verdict made of runs on the current lock is dated by them
     assert main(["query", "--torch", "2.5.1", "--json"]) == 0
-    assert [r["last_verified"] for r in json.loads(capsys.readouterr().out)] == [None]
+    (row,) = json.loads(capsys.readouterr().out)
+    compat = load_lockfile(workdir / "compat.lock.json")
+    current = compat.by_id()[TWO_GPUS].lock
+    assert current is not None
+    assert row["last_verified"]["date"] == "2026-11-21"
+    assert row["last_verified"]["lock_sha256"] == current.sha256
+    assert row["last_verified"]["text"] == (
+        f"last verified 2026-11-21 on lock {current.sha256[:12]}: verified"
+    )
 
 
 def test_the_site_and_compat_md_show_when_a_combination_was_last_verified(workdir: Path) -> None:
