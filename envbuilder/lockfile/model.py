@@ -327,8 +327,7 @@ class Run:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Run:
-        return cls(
-            date=data.get("date") or "",  # compat/2 runs carry none
+        return cls(  # `date` is made from `finished` again: compat/2 runs carry none
             source=data["source"],
             source_sha256=data["source_sha256"],
             lock_sha256=data.get("lock_sha256"),

@@ -384,3 +384,16 @@ def test_run_identity(other: dict[str, Any], same: bool) -> None:
     a, b = run_record(), run_record(**other)
     assert (run_identity("c", a) == run_identity("c", b)) is same
     assert run_identity("c", a) != run_identity("d", a)  # another combination's run
+
+
+def test_a_run_s_date_is_its_finish_in_utc_whatever_the_file_says(workdir: Path) -> None:
+    assert lock("--results", "results") == 0
+    path = workdir / "compat.lock.json"
+    data = json.loads(path.read_text())
+    run = data["combinations"][0]["runs"][0]
+    run["date"] = "1999-01-01"
+    path.write_bytes(seal(data))
+    read = load_lockfile(path).combinations[0].runs[0]
+    assert read.date == read.finished[:10] != "1999-01-01"
+    late = run_record(finished="2026-11-20T23:30:00-05:00")
+    assert late.date == "2026-11-21"
