@@ -146,8 +146,10 @@ def run(args: argparse.Namespace) -> int:
         ) from e
     carried = ""
     if previous is not None:
-        again = f" ({merged.repeated} more given again)" if merged.repeated else ""
-        carried = f" and {merged.carried} run(s) kept from {args.previous}{again}"
+        from envbuilder.credentials import redact_text
+
+        again = f" ({merged.repeated} of its runs given again)" if merged.repeated else ""
+        carried = f" and {merged.carried} run(s) kept from {redact_text(args.previous)}{again}"
     retired = ""
     if lock.retired:
         kept = sum(len(r.runs) for r in lock.retired)
