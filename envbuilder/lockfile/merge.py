@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from envbuilder.errors import InputError
 from envbuilder.files import sha256_file
 from envbuilder.lockfile.drivers import (
@@ -94,6 +96,20 @@ def read_pins(pylock: Path) -> tuple[PackagePin, ...]:
         for package in packages(read_lock(pylock.read_bytes(), source=pylock), source=pylock)
     ]
     return tuple(sorted(pins, key=lambda p: (p.name, p.marker or "")))
+
+
+def _locked_versions(pylock: Path) -> dict[str, str]:
+    """Each package's version in a lock, for the packages it pins one version of; empty when
+    the lock cannot be read (building its entry then says why)."""
+    try:
+        pins = read_pins(pylock)
+    except (OSError, InputError):
+        return {}
+    versions: dict[str, set[str]] = {}
+    for pin in pins:
+        if pin.version:
+            versions.setdefault(canonicalize_name(pin.name), set()).add(pin.version)
+    return {name: next(iter(v)) for name, v in versions.items() if len(v) == 1}
 
 
 def _without_url(record: Any) -> dict[str, Any] | None:
@@ -315,7 +331,12 @@ def merge(
     out_dir = out.parent
     locks_base = resolution_path.parent.parent  # `lock` paths are relative to the output's parent
     combos: Mapping[str, ResolvedCombination] = resolution.by_id()
-    accepted = accept(results, combos, base=out_dir)
+    locked = {
+        c.id: _locked_versions(locks_base / c.lock)
+        for c in combos.values()
+        if c.status == "resolved" and c.lock
+    }
+    accepted = accept(results, combos, base=out_dir, locked=locked)
     known = _known(previous)
     carried = 0
     entries: list[Entry] = []

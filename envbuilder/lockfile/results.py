@@ -55,6 +55,7 @@ from typing import Any, Literal
 
 from envbuilder.jsondoc import NotJSON, parse
 from envbuilder.lockfile.canonical import finite
+from envbuilder.lockfile.claims import claim_problems
 from envbuilder.lockfile.model import CHECK_STATUSES, USES, CheckOutcome, RejectedResults, Run
 from envbuilder.lockfile.verdicts import overall, run_use_verdicts
 from envbuilder.model import ResolvedCombination
@@ -428,13 +429,19 @@ class Accepted:
 
 
 def accept(
-    files: Sequence[Path], combinations: Mapping[str, ResolvedCombination], *, base: Path
+    files: Sequence[Path],
+    combinations: Mapping[str, ResolvedCombination],
+    *,
+    base: Path,
+    locked: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Accepted:
     """Read every file and bind it (`bind`): runs per combination id, and the rejections.
 
     ``base`` is the lockfile's directory: run sources are recorded relative to
     it. Byte-identical files are merged once; a file that is another one's run
-    (`run_identity`) with other content is rejected, naming both.
+    (`run_identity`) with other content is rejected, naming both. A file whose
+    findings contradict its combination (`envbuilder.lockfile.claims`) is rejected
+    with them; ``locked`` gives each combination's current lock (name -> version).
     """
     found: dict[Binding | Literal["retired"], dict[str, list[Run]]] = {
         "current": {},
@@ -459,6 +466,14 @@ def accept(
                 )
             except ValueError as e:
                 raise Rejected(path, str(e)) from e
+            if combo is not None:
+                current = (locked or {}).get(combo_id) if binding == "current" else None
+                problems = claim_problems(results.data, combo, locked=current)
+                if problems:
+                    raise Rejected(
+                        path,
+                        f"its environment is not that of {combo_id!r}: {'; '.join(problems)}",
+                    )
             if results.sha256 in seen:
                 continue
             run = _run(results, combo.extra_runtime if combo else (), base)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -343,6 +344,20 @@ def checks(
     ]
 
 
+def installed(cid: str) -> dict[str, Any]:
+    """What a runner of combination *cid* finds installed: its Python, torch and xformers
+    (the facts `lock` checks against the combination; see envbuilder/lockfile/claims.py)."""
+    found = re.fullmatch(r"py(\d+\.\d+)-[^-]+-torch([^-]+)(?:-xformers([^-]+))?(?:-cudart)?", cid)
+    assert found, cid
+    python, torch, xformers = found.groups()
+    return {
+        "python": f"{python}.10",
+        "torch": f"{torch}+cu124",
+        "torch_cuda": "12.4",
+        "xformers": xformers,
+    }
+
+
 def results(
     cid: str,
     lock_sha: str | None,
@@ -363,10 +378,7 @@ def results(
         "runner": {
             "hostname": f"gpu-runner-{day}",
             "platform": "Linux-x86_64",
-            "python": "3.11.10",
-            "torch": "2.5.1+cu124",
-            "torch_cuda": "12.4",
-            "xformers": "0.0.28.post3",
+            **installed(cid),
             "driver": "560.35.03",
             "gpus": [gpu],
         },

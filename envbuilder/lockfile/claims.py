@@ -1,0 +1,174 @@
+"""Whether a results file's environment is the one its combination names.
+
+A results file says which combination and lock it ran on, and separately
+what it found installed (``runner``, the ``environment.versions`` check). A
+file whose findings contradict its claim is not evidence for that
+combination, whoever wrote it: another combination's run relabelled, a run
+on another torch than the lock's, a CPU-only machine claiming an H200. Each
+rule below names the contradiction it finds; `lock` rejects the file with
+them.
+
+=====================================  ==============================================
+fact the run recorded                  must agree with
+=====================================  ==============================================
+``runner.python`` (X.Y.Z)              the combination's Python X.Y
+``runner.torch``                       torch's version (its public part, and the
+                                         local label when the lock's torch has one)
+``runner.torch_cuda``                  torch's CUDA (major.minor); none for a CPU
+                                         torch
+``runner.xformers``                    the combination's xformers version; none
+                                         when it has no xformers (an unsatisfiable
+                                         one: the versions it asked for)
+``runner.platform``                    the target's machine (``x86_64``, ``aarch64``)
+``runner.gpus``                        each GPU's compute capability with its
+                                         name's (for the GPUs envbuilder knows);
+                                         any GPU needs a CUDA torch and a driver
+``environment.versions``               on the current lock: the locked versions
+                                         of the CUDA chain (torch, triton,
+                                         xformers, the ``nvidia-*``/``cuda-*``
+                                         runtime packages)
+=====================================  ==============================================
+
+Packages outside the CUDA chain are not compared: a run made in place on a
+host may hold the host's numpy, and that does not change what torch and
+xformers do. Standard library and envbuilder's records only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY
+from envbuilder.model import ResolvedCombination
+
+__all__ = ["claim_problems", "cuda_chain"]
+
+_SQUASH = re.compile(r"[^0-9a-z]")
+#: the GPU table's names, longest first, so that "GH200" is found before "H200"
+_KNOWN = sorted(GPU_COMPUTE_CAPABILITY, key=len, reverse=True)
+_CHAIN = re.compile(r"^(torch|triton|pytorch-triton|xformers|nvidia-.*|cuda-.*)$")
+
+
+def cuda_chain(name: str) -> bool:
+    """Whether a (normalised) project name is part of what torch and xformers run on."""
+    return bool(_CHAIN.match(name))
+
+
+def _public(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def _major_minor(version: object) -> str | None:
+    if not isinstance(version, str):
+        return None
+    parts = version.split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 else None
+
+
+def _machine(platform_tag: str) -> str | None:
+    for machine in ("x86_64", "aarch64", "arm64", "ppc64le", "s390x"):
+        if platform_tag.endswith(machine):
+            return "aarch64" if machine == "arm64" else machine
+    return None
+
+
+def _gpu_problems(runner: Mapping[str, Any]) -> list[str]:
+    gpus = runner.get("gpus") or []
+    problems: list[str] = []
+    for gpu in gpus:
+        if not isinstance(gpu, Mapping):
+            problems.append(f"runner.gpus holds {gpu!r}, not a GPU record")
+            continue
+        name = str(gpu.get("name", ""))
+        squashed = _SQUASH.sub("", name.lower())
+        known = next((k for k in _KNOWN if _SQUASH.sub("", k.lower()) in squashed), None)
+        cc = gpu.get("compute_capability")
+        if known is not None and cc != GPU_COMPUTE_CAPABILITY[known]:
+            problems.append(
+                f"GPU {name!r} with compute capability {cc!r}; a {known} is "
+                f"{GPU_COMPUTE_CAPABILITY[known]}"
+            )
+    if gpus and not runner.get("torch_cuda"):
+        problems.append(f"{len(gpus)} GPU(s) listed, but torch has no CUDA (torch_cuda is null)")
+    if gpus and not runner.get("driver"):
+        problems.append(f"{len(gpus)} GPU(s) listed, but no NVIDIA driver (driver is null)")
+    return problems
+
+
+def _recorded_versions(checks: object) -> Mapping[str, Any]:
+    if not isinstance(checks, list):
+        return {}
+    for check in checks:
+        if isinstance(check, Mapping) and check.get("name") == "environment.versions":
+            numbers = check.get("numbers")
+            return numbers if isinstance(numbers, Mapping) else {}
+    return {}
+
+
+def claim_problems(
+    data: Mapping[str, Any],
+    combo: ResolvedCombination,
+    *,
+    locked: Mapping[str, str] | None = None,
+) -> list[str]:
+    """What in a results file's findings contradicts its combination (the module's table).
+
+    ``locked`` maps the current lock's packages (normalised names) to their versions; give
+    it only for a run on the current lock. An empty list: nothing contradicts."""
+    runner = data.get("runner")
+    if not isinstance(runner, Mapping):
+        return ["runner is not an object"]
+    problems: list[str] = []
+    python = runner.get("python")
+    if _major_minor(python) != combo.python:
+        problems.append(f"Python {python}, not {combo.python}")
+    torch = runner.get("torch")
+    if combo.torch is not None:
+        want = combo.torch.version
+        if not isinstance(torch, str) or (
+            _public(torch) != _public(want) or ("+" in want and torch != want)
+        ):
+            problems.append(f"torch {torch}, not {want}")
+        cuda = runner.get("torch_cuda")
+        if combo.torch.cuda is None and cuda is not None:
+            problems.append(f"torch built for CUDA {cuda}, but the lock's torch is a CPU build")
+        elif combo.torch.cuda is not None and _major_minor(cuda) != _major_minor(combo.torch.cuda):
+            problems.append(f"torch's CUDA {cuda}, not {combo.torch.cuda}")
+    elif (
+        combo.requested is not None  # unsatisfiable: the versions it asked for are the run's
+        and isinstance(torch, str)
+        and _public(torch) != _public(combo.requested.torch)
+    ):
+        problems.append(f"torch {torch}, not {combo.requested.torch}")
+    xformers = runner.get("xformers")
+    wanted = (
+        combo.xformers.version
+        if combo.xformers is not None
+        else combo.requested.xformers
+        if combo.requested is not None
+        else None
+    )
+    if wanted is None and xformers is not None:
+        problems.append(f"xformers {xformers} installed, but the combination has none")
+    elif wanted is not None and xformers is not None and _public(str(xformers)) != _public(wanted):
+        problems.append(f"xformers {xformers}, not {wanted}")
+    platform = str(runner.get("platform", ""))
+    machine = _machine(combo.platform)
+    if (
+        machine is not None
+        and machine not in platform
+        and not (machine == "aarch64" and "arm64" in platform)
+    ):
+        problems.append(f"platform {platform!r}, not a {machine} machine ({combo.platform})")
+    problems += _gpu_problems(runner)
+    if locked:
+        recorded = _recorded_versions(data.get("checks"))
+        for key, version in sorted(recorded.items()):
+            name = key.replace("_", "-").lower()
+            if not cuda_chain(name) or name not in locked or not isinstance(version, str):
+                continue
+            if _public(version) != _public(locked[name]):
+                problems.append(f"{name} {version} installed, the lock has {locked[name]}")
+    return problems
