@@ -26,7 +26,10 @@ __all__ = [
     "ResolvedCombination",
     "ResolvedTorch",
     "ResolvedXformers",
+    "SourceBuild",
+    "SourceFile",
     "Status",
+    "XformersSource",
     "load_resolution",
     "lock_filename",
     "suite_lock_filename",
@@ -38,6 +41,8 @@ RESOLUTION_SCHEMA = "envbuilder.resolution/1"
 Status = Literal["resolved", "unsatisfiable", "error"]
 #: where torch's CUDA was read: its local version label, its CUDA runtime pin, or neither
 CudaSource = Literal["local-label", "requires-dist", "none"]
+#: whether xformers is built from its sdist: never, always, or only when no wheel fits
+XformersSource = Literal["never", "always", "when-no-wheel-fits"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +89,9 @@ class Combination:
     base_image: str | None = None
     runner: tuple[str, ...] = ()  # GitHub runner labels
     note: str = ""
+    xformers_source: XformersSource = "never"
+    #: TORCH_CUDA_ARCH_LIST entries a source build compiles for ("9.0", "10.0+PTX"), sorted
+    cuda_archs: tuple[str, ...] = ()
 
     def fields_for_labels(self) -> dict[str, str]:
         return {
@@ -140,6 +148,53 @@ class ResolvedXformers:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SourceFile:
+    """A file a source build reads: the sdist, or a wheel of its build group."""
+
+    filename: str
+    url: str
+    sha256: str
+    size: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceBuild:
+    """How a combination's xformers is built from its sdist (``envbuilder build-wheel``).
+
+    ``build_lock``/``build_requirements`` hold the build group (the sdist's build
+    requirements and the CUDA compiler, headers and CCCL wheels), hash-pinned;
+    ``key_inputs`` is what the build key is computed from, apart from the builder
+    (an image digest or the host's toolchain), which only a build knows.
+    """
+
+    sdist: SourceFile
+    why: str  # "no wheel fits: ..." or "xformers-source = 'always'"
+    cuda: str  # the CUDA major.minor the compiler wheels are for, torch's
+    arch_list: tuple[str, ...]
+    flags: tuple[str, ...]  # fixed build environment, "NAME=value", sorted
+    build_requirements_in: tuple[str, ...]  # what the build group was resolved from
+    build_lock: str | None = None  # path of pylock.<id>.build.toml, like ``lock``
+    build_lock_sha256: str | None = None
+    build_requirements: str | None = None  # requirements.<id>.build.txt
+    key_inputs: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SourceBuild:
+        return cls(
+            sdist=SourceFile(**data["sdist"]),
+            why=data.get("why", ""),
+            cuda=data["cuda"],
+            arch_list=tuple(data.get("arch_list", ())),
+            flags=tuple(data.get("flags", ())),
+            build_requirements_in=tuple(data.get("build_requirements_in", ())),
+            build_lock=data.get("build_lock"),
+            build_lock_sha256=data.get("build_lock_sha256"),
+            build_requirements=data.get("build_requirements"),
+            key_inputs=dict(data.get("key_inputs") or {}),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Rejection:
     project: str
     filename: str
@@ -170,12 +225,18 @@ class ResolvedCombination:
     suite_lock: str | None = None
     suite_requirements: str | None = None
     suite_lock_sha256: str | None = None
+    #: xformers built from its sdist (then ``xformers`` describes the sdist, not a wheel)
+    source_build: SourceBuild | None = None
     #: the matrix cell this answers; known to the run that resolved it, not kept in JSON
     combination: Combination | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         del data["combination"]
+        if data["source_build"] is None:
+            del data["source_build"]  # files of combinations without one stay as they were
+        else:
+            data["source_build"]["key_inputs"] = dict(data["source_build"]["key_inputs"])
         return data
 
     @classmethod
@@ -208,6 +269,9 @@ class ResolvedCombination:
             suite_lock=data.get("suite_lock"),
             suite_requirements=data.get("suite_requirements"),
             suite_lock_sha256=data.get("suite_lock_sha256"),
+            source_build=(
+                SourceBuild.from_json(data["source_build"]) if data.get("source_build") else None
+            ),
         )
 
 

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from packaging.utils import parse_wheel_filename
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import EnvbuilderError
@@ -29,10 +30,13 @@ from envbuilder.model import (
     ResolvedCombination,
     ResolvedTorch,
     ResolvedXformers,
+    SourceBuild,
+    SourceFile,
     Status,
 )
 from envbuilder.resolve.closure import IndexArgument, PinnedFile
 from envbuilder.resolve.evidence import BUILD_RECORD, Evidence, file_version
+from envbuilder.resolve.sdists import BUILD_TOOLS, arch_problem, build_flags, compiler_projects
 from envbuilder.resolve.wheels import (
     applicable_requirements,
     compare_cuda,
@@ -42,6 +46,7 @@ from envbuilder.resolve.wheels import (
     portable_requirements,
     rank_wheels,
     requirements_of,
+    sdist_version,
     torch_requirement,
 )
 from envbuilder.target import CudaTag, Target
@@ -65,6 +70,7 @@ class Decision:
     indexes: tuple[IndexArgument, ...] = ()
     dependencies: tuple[str, ...] = ()  # of torch and xformers, for the target
     raw_dependencies: tuple[str, ...] = ()  # the same, markers kept
+    source_build: SourceBuild | None = None  # xformers from its sdist: what the build needs
 
     def result(self, status: Status, reason: str) -> ResolvedCombination:
         """The resolver's answer with this decision's findings."""
@@ -82,6 +88,7 @@ class Decision:
             notes=self.notes,
             rejected=self.rejected,
             requested=Requested(torch=c.torch, xformers=c.xformers),
+            source_build=self.source_build,
             combination=c,
         )
 
@@ -89,7 +96,8 @@ class Decision:
         """The files envbuilder chose itself, added to uv's closure."""
         assert self.torch is not None
         pinned = [_pinned("torch", self.torch)]
-        if self.xformers is not None:
+        # a source-built xformers is no file of the lock: its build group and record hold it
+        if self.xformers is not None and self.source_build is None:
             pinned.append(_pinned("xformers", self.xformers))
         return pinned
 
@@ -106,6 +114,14 @@ class Decision:
         assert self.torch is not None
         torch_cuda = f"CUDA {self.torch.cuda}" if self.torch.cuda else "CPU"
         text = f"torch {self.torch.version} ({torch_cuda}, from {self.torch.cuda_source})"
+        if self.xformers is not None and self.source_build is not None:
+            torch = self.torch.version
+            if "+" not in torch and self.torch.cuda:
+                torch += "+cu" + self.torch.cuda.replace(".", "")
+            return (
+                f"xformers {self.xformers.version} built from source for torch {torch} "
+                f"({self.source_build.why}); {text}"
+            )
         if self.xformers is not None:
             built = self.xformers.built_with
             text += (
@@ -137,6 +153,7 @@ class _Findings:
     extra_runtime: list[str] = field(default_factory=list)
     torch: ResolvedTorch | None = None
     xformers: ResolvedXformers | None = None
+    source_build: SourceBuild | None = None
 
 
 @functools.cache
@@ -196,6 +213,7 @@ def decide(
         indexes=tuple(found.indexes),
         dependencies=tuple(found.dependencies),
         raw_dependencies=tuple(found.raw_dependencies),
+        source_build=found.source_build,
     )
 
 
@@ -294,6 +312,138 @@ class _Steps:
         raise _Unsatisfiable(f"no torch {c.torch} build for {c.cuda}: " + "; ".join(problems))
 
     def xformers(self) -> None:
+        """xformers' wheel, or its sdist and build group when the row asks for a source build."""
+        if self.c.xformers_source == "always":
+            self._source_build("xformers-source = 'always'")
+            return
+        kept = (
+            len(self.found.dependencies),
+            len(self.found.raw_dependencies),
+            len(self.found.notes),
+        )
+        try:
+            self._xformers_wheel()
+        except _Unsatisfiable as e:
+            if self.c.xformers_source != "when-no-wheel-fits":
+                raise
+            del self.found.dependencies[kept[0] :]
+            del self.found.raw_dependencies[kept[1] :]
+            del self.found.notes[kept[2] :]  # about the wheel, which is not used
+            self.found.xformers = None
+            self._source_build(f"no wheel fits: {e.reason}")
+
+    def _source_build(self, why: str) -> None:
+        """Lock xformers' sdist and what building it needs; impossible is unsatisfiable."""
+        c = self.c
+        torch = self.found.torch
+        assert c.xformers is not None and torch is not None
+        spec = self.indexes[c.xformers_index]
+        url = self._index_argument(spec)
+        wanted = Version(c.xformers)
+        sdists = sorted(
+            (
+                f
+                for f in self.evidence.release_files(url, "xformers", spec.kind, c.xformers)
+                if not f.filename.endswith(".whl")
+                and not f.yanked
+                and sdist_version(f.filename, "xformers") == wanted
+            ),
+            key=lambda f: (not f.filename.endswith(".tar.gz"), f.filename),
+        )
+        if not sdists:
+            raise _Unsatisfiable(
+                f"{why}; and xformers {c.xformers} has no sdist on index {spec.name!r} "
+                "to build it from"
+            )
+        if torch.cuda is None:
+            raise _Unsatisfiable(
+                f"{why}; a source build compiles xformers' CUDA kernels, "
+                f"but torch {torch.version} is a CPU build"
+            )
+        if not c.cuda_archs:
+            raise _Unsatisfiable(f"{why}; a source build needs cuda-archs, and the row has none")
+        for arch in c.cuda_archs:
+            if (problem := arch_problem(torch.cuda, arch)) is not None:
+                raise _Unsatisfiable(f"{why}; {problem}")
+        file = sdists[0]
+        info = self.evidence.sdist_info(file)
+        requires = _requirements(info.requires_dist, file.filename)
+        req = torch_requirement(requires, self.target)
+        if req is not None and not req.specifier.contains(Version(torch.version), prereleases=True):
+            raise _Unsatisfiable(
+                f"{why}; and xformers {c.xformers}'s sdist requires torch{req.specifier}, "
+                f"which torch {torch.version} does not satisfy"
+            )
+        build: list[str] = []
+        for r in _requirements(info.build_requires, f"{file.filename} [build-system]"):
+            if canonicalize_name(r.name) == "torch":  # the combination's own torch
+                if not r.specifier.contains(Version(torch.version), prereleases=True):
+                    raise _Unsatisfiable(
+                        f"{why}; and xformers {c.xformers} builds only with torch{r.specifier} "
+                        f"(its [build-system] requires), not torch {torch.version}"
+                    )
+                continue
+            build += applicable_requirements([r], self.target)
+        named = {canonicalize_name(Requirement(b).name) for b in build}
+        build += [tool for tool in BUILD_TOOLS if canonicalize_name(tool) not in named]
+        build += self._compiler(torch.cuda, why)
+        self.found.dependencies += applicable_requirements(requires, self.target, exclude=["torch"])
+        self.found.raw_dependencies += portable_requirements(requires, exclude=["torch"])
+        archs = ";".join(c.cuda_archs)
+        self.found.xformers = ResolvedXformers(
+            version=c.xformers,
+            filename=file.filename,
+            url=file.url,
+            sha256=_sha256(file),
+            requires_torch=str(req.specifier) if req is not None else "",
+            built_with=BuildRecord(torch=torch.version, cuda=torch.cuda, arch_list=archs),
+            size=file.size,
+            index=spec.name,
+        )
+        self.found.source_build = SourceBuild(
+            sdist=SourceFile(
+                filename=file.filename, url=file.url, sha256=_sha256(file), size=file.size
+            ),
+            why=why,
+            cuda=torch.cuda,
+            arch_list=c.cuda_archs,
+            flags=build_flags(version=c.xformers, arch_list=c.cuda_archs),
+            build_requirements_in=tuple(dict.fromkeys(build)),
+        )
+        self.found.notes.append(
+            f"xformers {c.xformers} is built from {file.filename} for CUDA {torch.cuda}, "
+            f"architectures {archs} (envbuilder build-wheel {c.id})"
+        )
+
+    def _compiler(self, cuda: str, why: str) -> list[str]:
+        """The CUDA ``cuda`` compiler, header and CCCL wheels for the target, each the newest
+        release of that major.minor on the default index; any missing is unsatisfiable."""
+        major, minor = cuda.split(".")[:2]
+        url = self.found.indexes[0].url
+        chosen: list[str] = []
+        missing: list[str] = []
+        for project in compiler_projects(major):
+            best: Version | None = None
+            for file in self.evidence.page(url, project, "simple"):
+                if file.yanked or (version := file_version(file.filename, project)) is None:
+                    continue
+                tags = parse_wheel_filename(file.filename)[3]
+                fits = any(t in self.target.tag_priority for t in tags)
+                if fits and version.release[:2] == (int(major), int(minor)):
+                    best = version if best is None or version > best else best
+            if best is None:
+                missing.append(project)
+            else:
+                chosen.append(f"{project}=={best}")
+        if missing:
+            raise _Unsatisfiable(
+                f"{why}; and no CUDA {major}.{minor} compiler wheels for "
+                f"{self.target.describe()} on the default index: none of "
+                f"{', '.join(f'{m} {major}.{minor}.*' for m in missing)}"
+            )
+        return chosen
+
+    def _xformers_wheel(self) -> None:
         c = self.c
         torch = self.found.torch
         assert c.xformers is not None and torch is not None
@@ -421,6 +571,16 @@ def cuda_runtime_projects(major: str) -> tuple[str, ...]:
     Only a release of the wanted major.minor counts, so a placeholder is never chosen.
     """
     return (f"nvidia-cuda-runtime-cu{major}", "nvidia-cuda-runtime")
+
+
+def _requirements(lines: Sequence[str], where: str) -> list[Requirement]:
+    out: list[Requirement] = []
+    for line in lines:
+        try:
+            out.append(Requirement(line))
+        except InvalidRequirement as e:
+            raise ValueError(f"{where}: invalid requirement {line!r} ({e})") from e
+    return out
 
 
 def _pinned(name: str, chosen: ResolvedTorch | ResolvedXformers) -> PinnedFile:

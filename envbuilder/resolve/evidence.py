@@ -8,6 +8,7 @@ time. A fake with the same methods lets the decisions run with no server.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Hashable
 from email.message import Message
@@ -22,6 +23,7 @@ from envbuilder.index import remotewheel, simple
 from envbuilder.index.http import HttpClient
 from envbuilder.index.simple import DistributionFile, ProjectPage
 from envbuilder.model import BuildRecord
+from envbuilder.resolve.sdists import SdistInfo, read_sdist_info
 from envbuilder.resolve.wheels import parse_build_record, sdist_version
 
 __all__ = ["BUILD_RECORD", "Evidence", "IndexEvidence", "file_version"]
@@ -50,6 +52,10 @@ class Evidence(Protocol):
 
     def build_record(self, file: DistributionFile) -> BuildRecord | None:
         """xformers' build record in the file, or None when it has none."""
+        ...
+
+    def sdist_info(self, file: DistributionFile) -> SdistInfo:
+        """The run-time and build requirements an sdist declares."""
         ...
 
 
@@ -118,6 +124,9 @@ class IndexEvidence:
 
         return self._memo.get(("build-record", file.url), read)
 
+    def sdist_info(self, file: DistributionFile) -> SdistInfo:
+        return self._memo.get(("sdist", file.url), lambda: _sdist_info(self.client, file))
+
 
 def _file_release(filename: str, project: str) -> str | None:
     """The public version of a wheel or sdist of ``project``, else None."""
@@ -136,3 +145,21 @@ def file_version(filename: str, project: str) -> Version | None:
     except (InvalidWheelFilename, InvalidVersion):
         return None
     return version if name == canonicalize_name(project) else None
+
+
+def _sdist_info(client: HttpClient, file: DistributionFile) -> SdistInfo:
+    """Download the sdist (a few MB), check its sha256, read its requirements."""
+    digest = hashlib.sha256()
+    chunks: list[bytes] = []
+    for chunk in client.stream(file.url):
+        digest.update(chunk)
+        chunks.append(chunk)
+    expected = file.hashes.get("sha256")
+    if expected and digest.hexdigest() != expected:
+        raise EnvbuilderError(
+            f"{file.filename!r}: sha256 {digest.hexdigest()} does not match the index's {expected}"
+        )
+    try:
+        return read_sdist_info(b"".join(chunks), file.filename)
+    except ValueError as e:  # a broken sdist is this combination's error, not a crash
+        raise EnvbuilderError(str(e)) from e

@@ -60,7 +60,9 @@ __all__ = [
     "CLOSURE_FORMAT",
     "LockSettings",
     "SolvedClosures",
+    "build_lock_filename",
     "closure_digest",
+    "lock_build_group",
     "lock_group",
     "suite_inputs",
 ]
@@ -129,6 +131,7 @@ def lock_group(
     others take their part of one universal closure. Then each member's suite
     group (`_lock_suites`) is locked against its lock.
     """
+    done = _locking_build_groups(done, settings)
     results: dict[str, ResolvedCombination] = {}
     pending: list[tuple[Decision, list[PinnedFile], dict[str, Any]]] = []
     for d in members:
@@ -384,6 +387,103 @@ def _suite_failed(d: Decision, settings: LockSettings, message: str) -> Resolved
 def _lock_text(r: ResolvedCombination, settings: LockSettings) -> str:
     assert r.lock is not None
     return (settings.out_dir.resolve().parent / r.lock).read_text(encoding="utf-8")
+
+
+def build_lock_filename(combination_id: str) -> str:
+    """``pylock.<id, dots as _>.build.toml``: a source build's build group."""
+    return lock_filename(combination_id).removesuffix(".toml") + ".build.toml"
+
+
+def _locking_build_groups(done: Done, settings: LockSettings) -> Done:
+    """``done`` after locking the build group of each resolved source build."""
+
+    def locked(d: Decision, result: ResolvedCombination) -> ResolvedCombination:
+        if result.status == "resolved" and d.source_build is not None:
+            result = lock_build_group(d, result, settings)
+        return done(d, result)
+
+    return locked
+
+
+def lock_build_group(
+    d: Decision, result: ResolvedCombination, settings: LockSettings
+) -> ResolvedCombination:
+    """Lock a source build's build group for the target beside the combination's lock.
+
+    The group (the sdist's build requirements with the CUDA compiler, headers
+    and CCCL wheels) is resolved from the default index alone, and kept when
+    its inputs are unchanged, like the combination's own lock. The answer's
+    ``source_build`` gains the lock's paths and sha256 and the build key's
+    inputs known before a build: the sdist, torch's wheel and the compiler's.
+    """
+    build = d.source_build
+    assert build is not None and d.torch is not None
+    c = d.combination
+    indexes = d.indexes[:1]  # the default index: compiler wheels are never on a torch index
+    inputs = {
+        **lock_inputs(build.build_requirements_in, d.target, indexes),
+        "group": "build",
+    }
+    out = settings.out_dir
+    lock_path = out / build_lock_filename(c.id)
+    req_path = out / f"requirements.{c.id}.build.txt"
+    text = None
+    if not settings.upgrade:
+        for path in (lock_path, _cached_path(inputs, settings)):
+            try:
+                candidate = path.read_text(encoding="utf-8")
+                if tool_table(read_lock(candidate, source=path)) == inputs:
+                    text = candidate
+                    break
+            except (OSError, UnicodeDecodeError, PylockError):
+                continue
+    try:
+        if text is None:
+            if settings.offline:
+                return replace(result, status="error", reason=_offline_miss(inputs, settings))
+            closure = compile_closure(
+                requirements=build.build_requirements_in,
+                python_floor=d.target.python,
+                indexes=indexes,
+                cache_dir=settings.cache_dir / "uv",
+                uv=settings.uv,
+                python=settings.python,
+                downloads=settings.uv_downloads,
+                ca_bundle=settings.ca_bundle,
+                credentials=settings.credentials,
+            )
+            text = assemble_lock(
+                select_for_target(closure, d.target), pinned=(), inputs=inputs, target=d.target
+            )
+        locked = packages(read_lock(text, source=lock_path))
+        requirements = lock_requirements(f"{c.id} (build)", locked, indexes)
+        sha = write_atomic(lock_path, text)
+        write_atomic(req_path, requirements)
+    except (ClosureError, PylockError) as e:
+        return replace(result, status="error", reason=f"the build group: {e}")
+    _store(_cached_path(inputs, settings), text)
+    compiler = sorted(
+        f"{p.name}=={p.version} sha256={p.archive.sha256}"
+        for p in locked
+        if p.archive is not None and p.name.startswith("nvidia-")
+    )
+    key_inputs = {
+        "sdist_sha256": build.sdist.sha256,
+        "torch_sha256": d.torch.sha256,
+        "toolchain": compiler,
+        "arch_list": list(build.arch_list),
+        "flags": list(build.flags),
+    }
+    return replace(
+        result,
+        source_build=replace(
+            build,
+            build_lock=_relative(lock_path, out),
+            build_lock_sha256=sha,
+            build_requirements=_relative(req_path, out),
+            key_inputs=key_inputs,
+        ),
+    )
 
 
 def closure_digest(inputs: Mapping[str, Any]) -> str:

@@ -31,7 +31,8 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.credentials import Credentials, redact, split_credentials
 from envbuilder.errors import ConfigError, InputError
-from envbuilder.model import Combination, IndexSpec
+from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY
+from envbuilder.model import Combination, IndexSpec, XformersSource
 from envbuilder.resolve.selectors import select
 from envbuilder.target import PLATFORM_TAG, PYTHON_VERSION, normalise_cuda
 
@@ -77,11 +78,16 @@ _ROW_COMMON = (
     "platform",
     "base-image",
     "note",
+    "xformers-source",
+    "cuda-archs",
 )
 _PAIR_KEYS = ("python", *_ROW_COMMON)
 _COMBINATION_KEYS = ("python", *_ROW_COMMON)
 _EXCLUDE_KEYS = ("python", "cuda", "torch", "xformers")
 _RUNNER_KEYS = ("default", "cuda", "gpus")
+_SOURCE_POLICIES: tuple[XformersSource, ...] = ("never", "always", "when-no-wheel-fits")
+#: a TORCH_CUDA_ARCH_LIST entry: compute capability, an arch-specific "a"/"f", "+PTX"
+_CUDA_ARCH = re.compile(r"(\d{1,2})\.(\d)([af]?)(\+PTX)?")
 
 
 def combination_id(
@@ -721,6 +727,12 @@ class _RowBuilder:
         out["note"] = ""
         if "note" in table and (s := ld.string(table["note"], f"{where}.note")) is not None:
             out["note"] = s
+        out["xformers_source"] = "never"
+        if "xformers-source" in table:
+            out["xformers_source"] = self.source_policy(table["xformers-source"], where)
+        out["cuda_archs"] = None
+        if "cuda-archs" in table:
+            out["cuda_archs"] = self.cuda_archs(table["cuda-archs"], f"{where}.cuda-archs")
         index = d.index
         if "index" in table and (s := ld.string(table["index"], f"{where}.index")) is not None:
             index = s
@@ -748,6 +760,97 @@ class _RowBuilder:
             return None
         return out
 
+    def source_policy(self, value: Any, where: str) -> XformersSource:
+        """``xformers-source``: true (always), false (never) or a policy by name."""
+        at = f"{where}.xformers-source"
+        if isinstance(value, bool):
+            return "always" if value else "never"
+        if isinstance(value, str) and value in _SOURCE_POLICIES:
+            return value
+        hint = difflib.get_close_matches(str(value), _SOURCE_POLICIES, n=1, cutoff=0.6)
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+        self.loader.problem(
+            at,
+            f"expected true, false or one of {', '.join(map(repr, _SOURCE_POLICIES))}, "
+            f"got {_kind(value)} {value!r}{suggestion}",
+        )
+        return "never"
+
+    def cuda_archs(self, value: Any, where: str) -> tuple[str, ...] | None:
+        """``cuda-archs``: compute capabilities ("9.0", "10.0+PTX") or GPU names ("H200")."""
+        located = self.loader.located_strings(value, where)
+        if located is None:
+            return None
+        archs: set[str] = set()
+        bad = False
+        for at, text in located:
+            arch = _cuda_arch(text)
+            if arch is None:
+                known = ", ".join(sorted(GPU_COMPUTE_CAPABILITY))
+                self.loader.problem(
+                    at,
+                    f"invalid CUDA architecture {text!r}; write a compute capability as "
+                    f"TORCH_CUDA_ARCH_LIST does ('9.0', '8.6+PTX', '10.0a') or a GPU ({known})",
+                )
+                bad = True
+            else:
+                archs.add(arch)
+        return None if bad else tuple(sorted(archs, key=_arch_key))
+
+    def source_build(self, common: Mapping[str, Any], cuda: str, where: str) -> tuple[str, ...]:
+        """Check a row's source-build keys; its architectures (from the matrix's GPUs
+        when the row names none)."""
+        ld = self.loader
+        policy = common["xformers_source"]
+        archs: tuple[str, ...] | None = common["cuda_archs"]
+        if policy == "never":
+            if archs is not None:
+                ld.problem(
+                    f"{where}.cuda-archs",
+                    "is only used by a source build; set xformers-source too, or remove it",
+                )
+            return ()
+        if common["xformers"] is None:
+            ld.problem(
+                f"{where}.xformers-source",
+                "the row has no xformers to build; set xformers or remove xformers-source",
+            )
+        if common["add_cuda_runtime"]:
+            ld.problem(
+                f"{where}.xformers-source",
+                "with add-cuda-runtime = true: a source build is made for torch's own CUDA and "
+                "needs no other runtime; choose one of the two",
+            )
+        if cuda == "cpu":
+            ld.problem(
+                f"{where}.xformers-source",
+                "with cuda = 'cpu': xformers is built from source for a CUDA torch; "
+                "set a CUDA (e.g. 'cu130') or remove xformers-source",
+            )
+        if archs is not None:
+            return archs
+        found = self.gpu_archs(cuda)
+        if not found:
+            ld.problem(
+                f"{where}.cuda-archs",
+                "a source build needs the CUDA architectures to compile for, and the matrix "
+                "names no GPU ([runners.gpus] or a runner label such as 'h100'); "
+                "set cuda-archs, e.g. ['9.0']",
+            )
+        return found
+
+    def gpu_archs(self, cuda: str) -> tuple[str, ...]:
+        """The compute capabilities of the GPUs the matrix's runners name for ``cuda``."""
+        names = [*self.runners.gpus, *self.runners.labels_for(cuda)]
+        for labels in self.runners.gpus.values():
+            names += labels
+        archs = {
+            GPU_COMPUTE_CAPABILITY[key]
+            for name in names
+            if (key := re.sub(r"[\s_-]", "", name).upper()) in GPU_COMPUTE_CAPABILITY
+        }
+        return tuple(sorted(archs, key=_arch_key))
+
     def known_index(self, name: str, where: str) -> bool:
         if name in self.indexes:
             return True
@@ -770,6 +873,7 @@ class _RowBuilder:
                 where,
                 "cuda = 'cpu' with add-cuda-runtime = true: a CPU build has no CUDA runtime to add",
             )
+        archs = self.source_build(common, cuda, where)
         cid = combination_id(
             python=python,
             cuda=cuda,
@@ -796,8 +900,24 @@ class _RowBuilder:
             base_image=common["base_image"].format_map(fields),
             runner=self.runners.labels_for(cuda),
             note=common["note"],
+            xformers_source=common["xformers_source"],
+            cuda_archs=archs,
         )
         return _Row(origin=origin, combination=combination)
+
+
+def _cuda_arch(text: str) -> str | None:
+    """A ``cuda-archs`` entry in TORCH_CUDA_ARCH_LIST's spelling, or None."""
+    stripped = text.strip()
+    if m := _CUDA_ARCH.fullmatch(stripped):
+        return f"{int(m.group(1))}.{m.group(2)}{m.group(3)}{m.group(4) or ''}"
+    key = re.sub(r"[\s_-]", "", stripped).upper()
+    return GPU_COMPUTE_CAPABILITY.get(key)
+
+
+def _arch_key(arch: str) -> tuple[int, int, str]:
+    major, _, rest = arch.partition(".")
+    return (int(major), int(rest[0]), rest[1:])
 
 
 def _glob_test(attr: str, patterns: Sequence[str]) -> Callable[[Combination], bool]:

@@ -140,4 +140,13 @@ class Resolver:
 
 
 def _pairing_key(c: Combination) -> tuple[object, ...]:
-    return (c.torch, c.xformers, c.cuda, c.torch_index, c.xformers_index, c.add_cuda_runtime)
+    return (
+        c.torch,
+        c.xformers,
+        c.cuda,
+        c.torch_index,
+        c.xformers_index,
+        c.add_cuda_runtime,
+        c.xformers_source,
+        c.cuda_archs,
+    )

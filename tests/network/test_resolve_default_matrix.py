@@ -25,7 +25,7 @@ MATRIX = Path(__file__).resolve().parents[2] / "matrix.toml"
 
 RESOLVED_CU121 = "py3.11-cu121-torch2.4.1-xformers0.0.28.post1"
 PIN_MISMATCH = "py3.11-cu124-torch2.6.0-xformers0.0.26.post1"
-CUDA_MAJOR_MISMATCH = "py3.12-cu130-torch2.11.0-xformers0.0.35"
+SOURCE_BUILD = "py3.12-cu130-torch2.11.0-xformers0.0.35"
 WITH_RUNTIME = "py3.12-cu130-torch2.11.0-xformers0.0.35-cudart"
 
 
@@ -42,7 +42,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], 
         "resolve",
         RESOLVED_CU121,
         PIN_MISMATCH,
-        CUDA_MAJOR_MISMATCH,
+        SOURCE_BUILD,
         WITH_RUNTIME,
         "--matrix", str(MATRIX),
         "--out", str(out),
@@ -65,7 +65,7 @@ def test_the_run_succeeds_and_reports_exactly_the_selected_rows(
     assert {cid: r["status"] for cid, r in results.items()} == {
         RESOLVED_CU121: "resolved",
         PIN_MISMATCH: "unsatisfiable",
-        CUDA_MAJOR_MISMATCH: "unsatisfiable",
+        SOURCE_BUILD: "resolved",
         WITH_RUNTIME: "resolved",
     }
 
@@ -91,13 +91,33 @@ def test_xformers_0_0_26_post1_pins_another_torch(run: tuple[int, dict[str, Any]
     assert result["lock"] is None
 
 
-def test_xformers_0_0_35_is_a_cuda_12_8_build_and_torch_2_11_0_brings_cuda_13_0(
+def test_xformers_0_0_35_is_built_from_its_sdist_for_cuda_13_0(
     run: tuple[int, dict[str, Any], Path],
 ) -> None:
-    result = run[1][CUDA_MAJOR_MISMATCH]
-    assert "12.8" in result["reason"] and "13.0" in result["reason"]
+    """Its wheel is a CUDA 12.8 build, torch 2.11.0 brings CUDA 13.0: the row locks the
+    sdist and a build group with the CUDA 13.0 compiler wheels, all hash-pinned."""
+    result = run[1][SOURCE_BUILD]
+    assert result["reason"].startswith(
+        "xformers 0.0.35 built from source for torch 2.11.0+cu130 (no wheel fits: "
+    )
+    assert "12.8" in result["reason"]
     assert result["torch"]["cuda"] == "13.0"
-    assert result["xformers"]["built_with"]["cuda"] == "12.8"
+    build = result["source_build"]
+    assert build["sdist"]["filename"] == "xformers-0.0.35.tar.gz"
+    assert len(build["sdist"]["sha256"]) == 64 and build["sdist"]["size"] > 1_000_000
+    assert build["arch_list"] == ["9.0"]
+    lock_text = (run[2].parent / build["build_lock"]).read_text(encoding="utf-8")
+    assert hashlib.sha256(lock_text.encode()).hexdigest() == build["build_lock_sha256"]
+    packages = {p["name"]: p for p in tomllib.loads(lock_text)["packages"]}
+    for name in ("nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-cuda-runtime"):
+        assert packages[name]["version"].startswith("13.0.")
+        assert len(packages[name]["wheels"][0]["hashes"]["sha256"]) == 64
+    assert {"setuptools", "wheel", "ninja"} <= set(packages)
+    assert "torch" not in packages  # the combination's own torch builds it
+    main = tomllib.loads((run[2].parent / result["lock"]).read_text(encoding="utf-8"))
+    versions = {p["name"]: p["version"] for p in main["packages"]}
+    assert versions["torch"] == "2.11.0" and "numpy" in versions
+    assert "xformers" not in versions and "nvidia-cuda-runtime-cu12" not in versions
 
 
 def test_add_cuda_runtime_puts_the_cuda_12_8_runtime_in_the_lock(

@@ -11,6 +11,7 @@ from envbuilder.errors import IndexError_
 from envbuilder.index.simple import DistributionFile
 from envbuilder.model import BuildRecord
 from envbuilder.resolve.evidence import file_version
+from envbuilder.resolve.sdists import SdistInfo
 from envbuilder.resolve.wheels import sdist_version
 
 __all__ = ["DEFAULT", "TAG", "FakeEvidence", "wheel"]
@@ -33,6 +34,7 @@ class FakeEvidence:
     files: dict[str, list[DistributionFile]]
     requires: dict[str, list[str]] = field(default_factory=dict)
     records: dict[str, BuildRecord] = field(default_factory=dict)
+    sdists: dict[str, SdistInfo] = field(default_factory=dict)
     broken: bool = False
 
     def page(self, url: str, project: str, kind: str) -> list[DistributionFile]:
@@ -60,3 +62,6 @@ class FakeEvidence:
 
     def build_record(self, file: DistributionFile) -> BuildRecord | None:
         return self.records.get(file.filename)
+
+    def sdist_info(self, file: DistributionFile) -> SdistInfo:
+        return self.sdists[file.filename]

@@ -386,11 +386,18 @@ def test_default_matrix_has_the_required_rows_and_unique_ids(default_matrix: Mat
 
 def test_default_matrix_notes_the_rows_expected_unsatisfiable(default_matrix: Matrix) -> None:
     by_id = default_matrix.by_id()
-    for cid in (
-        "py3.11-cu124-torch2.6.0-xformers0.0.26.post1",
-        "py3.12-cu130-torch2.11.0-xformers0.0.35",
-    ):
-        assert "unsatisfiable" in by_id[cid].note
+    assert "unsatisfiable" in by_id["py3.11-cu124-torch2.6.0-xformers0.0.26.post1"].note
+
+
+def test_default_matrix_builds_xformers_0_0_35_from_source_for_cuda_13(
+    default_matrix: Matrix,
+) -> None:
+    by_id = default_matrix.by_id()
+    built = by_id["py3.12-cu130-torch2.11.0-xformers0.0.35"]
+    assert (built.xformers_source, built.cuda_archs) == ("when-no-wheel-fits", ("9.0",))
+    assert "built from source" in built.note
+    # the CUDA 12 runtime row stays for comparison
+    assert by_id["py3.12-cu130-torch2.11.0-xformers0.0.35-cudart"].xformers_source == "never"
 
 
 def test_default_matrix_covers_pythons_and_cudas(default_matrix: Matrix) -> None:
