@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "lock": "envbuilder.commands.lock",
     "query": "envbuilder.commands.query",
     "export": "envbuilder.commands.export",
+    "build-wheel": "envbuilder.commands.build_wheel",
     "install": "envbuilder.commands.install",
     "doctor": "envbuilder.commands.doctor",
     "publish": "envbuilder.commands.publish",

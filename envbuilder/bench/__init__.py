@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "resolve": "envbuilder.bench.resolve",
     "build": "envbuilder.bench.build",
     "doctor": "envbuilder.bench.doctor",
+    "source-build": "envbuilder.bench.source_build",
 }
 
 
