@@ -49,6 +49,7 @@ COMMAND_NEEDS: dict[str, tuple[Need, ...]] = {
     "resolve": (Need(module="rich", extra="resolve"),),
     "matrix": (),
     "build": (Need(module="docker", extra="docker"),),
+    "build-wheel": (Need(module="docker", extra="docker", unless="in_place"),),
     "conformance": (Need(module="docker", extra="docker", unless="in_place"),),
     "lock": (Need(module="jsonschema", extra="resolve"),),
     "publish": (),
