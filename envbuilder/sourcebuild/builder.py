@@ -324,9 +324,9 @@ def _in_place(
     try:
         venv = work / "venv"
         argv = [run.python, "-m", "venv", str(venv)]
-        if run.plan.torch_sha256 is not None:
-            argv.append("--system-site-packages")  # the host's torch, whose identity is in the key
         _logged(run, argv, os.environ)
+        if run.plan.torch_sha256 is not None:
+            _see_host_packages(run.python, venv)  # the host's torch, whose identity is in the key
         nowhere = "http://127.0.0.1:9"  # nothing listens on the discard port: any download fails
         base = {
             k: os.environ[k] for k in ("PATH", "HOME", "CUDA_HOME", "CXX", "CC") if k in os.environ
@@ -340,6 +340,27 @@ def _in_place(
         _logged(run, [str(venv / "bin" / "python"), *script], full)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _see_host_packages(python: str, venv: Path) -> None:
+    """Let the scratch venv import what *python* imports (its torch), after its own packages.
+
+    ``--system-site-packages`` is not enough: it gives the *base* interpreter's packages, and
+    a host's torch often lives in a venv of its own (``python3`` is ``/opt/…/.venv/bin/python3``
+    on the GPU machines here), which the scratch venv would then not see."""
+    found = subprocess.run(
+        [
+            python,
+            "-c",
+            "import json, sys; print(json.dumps([p for p in sys.path if p.endswith('-packages')]))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    paths = json.loads(found.stdout)
+    (site_packages,) = (venv / "lib").glob("python*/site-packages")
+    (site_packages / "_envbuilder_host.pth").write_text("".join(f"{p}\n" for p in paths))
 
 
 def _logged(run: _Run, argv: Sequence[str], env: Mapping[str, str]) -> None:
