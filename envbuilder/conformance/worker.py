@@ -308,7 +308,33 @@ def runner_info(device: str | None) -> dict[str, Any]:
         "driver": driver_version() if gpus else None,
         "gpus": gpus,
         "device": device or _default_device(),
+        **compilers(),
     }
+
+
+def compilers() -> dict[str, str | None]:
+    """The C compiler triton builds its launcher with (``$CC``, else gcc, else clang) and
+    the C++ compiler inductor builds CPU kernels with (``$CXX``, else g++), each with the
+    first line of its ``--version``; None where there is none."""
+    import os
+    import shutil
+    import subprocess
+
+    def first_line(command: str | None) -> str | None:
+        if not command:
+            return None
+        try:
+            done = subprocess.run(
+                [command, "--version"], capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        lines = done.stdout.strip().splitlines()
+        return lines[0] if lines else None
+
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
+    cxx = os.environ.get("CXX") or shutil.which("g++")
+    return {"cc": cc, "cc_version": first_line(cc), "cxx": cxx, "cxx_version": first_line(cxx)}
 
 
 def driver_version() -> str | None:

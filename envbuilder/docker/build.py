@@ -13,6 +13,21 @@ writes each installed tree as a reproducible layer tar and the image config
 (``layers.py``), and ``docker load``s them, leaving out layers the daemon has.
 Nothing is sent as a build context, no build stage or dangling image is left,
 and the same inputs give the same layers and image id on any machine.
+
+Two layers come from outside the combination's lock. Right above the base,
+``compiler``: Debian's gcc, g++ and libc headers, installed by
+``install-compiler.sh`` with the base's own apt (triton compiles its launcher
+and inductor its CPU kernels with them; OpenMP's ``omp.h`` rules out a
+compiler from wheels such as ``ziglang``). It is the one step with network,
+made once per base image and shared by every combination of that base; its
+packages and compiler version are recorded in the image. On top, ``suite``:
+the conformance suite's own dependencies (diffusers and its closure) from the
+suite lock beside the combination's lock, when there is one.
+
+An existing image is never trusted by its tag or labels: it is reused only
+when its id (the sha256 of its config, which lists every layer's digest) is
+the one this build would make from the layer cache's records of the same
+inputs; otherwise it is made again.
 """
 
 from __future__ import annotations
@@ -25,7 +40,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +59,7 @@ from envbuilder.docker.layers import (
 from envbuilder.docker.plan import (
     GROUPS,
     LayerPlan,
+    LockedWheel,
     image_tag,
     install_requirements,
     library_path,
@@ -53,13 +69,15 @@ from envbuilder.docker.plan import (
 )
 from envbuilder.errors import EnvbuilderError, InputError, MissingToolError
 from envbuilder.files import write_atomic
-from envbuilder.model import ResolvedCombination
+from envbuilder.model import ResolvedCombination, lock_filename
 from envbuilder.reporter import Reporter
 
 __all__ = [
+    "COMPILER_PACKAGES",
     "DOCKER_DIR",
     "LABEL_PREFIX",
     "LAYERS",
+    "SUITE_GROUP",
     "BuildFailed",
     "Manifest",
     "base_image_for",
@@ -73,6 +91,7 @@ __all__ = [
     "push_image",
     "recipe_digest",
     "source_revision",
+    "suite_lock_path",
 ]
 
 logger = logging.getLogger(__name__)
@@ -83,6 +102,17 @@ DOCKER_DIR = Path(__file__).resolve().with_name("recipe")
 LABEL_PREFIX = "io.envbuilder"
 VENV = "/opt/venv"
 _API_TIMEOUT_S = 3600  # loading a torch layer can take minutes without output
+#: Debian packages of the ``compiler`` layer: ``gcc`` for triton's launcher (``cc``), ``g++``
+#: for inductor's CPU kernels (with OpenMP from libgcc), the C library's headers for both.
+COMPILER_PACKAGES: tuple[str, ...] = ("gcc", "g++", "libc6-dev")
+#: The network of the container that installs the compiler: the host's, so that apt reaches
+#: the mirror the base names even where the bridge network has no name resolution.
+_COMPILER_NETWORK = "host"
+#: Where the compiler layer records what it installed (``compiler.txt``), in the image.
+COMPILER_RECORD_DIR = "/usr/share/envbuilder"
+#: The layer of the conformance suite's own dependencies, from the suite lock.
+SUITE_GROUP = "suite"
+_ABSENT = object()
 
 
 class BuildFailed(EnvbuilderError):
@@ -146,8 +176,12 @@ def image_labels(
     revision: str,
     version: str = __version__,
     recipe: str = "",
+    compiler: Mapping[str, str] | None = None,
+    suite: tuple[LockedWheel, ...] = (),
+    suite_sha256: str = "",
 ) -> dict[str, str]:
-    """The image's labels: OCI annotations plus the combination, lock and manifest."""
+    """The image's labels: OCI annotations plus the combination, lock, manifest, compiler
+    and suite lock."""
     p = LABEL_PREFIX
     in_lock = {w.name: w.version for w in plan.wheels()}
     locked = {name: in_lock.get(name, "") for name in ("torch", "xformers")}
@@ -171,6 +205,14 @@ def image_labels(
         f"{p}.manifest.files": str(manifest.files),
         f"{p}.layers": ",".join(f"{g}={len(plan.groups[g])}" for g in GROUPS),
     }
+    if suite_sha256:  # the suite lock's layer; its wheels that the lock does not hold
+        labels[f"{p}.layers"] += f",{SUITE_GROUP}={len(suite)}"
+        labels[f"{p}.suite.lock.sha256"] = suite_sha256
+        labels[f"{p}.suite.diffusers"] = next(
+            (w.version for w in suite if w.name == "diffusers"), ""
+        )
+    for key, value in (compiler or {}).items():
+        labels[f"{p}.compiler.{key}"] = value
     return labels
 
 
@@ -185,20 +227,38 @@ def lock_path(resolved: ResolvedCombination, locks: Path) -> Path:
     return path if path.is_absolute() else locks.parent / path
 
 
+def suite_lock_path(resolved: ResolvedCombination, lock_path: Path) -> Path | None:
+    """The suite lock beside ``lock_path``: resolution.json's ``suite_lock`` (its file
+    name, in the lock's directory; null: none), or where the key is not known, the file
+    ``pylock.<id>.suite.toml`` when it exists."""
+    declared = getattr(resolved, "suite_lock", _ABSENT)
+    if declared is None or declared == "":
+        return None
+    if isinstance(declared, str):
+        return lock_path.parent / Path(declared).name
+    beside = lock_path.with_name(lock_filename(resolved.id).removesuffix(".toml") + ".suite.toml")
+    return beside if beside.is_file() else None
+
+
 def base_image_for(template: str | None, python: str) -> str | None:
     """The base image a matrix row names (``base-image``, its ``{python}`` filled in)."""
     return template.replace("{python}", python) if template else None
 
 
-def inputs_digest(*, lock_sha256: str, base_id: str, recipe: str, library_path: str) -> str:
-    """sha256 of everything an image is made from: an image with the lock's tag is
-    reused only when the same lock, base image (by id) and recipe made it."""
+def inputs_digest(
+    *, lock_sha256: str, base_id: str, recipe: str, library_path: str, suite_sha256: str = ""
+) -> str:
+    """sha256 of everything an image is made from: the lock, the suite lock, the base
+    image (by id) and the recipe. A label of the image, for people; reuse checks the image
+    itself (``ensure_image``)."""
     document = {
         "lock": lock_sha256,
         "base": base_id,
         "recipe": recipe,
         "library-path": library_path,
     }
+    if suite_sha256:
+        document["suite"] = suite_sha256
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 
 
@@ -243,22 +303,39 @@ def ensure_image(
         )
     tag = image_tag(resolved.id, lock_sha256)
     plan = plan_layers(load_lock(lock_bytes, source=lock_path))
+    suite, suite_sha256 = _suite_wheels(resolved, lock_path, plan)
     client = docker_client(client)
     base_ref = base_image or f"python:{resolved.python}-slim"
     _ensure_base(client, base_ref, reporter)
     base = inspect_base(client, base_ref)
     library = library_path(resolved.extra_runtime, python=resolved.python)
     recipe = recipe_digest()
-    inputs = inputs_digest(
-        lock_sha256=lock_sha256, base_id=base.id, recipe=recipe, library_path=library
+    what = Inputs(
+        resolved=resolved,
+        plan=plan,
+        suite=suite,
+        suite_sha256=suite_sha256,
+        base=base,
+        lock_sha256=lock_sha256,
+        recipe=recipe,
+        inputs=inputs_digest(
+            lock_sha256=lock_sha256,
+            base_id=base.id,
+            recipe=recipe,
+            library_path=library,
+            suite_sha256=suite_sha256,
+        ),
+        library_path=library,
+        revision=revision,
     )
     if not force:
-        built_from = _image_label(client, tag, f"{LABEL_PREFIX}.inputs.sha256")
-        if built_from == inputs:
-            reporter.line(f"✓ {tag} exists (same lock, base image and recipe); not rebuilt")
-            return tag
-        if built_from is not None:
-            reporter.line(f"{tag} was made from another base image or recipe; rebuilding")
+        found = _image_id(client, tag)
+        if found is not None:
+            doubt = _doubt(client, found, what, LayerCache(cache.root.parent / "layers"))
+            if doubt is None:
+                reporter.line(f"✓ {tag} exists and is what this lock's build makes; not rebuilt")
+                return tag
+            reporter.line(f"{tag} is not trusted: {doubt}; rebuilding")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{resolved.id}.log"
     new_log = log_dir / f"{resolved.id}.log.new"
@@ -269,16 +346,6 @@ def ensure_image(
                 f"layers: {plan.describe()}; base image {base_ref} ({base.id}); log {log_path}"
             )
             check_python(client, base, resolved.python, log=log)
-            what = Inputs(
-                resolved=resolved,
-                plan=plan,
-                base=base,
-                lock_sha256=lock_sha256,
-                recipe=recipe,
-                inputs=inputs,
-                library_path=library,
-                revision=revision,
-            )
             options: dict[str, Any] = dict(cache=cache, log=log, reporter=reporter, keep_stages=keep_stages)  # fmt: skip
             try:
                 made = _make_image(client, tag, what, no_cache=no_cache, **options)
@@ -303,6 +370,8 @@ class Inputs:
 
     resolved: ResolvedCombination
     plan: LayerPlan
+    suite: tuple[LockedWheel, ...]  # the suite lock's wheels that the lock does not hold
+    suite_sha256: str  # "" without a suite lock
     base: BaseImage
     lock_sha256: str
     recipe: str
@@ -310,14 +379,60 @@ class Inputs:
     library_path: str
     revision: str | None = None  # `Settings.revision`; None: ask git
 
+    def wheels_of(self, layer: str) -> tuple[LockedWheel, ...]:
+        """The wheels a layer installs (none for ``compiler`` and ``venv``)."""
+        if layer == SUITE_GROUP:
+            return self.suite
+        if layer in GROUPS:
+            return self.plan.groups[layer]
+        return ()
+
+    def requirements(self, layer: str) -> str:
+        """What a layer is made from, as its layer key takes it."""
+        if layer == "compiler":
+            return " ".join(COMPILER_PACKAGES)
+        if layer == "venv":
+            return ""
+        return install_requirements(self.wheels_of(layer))
+
+
+def _suite_wheels(
+    resolved: ResolvedCombination, lock_path: Path, plan: LayerPlan
+) -> tuple[tuple[LockedWheel, ...], str]:
+    """The suite lock's wheels that the combination's lock does not already install, and the
+    suite lock's sha256 ("" without one). A project locked at two versions is refused."""
+    path = suite_lock_path(resolved, lock_path)
+    if path is None:
+        return (), ""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(
+            f"cannot read the suite lock {str(path)!r} ({e.strerror}); run `nox -s resolve` again"
+        ) from e
+    in_lock = {w.name: w for w in plan.wheels()}
+    extra: list[LockedWheel] = []
+    for wheel in load_lock(data, source=path):
+        locked = in_lock.get(wheel.name)
+        if locked is None:
+            extra.append(wheel)
+        elif locked.sha256 != wheel.sha256:
+            raise InputError(
+                f"{path}: {wheel.name} {wheel.version} ({wheel.filename}) differs from "
+                f"{locked.filename} in {lock_path.name}; the suite lock must be resolved with "
+                "the combination's lock as constraints (`nox -s resolve` again)"
+            )
+    return tuple(sorted(extra, key=lambda w: (w.name, w.filename))), lock_digest(data)
+
 
 def inspect_base(client: Any, ref: str) -> BaseImage:
     """The base image's id, layers, config and history, from the daemon."""
     return BaseImage.from_inspect(ref, client.api.inspect_image(ref), client.api.history(ref))
 
 
-#: Every layer envbuilder adds, bottom to top: the venv and user, then the plan's groups.
-LAYERS: tuple[str, ...] = ("venv", *GROUPS)
+#: Every layer envbuilder adds, bottom to top: the compiler (shared by every image of a
+#: base), the venv and user, the plan's groups, the suite's dependencies.
+LAYERS: tuple[str, ...] = ("compiler", "venv", *GROUPS, SUITE_GROUP)
 
 
 def check_python(client: Any, base: BaseImage, python: str, *, log: IO[str]) -> None:
@@ -345,15 +460,16 @@ def run_container(
     log: IO[str],
     volumes: Mapping[str, Mapping[str, str]] | None = None,
     reporter: Reporter | None = None,
+    network: str = "none",
 ) -> tuple[int, str]:
-    """Run ``command`` as root in a container of ``image`` without network; its exit status
-    and output (also written to ``log``). The container is removed."""
+    """Run ``command`` as root in a container of ``image`` (without network unless told);
+    its exit status and output (also written to ``log``). The container is removed."""
     container = client.containers.run(
         image,
         command[1:],
         entrypoint=command[:1],
         user="0:0",
-        network_mode="none",
+        network_mode=network,
         volumes=dict(volumes or {}),
         detach=True,
     )
@@ -365,8 +481,8 @@ def run_container(
             lines.append(text)
             if reporter is not None:
                 for line in text.splitlines():
-                    if line.startswith("install-group.sh:"):
-                        reporter.line(f"    {line.removeprefix('install-group.sh: ')}")
+                    if line.startswith(("install-group.sh:", "install-compiler.sh:")):
+                        reporter.line(f"    {line.split(': ', 1)[-1]}")
                     elif line.strip():
                         reporter.detail(line)
         status = int(container.wait()["StatusCode"])
@@ -402,6 +518,7 @@ class LayerCache:
         return LayerRecord(
             layer=Layer(diff_id=str(data["diff_id"]), size=int(data["size"])),
             entries=tuple((str(a), str(b), str(c)) for a, b, c in data["entries"]),
+            facts={str(k): str(v) for k, v in (data.get("facts") or {}).items()},
         )
 
     def put(self, key: str, record: LayerRecord) -> None:
@@ -409,6 +526,7 @@ class LayerCache:
             "diff_id": record.layer.diff_id,
             "size": record.layer.size,
             "entries": [list(e) for e in record.entries],
+            "facts": dict(record.facts),
         }
         write_atomic(self.root / f"{key}.json", json.dumps(document))
 
@@ -417,6 +535,8 @@ class LayerCache:
 class LayerRecord:
     layer: Layer
     entries: tuple[tuple[str, str, str], ...]
+    #: what the layer says about itself (the compiler layer: cc, c++ and its packages)
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 def layer_key(name: str, requirements: str, *, base_id: str, recipe: str) -> str:
@@ -439,6 +559,79 @@ def _daemon_chains(client: Any) -> set[str]:
     return chains
 
 
+def _layer_keys(inputs: Inputs) -> dict[str, str]:
+    return {
+        name: layer_key(
+            name, inputs.requirements(name), base_id=inputs.base.id, recipe=inputs.recipe
+        )
+        for name in LAYERS
+    }
+
+
+def _config(inputs: Inputs, records: Mapping[str, LayerRecord]) -> bytes:
+    """The image config of ``inputs`` over these layers: what the build loads, byte for byte."""
+    plan, base = inputs.plan, inputs.base
+    manifest = manifest_of(records[name].entries for name in LAYERS)
+    labels = image_labels(
+        inputs.resolved,
+        lock_sha256=inputs.lock_sha256,
+        manifest=manifest,
+        base_image=base.ref,
+        plan=plan,
+        revision=source_revision(inputs.revision),
+        recipe=inputs.recipe,
+        compiler=records["compiler"].facts,
+        suite=inputs.suite,
+        suite_sha256=inputs.suite_sha256,
+    ) | {
+        f"{LABEL_PREFIX}.inputs.sha256": inputs.inputs,
+        "org.opencontainers.image.base.digest": base.id,
+    }
+    return image_config(
+        base,
+        [(_describe(name, inputs), records[name].layer) for name in LAYERS],
+        env=image_env(base.config.get("Env") or [], venv=VENV, library_path=inputs.library_path),
+        labels=labels,
+        user="10001:10001",
+        workdir="/home/envbuilder",
+        cmd=["python"],
+    )
+
+
+def _doubt(client: Any, found: str, inputs: Inputs, layers: LayerCache) -> str | None:
+    """Why the image ``found`` is not the one these inputs' build makes; None when it is.
+
+    Labels and tags can be written by anyone who can reach the daemon; the image id is the
+    sha256 of the config, which lists every layer's digest, and the daemon checks each layer
+    against it. So the image is trusted only when its id is the one the config made from the
+    layer cache's records of these inputs has. Without such records nothing vouches for it.
+    """
+    keys = _layer_keys(inputs)
+    records = {name: layers.get(keys[name]) for name in LAYERS}
+    unknown = [name for name, record in records.items() if record is None]
+    if unknown:
+        return f"no build of these inputs is recorded here (layer(s) {', '.join(unknown)})"
+    config = _config(inputs, {n: r for n, r in records.items() if r is not None})
+    if image_id(config) == found:
+        return None
+    expected = json.loads(config)["rootfs"]["diff_ids"]
+    actual = (client.api.inspect_image(found).get("RootFS") or {}).get("Layers") or []
+    if list(actual) != list(expected):
+        return (
+            f"its layers ({len(actual)}) are not the {len(expected)} that this lock's build "
+            f"makes (first difference at layer {_first_difference(actual, expected) + 1})"
+        )
+    return (
+        "its layers are the build's but its config is not (another envbuilder revision, or edited)"
+    )
+
+
+def _first_difference(a: list[str], b: list[str]) -> int:
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
 def _make_image(
     client: Any,
     tag: str,
@@ -451,13 +644,9 @@ def _make_image(
     keep_stages: bool,
     send_all: bool = False,
 ) -> str:
-    plan, base = inputs.plan, inputs.base
+    base = inputs.base
     layers = LayerCache(cache.root.parent / "layers")
-    requirements = {"venv": ""} | {g: install_requirements(plan.groups[g]) for g in GROUPS}
-    keys = {
-        name: layer_key(name, requirements[name], base_id=base.id, recipe=inputs.recipe)
-        for name in LAYERS
-    }
+    keys = _layer_keys(inputs)
     present = _daemon_chains(client)
     records: dict[str, LayerRecord] = {}
     needed: list[str] = []
@@ -482,16 +671,22 @@ def _make_image(
             reporter.line(
                 f"    make layer(s) {', '.join(needed)}; reuse {', '.join(records) or 'none'}"
             )
-            wheels = [w for g in GROUPS if g in needed for w in plan.groups[g]]
+            (work / "out").mkdir()
+            if "compiler" in needed:
+                _install_compiler(client, base, work / "out", log=log, reporter=reporter)
+            groups = [name for name in needed if name != "compiler"]
+            wheels = [w for name in groups for w in inputs.wheels_of(name)]
             with reporter.step(f"fetch {len(wheels)} wheel(s) into {cache.root}"):
                 for wheel in wheels:
                     cache.fetch(wheel)
-            link_wheels(plan, cache, work / "wheels", groups=[g for g in GROUPS if g in needed])
-            (work / "out").mkdir()
+            for name in groups:
+                if name != "venv":
+                    _link_group(cache, work / "wheels" / name, inputs.wheels_of(name))
+            (work / "wheels").mkdir(exist_ok=True)
             status, output = run_container(
                 client,
                 base.id,
-                ["sh", "/envbuilder/recipe/install-group.sh", "/envbuilder/out", *needed],
+                ["sh", "/envbuilder/recipe/install-group.sh", "/envbuilder/out", *groups],
                 volumes={
                     str(DOCKER_DIR): {"bind": "/envbuilder/recipe", "mode": "ro"},
                     str(work / "wheels"): {"bind": "/envbuilder/wheels", "mode": "ro"},
@@ -511,39 +706,19 @@ def _make_image(
                     with path.open("wb") as f:
                         layer = write_layer(stage, f, owners=_OWNERS)
                     record = LayerRecord(
-                        layer=layer, entries=tuple(manifest_entries(stage / VENV.lstrip("/")))
-                    )
+                        layer=layer,
+                        entries=tuple(manifest_entries(stage / VENV.lstrip("/")))
+                        + tuple(manifest_entries(stage / COMPILER_RECORD_DIR.lstrip("/"), prefix=COMPILER_RECORD_DIR)),
+                        facts=_compiler_facts(stage) if name == "compiler" else {},
+                    )  # fmt: skip
                     layers.put(keys[name], record)
                     records[name] = record
                     layer_files[layer.diff_id] = path
                     reporter.detail(f"{name}: {layer.diff_id} ({layer.size / 1e6:.1f} MB)")
                     if not keep_stages:
                         shutil.rmtree(stage)
-        manifest = manifest_of(records[name].entries for name in LAYERS)
-        reporter.detail(f"manifest sha256 {manifest.sha256} ({manifest.files} files)")
-        labels = image_labels(
-            inputs.resolved,
-            lock_sha256=inputs.lock_sha256,
-            manifest=manifest,
-            base_image=base.ref,
-            plan=plan,
-            revision=source_revision(inputs.revision),
-            recipe=inputs.recipe,
-        ) | {
-            f"{LABEL_PREFIX}.inputs.sha256": inputs.inputs,
-            "org.opencontainers.image.base.digest": base.id,
-        }
-        config = image_config(
-            base,
-            [(_describe(name, plan), records[name].layer) for name in LAYERS],
-            env=image_env(
-                base.config.get("Env") or [], venv=VENV, library_path=inputs.library_path
-            ),
-            labels=labels,
-            user="10001:10001",
-            workdir="/home/envbuilder",
-            cmd=["python"],
-        )
+        config = _config(inputs, records)
+        reporter.detail(f"manifest sha256 {manifest_of(records[n].entries for n in LAYERS).sha256}")
         made = image_id(config)
         previous = _image_id(client, tag)
         if _image_id(client, made) is None:
@@ -569,14 +744,57 @@ def _make_image(
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _install_compiler(
+    client: Any, base: BaseImage, out: Path, *, log: IO[str], reporter: Reporter
+) -> None:
+    """``out/compiler``: the files apt installs for ``COMPILER_PACKAGES`` in a container of
+    the base (the build's one step with network: the base's own Debian mirror)."""
+    with reporter.step(f"install {', '.join(COMPILER_PACKAGES)} from the base's Debian packages"):
+        status, output = run_container(
+            client,
+            base.id,
+            ["sh", "/envbuilder/recipe/install-compiler.sh", "/envbuilder/out/compiler", *COMPILER_PACKAGES],
+            volumes={
+                str(DOCKER_DIR): {"bind": "/envbuilder/recipe", "mode": "ro"},
+                str(out): {"bind": "/envbuilder/out", "mode": "rw"},
+            },
+            log=log,
+            reporter=reporter,
+            network=_COMPILER_NETWORK,
+        )  # fmt: skip
+    if status != 0:
+        raise BuildFailed(
+            f"installing the compiler ({' '.join(COMPILER_PACKAGES)}) into the base image "
+            f"{base.ref!r} failed (it needs a Debian-based base whose apt reaches its mirror):\n"
+            f"  {build_error(output)}"
+        )
+
+
+def _compiler_facts(stage: Path) -> dict[str, str]:
+    """``cc``, ``cxx`` (their ``--version`` first lines) and ``packages`` from ``compiler.txt``."""
+    record = stage / COMPILER_RECORD_DIR.lstrip("/") / "compiler.txt"
+    facts: dict[str, str] = {}
+    packages: list[str] = []
+    for line in record.read_text(encoding="utf-8").splitlines():
+        key, _, value = line.partition(": ")
+        if key in ("cc", "cxx"):
+            facts[key] = value.strip()
+        elif key == "package":
+            packages.append(value.strip())
+    facts["packages"] = " ".join(packages)
+    return facts
+
+
 #: Owners other than root:root in envbuilder's layers.
 _OWNERS = {"home/envbuilder": (10001, 10001)}
 
 
-def _describe(name: str, plan: LayerPlan) -> str:
+def _describe(name: str, inputs: Inputs) -> str:
+    if name == "compiler":
+        return f"envbuilder: compiler, Debian packages {' '.join(COMPILER_PACKAGES)}"
     if name == "venv":
         return f"envbuilder: empty venv {VENV} and user envbuilder (10001)"
-    return f"envbuilder: {name} layer, {len(plan.groups[name])} wheel(s)"  # type: ignore[index]
+    return f"envbuilder: {name} layer, {len(inputs.wheels_of(name))} wheel(s)"
 
 
 def load_image(client: Any, chunks: Iterator[bytes]) -> None:
@@ -631,19 +849,23 @@ def link_wheels(
 ) -> None:
     """``root/<group>/``: hard links of the group's cached wheels and its requirements.txt."""
     for group in groups:
-        directory = root / group
-        directory.mkdir(parents=True)
-        wheels = plan.groups[group]  # type: ignore[index]
-        for wheel in wheels:
-            cache.link_into(wheel, directory)
-        (directory / "requirements.txt").write_text(install_requirements(wheels), encoding="utf-8")
+        _link_group(cache, root / group, plan.groups[group])  # type: ignore[index]
+
+
+def _link_group(cache: WheelCache, directory: Path, wheels: Iterable[LockedWheel]) -> None:
+    directory.mkdir(parents=True)
+    wheels = tuple(wheels)
+    for wheel in wheels:
+        cache.link_into(wheel, directory)
+    (directory / "requirements.txt").write_text(install_requirements(wheels), encoding="utf-8")
 
 
 def recipe_digest() -> str:
     """sha256 of the recipe: the in-container installer and the code that writes layers and
     config. An image with the lock's tag is up to date only when the same recipe made it."""
     digest = hashlib.sha256()
-    for path in (DOCKER_DIR / "install-group.sh", Path(__file__).with_name("layers.py")):
+    scripts = ("install-group.sh", "install-compiler.sh")
+    for path in (*(DOCKER_DIR / n for n in scripts), Path(__file__).with_name("layers.py")):
         digest.update(path.name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b""))
     return digest.hexdigest()
 
@@ -691,11 +913,12 @@ def _manifest_module() -> Any:
     return module
 
 
-def manifest_entries(root: Path) -> list[tuple[str, str, str]]:
-    """The manifest entries (``envbuilder/docker/recipe/manifest.py``) of the tree under ``root``, if any."""
+def manifest_entries(root: Path, *, prefix: str = "") -> list[tuple[str, str, str]]:
+    """The manifest entries (``envbuilder/docker/recipe/manifest.py``) of the tree under
+    ``root``, if any; paths under ``prefix`` when given (the image's absolute path)."""
     if not root.is_dir():
         return []
-    return [tuple(e) for e in _manifest_module().entries(str(root))]
+    return [tuple(e) for e in _manifest_module().entries(str(root), prefix)]
 
 
 def manifest_of(layers: Iterable[Iterable[tuple[str, str, str]]]) -> Manifest:
@@ -714,11 +937,12 @@ def manifest_of(layers: Iterable[Iterable[tuple[str, str, str]]]) -> Manifest:
 
 
 def measure_manifest(client: Any, image: str) -> Manifest:
-    """Run ``envbuilder/docker/recipe/manifest.py`` in a container of ``image`` over its venv."""
+    """Run ``envbuilder/docker/recipe/manifest.py`` in a container of ``image`` over its venv
+    and the compiler's record."""
     script = (DOCKER_DIR / "manifest.py").read_text(encoding="utf-8")
     out = client.containers.run(
         image,
-        ["python3", "-c", script, VENV],
+        ["python3", "-c", script, VENV, COMPILER_RECORD_DIR],
         network_mode="none",
         remove=True,
         stdout=True,
