@@ -34,6 +34,8 @@ RUNNER_IMAGE = "envbuilder-test/runner:bookworm"
 RUNNER_PACKAGES = ("git", "curl", "ca-certificates")
 TORCH_ID = "py3.11-cpu-torch2.13.0"
 TORCH_VERSION = "2.13.0"
+#: the conformance suite's own dependency, locked beside the combination's lock
+DIFFUSERS_VERSION = "0.42.1"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,29 +169,15 @@ def torch_locks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("torch")
     locks = root / "locks"
     locks.mkdir()
-    (root / "requirements.in").write_text(f"torch=={TORCH_VERSION}\n", encoding="utf-8")
     lock = locks / lock_filename(TORCH_ID)
-    beside = Path(sys.executable).parent / "uv"
-    uv = str(beside) if beside.exists() else shutil.which("uv") or "uv"
-    command = [
-        uv, "pip", "compile", "--quiet", "--format", "pylock.toml", "--generate-hashes",
-        "--only-binary", ":all:",  # envbuilder's lock readers refuse sdists
-        "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
-        "--default-index", default_index_url(), "--find-links", str(wheels[0].parent),
-        "--no-header", str(root / "requirements.in"), "-o", str(root / "pylock.toml"),
-    ]  # fmt: skip
-    done = subprocess.run(
-        command, capture_output=True, text=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    uv_lock(root, [f"torch=={TORCH_VERSION}"], wheels[0].parent, lock)
+    # The suite's group: diffusers' closure, resolved together with the combination's pins
+    # (one version of every project), written as the packages the main lock lacks.
+    both = root / "pylock.with-suite.toml"
+    uv_lock(
+        root, [f"torch=={TORCH_VERSION}", f"diffusers=={DIFFUSERS_VERSION}"], wheels[0].parent, both
     )
-    if done.returncode != 0:
-        if "connect" in done.stderr or "Failed to fetch" in done.stderr:
-            pytest.skip(
-                f"uv could not reach the index to lock torch {TORCH_VERSION}: {done.stderr[-500:]}"
-            )
-        pytest.fail(f"uv could not lock torch {TORCH_VERSION}: {done.stderr[-2000:]}")
-    (root / "pylock.toml").replace(
-        lock
-    )  # uv only writes pylock.toml / pylock.<name-without-dots>.toml
+    write_suite_lock(lock, both, TORCH_ID)
     matrix = root / "matrix.toml"
     matrix.write_text(
         "[defaults]\n"
@@ -216,10 +204,66 @@ def torch_locks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     import json
 
-    (locks / "resolution.json").write_text(
-        json.dumps(resolution.to_json(), indent=2), encoding="utf-8"
-    )
+    document = resolution.to_json()
+    for entry in document["combinations"]:  # the suite group's files, as the resolver names them
+        suite = entry["id"] == TORCH_ID
+        entry["suite_lock"] = f"locks/{suite_filename(TORCH_ID, 'pylock')}" if suite else None
+        entry["suite_requirements"] = (
+            f"locks/{suite_filename(TORCH_ID, 'requirements')}" if suite else None
+        )
+    (locks / "resolution.json").write_text(json.dumps(document, indent=2), encoding="utf-8")
     return locks
+
+
+def uv_lock(root: Path, requirements: Sequence[str], find_links: Path, out: Path) -> None:
+    """Lock ``requirements`` for the target with real uv into the PEP 751 lock ``out``."""
+    (root / "requirements.in").write_text("\n".join(requirements) + "\n", encoding="utf-8")
+    beside = Path(sys.executable).parent / "uv"
+    uv = str(beside) if beside.exists() else shutil.which("uv") or "uv"
+    command = [
+        uv, "pip", "compile", "--quiet", "--format", "pylock.toml", "--generate-hashes",
+        "--only-binary", ":all:",  # envbuilder's lock readers refuse sdists
+        "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
+        "--default-index", default_index_url(), "--find-links", str(find_links),
+        "--no-header", str(root / "requirements.in"), "-o", str(root / "pylock.toml"),
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    )
+    if done.returncode != 0:
+        if "connect" in done.stderr or "Failed to fetch" in done.stderr:
+            pytest.skip(
+                f"uv could not reach the index to lock {requirements}: {done.stderr[-500:]}"
+            )
+        pytest.fail(f"uv could not lock {requirements}: {done.stderr[-2000:]}")
+    (root / "pylock.toml").replace(out)  # uv only writes pylock.toml / pylock.<name>.toml
+
+
+def suite_filename(combination_id: str, kind: str) -> str:
+    """The suite lock's names beside the combination's: ``pylock.<id_>.suite.toml`` and
+    ``requirements.<id>.suite.txt``."""
+    if kind == "pylock":
+        return lock_filename(combination_id).removesuffix(".toml") + ".suite.toml"
+    return f"requirements.{combination_id}.suite.txt"
+
+
+def write_suite_lock(main: Path, both: Path, combination_id: str) -> None:
+    """The combination's suite lock and requirements beside its lock ``main``: the packages
+    of ``both`` that ``main`` does not hold."""
+    import tomllib
+
+    held = {p["name"] for p in tomllib.loads(main.read_text(encoding="utf-8"))["packages"]}
+    document = tomllib.loads(both.read_text(encoding="utf-8"))
+    document["packages"] = [p for p in document["packages"] if p["name"] not in held]
+    out = main.with_name(suite_filename(combination_id, "pylock"))
+    out.write_text(tomli_w.dumps(document), encoding="utf-8")
+    lines = [
+        f"{p['name']}=={p['version']} --hash=sha256:{p['wheels'][0]['hashes']['sha256']}\n"
+        for p in document["packages"]
+    ]
+    (out.parent / suite_filename(combination_id, "requirements")).write_text(
+        "".join(lines), encoding="utf-8"
+    )
 
 
 @pytest.fixture(scope="session")

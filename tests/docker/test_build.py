@@ -14,7 +14,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from envbuilder import __version__
-from envbuilder.docker.build import BuildFailed, ensure_image, measure_manifest
+from envbuilder.docker.build import BuildFailed, ensure_image, measure_manifest, suite_lock_path
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import image_tag, load_lock, lock_digest
 from envbuilder.errors import InputError
@@ -44,6 +44,15 @@ path = spec.cached
 flags = int.from_bytes(open(path, "rb").read()[4:8], "little") if os.path.exists(path) else None
 print(json.dumps({"exists": os.path.exists(path), "flags": flags,
                   "dir_writable": os.access(os.path.dirname(path), os.W_OK)}))
+"""
+
+
+#: Run inside the image: inductor compiles a C++ kernel for the CPU (g++ with OpenMP).
+COMPILE_PROBE = """
+import json, torch
+f = torch.compile(lambda x: (x.sin() * 2).relu().sum(1))
+x = torch.randn(64, 64)
+print(json.dumps({"difference": float((f(x) - (x.sin() * 2).relu().sum(1)).abs().max())}))
 """
 
 
@@ -86,7 +95,12 @@ def test_the_torch_image_holds_exactly_its_lock(
 
     facts = probe(docker_client, tag)
     locked = {w.name: w.version for w in load_lock(lock_bytes, source=torch_combination.lock)}
-    assert {str(canonicalize_name(n)): v for n, v in facts["dists"].items()} == locked
+    suite_lock = suite_lock_path(torch_combination.resolved, torch_combination.lock)
+    assert suite_lock is not None and suite_lock.is_file()
+    suite = {w.name: w.version for w in load_lock(suite_lock.read_bytes(), source=suite_lock)}
+    assert "diffusers" in suite and not suite.keys() & locked.keys()
+    # the lock's wheels and, in a layer of their own, the suite's
+    assert {str(canonicalize_name(n)): v for n, v in facts["dists"].items()} == locked | suite
     assert facts["uid"] != 0
     assert facts["prefix"] == "/opt/venv"
     assert facts["python"] == "3.11"
@@ -109,7 +123,16 @@ def test_the_torch_image_holds_exactly_its_lock(
     assert labels["io.envbuilder.lock.sha256"] == lock_digest(lock_bytes)
     assert labels["io.envbuilder.version"] == __version__
     assert labels["org.opencontainers.image.revision"] not in ("", "unknown")
-    assert labels["io.envbuilder.layers"] == f"cuda=0,runtime=0,torch=1,rest={len(locked) - 1}"
+    assert labels["io.envbuilder.layers"] == (
+        f"cuda=0,runtime=0,torch=1,rest={len(locked) - 1},suite={len(suite)}"
+    )
+    assert labels["io.envbuilder.suite.lock.sha256"] == lock_digest(suite_lock.read_bytes())
+    # the compiler triton and inductor need, recorded where people and the manifest see it
+    assert labels["io.envbuilder.compiler.cc"].startswith("cc (Debian 12.")
+    assert labels["io.envbuilder.compiler.cxx"].startswith("c++ (Debian 12.")
+    assert "gcc-12=" in labels["io.envbuilder.compiler.packages"]
+    compiled = probe(docker_client, tag, COMPILE_PROBE)
+    assert compiled == {"difference": 0.0}
     assert labels["org.opencontainers.image.base.digest"] == docker_client.images.get(base_image).id
     # bytecode was compiled at build time, hash-based and unchecked: no timestamps in it
     cached = probe(docker_client, tag, PYC_PROBE)
@@ -121,7 +144,7 @@ def test_the_torch_image_holds_exactly_its_lock(
     base_layers = docker_client.images.get(base_image).attrs["RootFS"]["Layers"]
     layers = image.attrs["RootFS"]["Layers"]
     assert layers[: len(base_layers)] == base_layers
-    assert len(layers) == len(base_layers) + 5  # venv + cuda + runtime + torch + rest
+    assert len(layers) == len(base_layers) + 7  # compiler, venv, cuda, runtime, torch, rest, suite
 
 
 def test_an_image_with_the_lock_tag_is_not_rebuilt(
@@ -178,8 +201,8 @@ def test_combinations_that_share_a_runtime_share_its_layer(
         tmp_path,
     )
     base = len(docker_client.images.get(base_image).attrs["RootFS"]["Layers"])
-    venv, cuda_layer, runtime_layer = base, base + 1, base + 2
-    torch_layer, rest_layer = base + 3, base + 4
+    compiler, venv, cuda_layer, runtime_layer = base, base + 1, base + 2, base + 3
+    torch_layer, rest_layer = base + 4, base + 5
     la, lb, lc = (layer_ids(docker_client, t) for t in (a, b, c))
     # same runtime and torch wheels -> same layers, whatever the lock's order or the rest
     assert la[:rest_layer] == lb[:rest_layer]
@@ -187,6 +210,7 @@ def test_combinations_that_share_a_runtime_share_its_layer(
     # same runtime, other torch -> the runtime layer is shared, torch's is not
     assert la[:torch_layer] == lc[:torch_layer]
     assert la[torch_layer] != lc[torch_layer]
+    assert la[compiler] == lb[compiler] == lc[compiler]  # one compiler layer per base image
     assert la[venv] == lb[venv] == lc[venv]
     assert la[cuda_layer] == lb[cuda_layer] == lc[cuda_layer]  # the fake CUDA libraries
     assert la[runtime_layer] == lb[runtime_layer] == lc[runtime_layer]
@@ -245,7 +269,10 @@ def test_two_builds_without_cache_give_the_same_layers_and_image_id(
     second = build(locked, wheel_cache, base_image, tmp_path, force=True, no_cache=True, reporter=Reporter(out))  # fmt: skip
     after = docker_client.images.get(second)
     assert second == first
-    assert "make layer(s) venv, cuda, runtime, torch, rest; reuse none" in out.getvalue()
+    assert (
+        "make layer(s) compiler, venv, cuda, runtime, torch, rest, suite; reuse none"
+        in out.getvalue()
+    )
     assert "docker load" in out.getvalue()
     assert after.attrs["RootFS"]["Layers"] == before.attrs["RootFS"]["Layers"]  # venv layer too
     assert after.id == before.id  # the config's times are the base's: the same image id
@@ -293,7 +320,7 @@ def test_another_base_image_is_another_input(
     assert (
         image.labels["org.opencontainers.image.base.digest"] == docker_client.images.get(other).id
     )
-    assert "was made from another base image or recipe; rebuilding" in out.getvalue()
+    assert "is not trusted: no build of these inputs is recorded here" in out.getvalue()
     # the image the rebuild replaced is gone, not left dangling
     assert replaced not in docker_client.api.images(all=True, quiet=True)
 
@@ -376,6 +403,52 @@ def test_a_build_leaves_no_stage_container_or_dangling_image(
     build(locked, wheel_cache, base_image, tmp_path, force=True, no_cache=True, keep_stages=True, reporter=Reporter(out))  # fmt: skip
     kept = [Path(line.split("stages kept in ", 1)[1].strip()) for line in out.getvalue().splitlines() if "stages kept in " in line]  # fmt: skip
     assert len(kept) == 1
-    assert sorted(p.name for p in kept[0].glob("*.tar")) == [f"{g}.tar" for g in sorted(("venv", "cuda", "runtime", "torch", "rest"))]  # fmt: skip
+    assert sorted(p.name for p in kept[0].glob("*.tar")) == [f"{g}.tar" for g in sorted(("compiler", "venv", "cuda", "runtime", "torch", "rest", "suite"))]  # fmt: skip
     assert (kept[0] / "out" / "rest" / "opt" / "venv" / ".envbuilder" / "rest.txt").is_file()
     shutil.rmtree(kept[0])
+
+
+@pytest.mark.parametrize(
+    "forged_from",
+    [
+        "base",  # other content entirely, with the genuine image's labels and tag
+        "genuine",  # the genuine layers under another entrypoint: not what was built either
+    ],
+)
+def test_a_relabelled_image_with_the_lock_s_tag_is_not_trusted(
+    docker_client: Any,
+    base_image: str,
+    wheel_cache: WheelCache,
+    synthetic_lock: Callable[[str, Sequence[BuiltWheel]], Locked],
+    tmp_path: Path,
+    forged_from: str,
+) -> None:
+    locked = synthetic_lock("test-forged", [demo_tool(tmp_path / "wheels")])
+    tag = build(locked, wheel_cache, base_image, tmp_path)
+    genuine = docker_client.images.get(tag)
+    source = base_image if forged_from == "base" else genuine.id
+    forged, _ = docker_client.images.build(
+        fileobj=io.BytesIO(
+            f'FROM {source}\nENTRYPOINT ["python3", "-c", "print(\'forged results\')"]\n'.encode()
+        ),
+        labels=genuine.labels,  # every label, the inputs' sha256 included
+        tag=tag,
+        network_mode="none",
+        rm=True,
+    )
+    assert forged.id != genuine.id
+    assert forged.labels == genuine.labels
+    assert docker_client.images.get(tag).id == forged.id
+
+    out = io.StringIO()
+    again = build(locked, wheel_cache, base_image, tmp_path, reporter=Reporter(out))
+
+    assert again == tag
+    below = len(layer_ids(docker_client, base_image))
+    doubt = {
+        "base": f"its layers ({below}) are not the {below + 7} that this lock's build makes",
+        "genuine": "its layers are the build's but its config is not",
+    }[forged_from]
+    assert f"{tag} is not trusted: {doubt}" in out.getvalue()
+    assert docker_client.images.get(tag).id == genuine.id  # the build's image, made again
+    assert forged.id not in docker_client.api.images(all=True, quiet=True)  # and the fake gone

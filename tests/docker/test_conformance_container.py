@@ -15,8 +15,9 @@ import jsonschema
 import pytest
 
 from envbuilder.docker.cache import WheelCache
+from envbuilder.docker.plan import image_tag
 from envbuilder.model import load_resolution
-from tests.docker.conftest import TORCH_ID
+from tests.docker.conftest import DIFFUSERS_VERSION, TORCH_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "envbuilder" / "schemas" / "results.schema.json").read_text())
@@ -118,3 +119,48 @@ def test_a_container_that_writes_no_results_fails_the_command_and_keeps_earlier_
         f"{TORCH_ID}.json",
         f"{TORCH_ID}.json.jsonl",
     ]
+
+
+#: One compiled check of each kind that exists on the CPU (attention masks forward and
+#: backward under torch.compile, dropout compiled) and the model group (diffusers, from the
+#: image's suite layer).
+COMPILED_AND_MODEL = (
+    "compile.sdpa.causal.dynamic.fullgraph.fp32.*",
+    "compile.sdpa.bias.dynamic.fullgraph.fp32.*",
+    "compile.sdpa.padding.dynamic.fullgraph.fp32.*",
+    "compile.sdpa.dropout",
+    "model.diffusers.qwenimage.sdpa.*",
+)
+
+
+def test_compiled_checks_and_the_model_group_pass_on_the_cpu_in_the_image(
+    docker_client: Any, base_image: str, wheel_cache: WheelCache, torch_locks: Path, tmp_path: Path
+) -> None:
+    out_dir = tmp_path / "results"
+    out_dir.mkdir()
+    selection = [a for pattern in COMPILED_AND_MODEL for a in ("--checks", pattern)]
+
+    done = conformance(torch_locks, out_dir, "--allow-cpu", *selection)
+
+    assert done.returncode in (0, 1), done.stderr[-4000:]  # 1: a gate failed, results written
+    results = json.loads((out_dir / f"{TORCH_ID}.json").read_text())
+    jsonschema.Draft202012Validator(SCHEMA).validate(results)
+    checks = {c["name"]: c for c in results["checks"]}
+    outcome = {name: (c["status"], c.get("reason", "")[:300]) for name, c in checks.items()}
+    compiled = [n for n in checks if n.startswith("compile.sdpa.")]
+    model = [n for n in checks if n.startswith("model.")]
+    assert len(compiled) == 3 * 2 + 1, outcome  # three masks forward and backward, dropout
+    assert len(model) == 4, outcome  # inference and training, eager and compiled
+    assert {n: s for n, (s, _) in outcome.items()} == dict.fromkeys(checks, "pass"), outcome
+    runner = results["runner"]  # the compiler the image gives triton and inductor
+    assert runner["cc"] == "/usr/bin/gcc"
+    assert runner["cc_version"].startswith("gcc (Debian 12.")
+    assert runner["cxx_version"].startswith("g++ (Debian 12.")
+    image = docker_client.images.get(
+        image_tag(
+            TORCH_ID,
+            load_resolution(torch_locks / "resolution.json").by_id()[TORCH_ID].lock_sha256 or "",
+        )
+    )
+    assert image.labels["io.envbuilder.compiler.cc"] == runner["cc_version"]
+    assert image.labels["io.envbuilder.suite.diffusers"] == DIFFUSERS_VERSION

@@ -13,7 +13,7 @@ set -eu
 out=$1
 shift
 command -v apt-get >/dev/null || { echo "install-compiler.sh: the base image has no apt-get (not Debian-based)" >&2; exit 3; }
-export DEBIAN_FRONTEND=noninteractive
+export DEBIAN_FRONTEND=noninteractive PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin  # dpkg needs the sbin dirs
 dpkg-query -W -f '${Package}=${Version}\n' | sort > /tmp/envbuilder-before
 stamp=/tmp/envbuilder-stamp
 touch "$stamp"
