@@ -412,7 +412,7 @@ def _suite_wheels(
         ) from e
     in_lock = {w.name: w for w in plan.wheels()}
     extra: list[LockedWheel] = []
-    for wheel in load_lock(data, source=path):
+    for wheel in load_lock(data, source=path, python=resolved.python):
         locked = in_lock.get(wheel.name)
         if locked is None:
             extra.append(wheel)

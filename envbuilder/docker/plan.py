@@ -157,16 +157,21 @@ def image_tag(combination_id: str, lock_sha256: str) -> str:
     return f"envbuilder/{combination_id}:{lock_sha256[:12]}"
 
 
-def load_lock(data: bytes, *, source: Path) -> tuple[LockedWheel, ...]:
+def load_lock(data: bytes, *, source: Path, python: str | None = None) -> tuple[LockedWheel, ...]:
     """The wheels of a PEP 751 lock. Every package must be exactly one wheel with a sha256.
 
     ``source`` is the lock's path: it names the file in errors and anchors
-    relative ``path`` entries.
+    relative ``path`` entries. With ``python`` (the target's ``X.Y``), a package's
+    marker is evaluated for CPython ``python`` on Linux x86_64 and the package is left
+    out where it is false; without, a marker is refused.
     """
     wheels: list[LockedWheel] = []
     for package in packages(read_lock(data, source=source), source=source):
         where = f"{source}: package {package.name!r}"
-        if package.marker is not None:
+        if package.marker is not None and python is not None:
+            if not _marker_holds(package.marker, python, where=where):
+                continue
+        elif package.marker is not None:
             raise InputError(
                 f"{where} has marker {package.marker!r}; envbuilder builds from locks for one target "
                 "(resolve with --python-version/--python-platform)"
@@ -207,6 +212,26 @@ def load_lock(data: bytes, *, source: Path) -> tuple[LockedWheel, ...]:
     if not wheels:
         raise InputError(f"{source}: the lock has no packages")
     return tuple(wheels)
+
+
+def _marker_holds(marker: str, python: str, *, where: str) -> bool:
+    from packaging.markers import InvalidMarker, Marker
+
+    try:
+        parsed = Marker(marker)
+    except InvalidMarker as e:
+        raise InputError(f"{where} has an invalid marker {marker!r}") from e
+    environment = {
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "os_name": "posix",
+        "platform_machine": "x86_64",
+    }
+    return parsed.evaluate(environment)
 
 
 def lock_digest(data: bytes) -> str:

@@ -247,6 +247,26 @@ def suite_filename(combination_id: str, kind: str) -> str:
     return f"requirements.{combination_id}.suite.txt"
 
 
+def one_wheel(wheels: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The one wheel of a package for CPython 3.11 on manylinux x86_64 (uv lists every
+    wheel that fits the platform): the pure one, else the first binary one."""
+    from packaging.utils import parse_wheel_filename
+
+    def name(wheel: dict[str, Any]) -> str:
+        return str(wheel.get("name") or wheel["url"].rsplit("/", 1)[-1])
+
+    fits = [
+        w
+        for w in wheels
+        if any(
+            (t.interpreter in ("py3", "cp311") or t.abi == "abi3") and t.platform in ("any", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64")
+            for t in parse_wheel_filename(name(w))[3]
+        )
+    ]  # fmt: skip
+    pure = [w for w in fits if name(w).endswith("-none-any.whl")]
+    return (pure or fits or list(wheels))[0]
+
+
 def write_suite_lock(main: Path, both: Path, combination_id: str) -> None:
     """The combination's suite lock and requirements beside its lock ``main``: the packages
     of ``both`` that ``main`` does not hold."""
@@ -254,7 +274,11 @@ def write_suite_lock(main: Path, both: Path, combination_id: str) -> None:
 
     held = {p["name"] for p in tomllib.loads(main.read_text(encoding="utf-8"))["packages"]}
     document = tomllib.loads(both.read_text(encoding="utf-8"))
-    document["packages"] = [p for p in document["packages"] if p["name"] not in held]
+    document["packages"] = [
+        {**p, "wheels": [one_wheel(p["wheels"])]}
+        for p in document["packages"]
+        if p["name"] not in held
+    ]
     out = main.with_name(suite_filename(combination_id, "pylock"))
     out.write_text(tomli_w.dumps(document), encoding="utf-8")
     lines = [
