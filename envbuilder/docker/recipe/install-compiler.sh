@@ -2,7 +2,8 @@
 # Makes the tree of an envbuilder image's compiler layer, in a container of the base image
 # (envbuilder/docker/build.py runs it, with the network, once per base image):
 #   install-compiler.sh OUT PACKAGE...
-# apt installs the Debian PACKAGEs (gcc, g++, libc6-dev) from the mirror the base names,
+# apt installs the Debian PACKAGEs (gcc, g++, libc6-dev; libpython3.X-dev where the base's
+# python3 lacks Python.h) from the mirror the base names,
 # checked by apt against Debian's signed package lists; the files that the install
 # created or changed are copied to OUT with their modes, and OUT/usr/share/envbuilder/
 # compiler.txt records the compiler (`cc: <cc --version>`, `cxx: <c++ --version>`, first
@@ -19,6 +20,12 @@ stamp=/tmp/envbuilder-stamp
 touch "$stamp"
 echo "install-compiler.sh: apt-get update"
 apt-get update -q -o Acquire::Retries=3 >/tmp/envbuilder-apt.log 2>&1 || { cat /tmp/envbuilder-apt.log; exit 1; }
+# Python's headers: inductor's C++ and triton's launcher include Python.h. python:X-slim
+# has them in /usr/local/include; a Debian python3 needs libpython3.X-dev (headers only).
+include=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+if [ ! -f "$include/Python.h" ]; then
+  set -- "$@" "libpython$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')-dev"
+fi
 echo "install-compiler.sh: installing $*"
 apt-get install -q -y --no-install-recommends -o Acquire::Retries=3 "$@" >>/tmp/envbuilder-apt.log 2>&1 \
   || { tail -n 40 /tmp/envbuilder-apt.log; exit 1; }
