@@ -132,7 +132,7 @@ def test_the_torch_image_holds_exactly_its_lock(
     assert labels["io.envbuilder.compiler.cxx"].startswith("c++ (Debian 12.")
     assert "gcc-12=" in labels["io.envbuilder.compiler.packages"]
     compiled = probe(docker_client, tag, COMPILE_PROBE)
-    assert compiled == {"difference": 0.0}
+    assert compiled["difference"] < 1e-4  # inductor's C++ kernel ran (float reassociation)
     assert labels["org.opencontainers.image.base.digest"] == docker_client.images.get(base_image).id
     # bytecode was compiled at build time, hash-based and unchecked: no timestamps in it
     cached = probe(docker_client, tag, PYC_PROBE)
