@@ -69,7 +69,7 @@ from envbuilder.docker.plan import (
 )
 from envbuilder.errors import EnvbuilderError, InputError, MissingToolError
 from envbuilder.files import write_atomic
-from envbuilder.model import ResolvedCombination, lock_filename
+from envbuilder.model import ResolvedCombination
 from envbuilder.reporter import Reporter
 
 __all__ = [
@@ -112,7 +112,6 @@ _COMPILER_NETWORK = "host"
 COMPILER_RECORD_DIR = "/usr/share/envbuilder"
 #: The layer of the conformance suite's own dependencies, from the suite lock.
 SUITE_GROUP = "suite"
-_ABSENT = object()
 
 
 class BuildFailed(EnvbuilderError):
@@ -228,16 +227,11 @@ def lock_path(resolved: ResolvedCombination, locks: Path) -> Path:
 
 
 def suite_lock_path(resolved: ResolvedCombination, lock_path: Path) -> Path | None:
-    """The suite lock beside ``lock_path``: resolution.json's ``suite_lock`` (its file
-    name, in the lock's directory; null: none), or where the key is not known, the file
-    ``pylock.<id>.suite.toml`` when it exists."""
-    declared = getattr(resolved, "suite_lock", _ABSENT)
-    if declared is None or declared == "":
+    """The suite lock beside ``lock_path`` that resolution.json names in ``suite_lock``
+    (its file name, in the lock's directory); None when the combination has none."""
+    if not resolved.suite_lock:
         return None
-    if isinstance(declared, str):
-        return lock_path.parent / Path(declared).name
-    beside = lock_path.with_name(lock_filename(resolved.id).removesuffix(".toml") + ".suite.toml")
-    return beside if beside.is_file() else None
+    return lock_path.parent / Path(resolved.suite_lock).name
 
 
 def base_image_for(template: str | None, python: str) -> str | None:

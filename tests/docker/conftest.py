@@ -25,7 +25,14 @@ from envbuilder.docker.build import DOCKER_DIR, lock_path
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import lock_digest
 from envbuilder.index.pipconfig import default_index_url, pip_config_value
-from envbuilder.model import Resolution, ResolvedCombination, ResolvedTorch, lock_filename
+from envbuilder.model import (
+    Resolution,
+    ResolvedCombination,
+    ResolvedTorch,
+    lock_filename,
+    suite_lock_filename,
+    suite_requirements_filename,
+)
 from tests.support.wheels import BuiltWheel
 
 BASE_IMAGE = "envbuilder-test/python:3.11"
@@ -240,11 +247,10 @@ def uv_lock(root: Path, requirements: Sequence[str], find_links: Path, out: Path
 
 
 def suite_filename(combination_id: str, kind: str) -> str:
-    """The suite lock's names beside the combination's: ``pylock.<id_>.suite.toml`` and
-    ``requirements.<id>.suite.txt``."""
+    """The suite lock's names beside the combination's, as resolve writes them."""
     if kind == "pylock":
-        return lock_filename(combination_id).removesuffix(".toml") + ".suite.toml"
-    return f"requirements.{combination_id}.suite.txt"
+        return suite_lock_filename(combination_id)
+    return suite_requirements_filename(combination_id)
 
 
 def one_wheel(wheels: Sequence[dict[str, Any]]) -> dict[str, Any]:
