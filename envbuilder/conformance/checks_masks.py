@@ -66,6 +66,14 @@ _FAMILY: dict[Form, str] = {
 }
 
 
+#: the seeds of q, k, v and of the mask pattern, additive bias and output gradient (recorded
+#: in each check's numbers as ``seed`` and ``mask_seed``); the share of a ``[B,1,M,N]``
+#: boolean pattern's entries kept
+SEED = 61
+MASK_SEED = 62
+PATTERN_KEEP = 0.7
+
+
 def _case(ctx: Context) -> Case:
     # N a multiple of 8: xformers needs a tensor bias whose rows are 8-aligned in storage,
     # and a 4-D mask reaches it as it is (expanded): the check is about the mask's meaning
@@ -92,8 +100,8 @@ class MaskedInputs:
 
 def masked_inputs(ctx: Context, form: Form, dtype: torch.dtype) -> MaskedInputs:
     case = _case(ctx)
-    inp = make_inputs(case, dtype, ctx.device, seed=61)
-    gen = torch.Generator(device="cpu").manual_seed(62)
+    inp = make_inputs(case, dtype, ctx.device, seed=SEED)
+    gen = torch.Generator(device="cpu").manual_seed(MASK_SEED)
     keep = torch.ones(case.B, case.N, dtype=torch.bool)
     for b in range(case.B):  # a third, then a half of the keys are padding
         keep[b, case.N - case.padded(b) :] = False
@@ -104,7 +112,7 @@ def masked_inputs(ctx: Context, form: Form, dtype: torch.dtype) -> MaskedInputs:
     elif form == "bool4d_b11n":
         attn_mask = keep[:, None, None, :]
     elif form == "bool4d_b1mn":
-        pattern = torch.rand(case.B, 1, case.M, case.N, generator=gen) < 0.7
+        pattern = torch.rand(case.B, 1, case.M, case.N, generator=gen) < PATTERN_KEEP
         pattern[..., 0] = True
         allowed = allowed & pattern
         attn_mask = allowed
@@ -190,6 +198,8 @@ def mask_check(
         "mask_dtype": str(inp.attn_mask.dtype).removeprefix("torch."),
         "dtype": dtype_name,
         "case": inp.case.label,
+        "seed": SEED,
+        "mask_seed": MASK_SEED,
         "masked_keys_fraction": round(1.0 - float(inp.allowed.float().mean()), 4),
         "diffusers": _diffusers_version(),
     }
