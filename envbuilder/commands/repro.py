@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o",
         "--out",
-        type=Path,
+        type=str,
         default=None,
         metavar="FILE",
         help="script to write (default: stdout); a directory gets repro_<check>.py in it",
@@ -42,7 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.errors import EnvbuilderError
+    from envbuilder.errors import EnvbuilderError, InputError
     from envbuilder.files import write_atomic
     from envbuilder.repro import choose, default_filename, generate, load, results_in
 
@@ -60,7 +61,11 @@ def run(args: argparse.Namespace) -> int:
             "--force to write its script anyway (it would report NOT REPRODUCED), or "
             "--results FILE for a run where it failed"
         )
-    out: Path | None = args.out
+    out = None if args.out is None else Path(args.out)
+    if out is not None and args.out.endswith(("/", os.sep)) and not out.is_dir():
+        raise InputError(
+            f"-o {args.out!r}: no such directory; create it first, or name a file to write"
+        )
     if out is not None and out.is_dir():
         out = out / default_filename(recorded.name)
     _, text = generate(recorded, filename=None if out is None else out.name)

@@ -35,6 +35,9 @@ __all__ = [
 ]
 
 Impl: TypeAlias = Literal["xformers", "sdpa"]
+#: ``dynamo-disable``: the attention behind ``torch.compiler.disable`` inside compiled code
+#: (``envbuilder.conformance._workaround``); None: the check's own case
+Disable: TypeAlias = Literal["dynamo-disable"] | None
 Mask: TypeAlias = Literal[
     "none", "causal", "blockdiag", "bias", "padding", "bias_b1mn", "bias_expanded"
 ]
@@ -62,7 +65,7 @@ SUPPORTED = (
     "model.diffusers.qwenimage.<impl>.<inference|training>.<eager|compiled>",
     "model.diffusers.qwenimage.xformers.unaligned_mask",
     "masks.<native|xformers>.<form>.<dtype>",
-    "and their .sdpa_instead / .sdpa_under_compile workaround checks",
+    "and their .sdpa_instead / .sdpa_under_compile / .dynamo_disable workaround checks",
 )
 
 
@@ -169,8 +172,18 @@ MODEL_LEARNING_RATE = 0.5
 #: ``_dropout``'s constants
 DROPOUT_P = 0.3
 DROPOUT_STD_DEVIATIONS = 6.0
-#: the masks group's case when its results do not record one (``numbers["case"]``)
-MASKS_DEFAULT_SHAPE = Shape(B=2, M=128, N=128, H=4, K=64)
+#: ``checks_masks``' constants: the seeds (recorded as ``seed`` / ``mask_seed`` since they
+#: were named; these before) and the share of a ``[B,1,M,N]`` boolean pattern kept
+MASKS_SEED = 61
+MASKS_MASK_SEED = 62
+MASKS_PATTERN_KEEP = 0.7
+
+
+def _masks_shape(profile: Profile) -> Shape:
+    """``checks_masks._case``: the case when the results do not name one."""
+    if profile.cuda:
+        return Shape(B=2, M=128, N=128, H=4, K=64)
+    return Shape(B=2, M=32, N=32, H=2, K=16)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,6 +218,9 @@ class CompileCase:
     dtype: str
     backward: bool
     cases: tuple[Seeded, ...]
+    #: ``dynamo-disable``: a compiled layer (projections around the call) calling ``impl``'s
+    #: attention behind ``torch.compiler.disable``, compiled without ``fullgraph``
+    workaround: Disable = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,6 +231,8 @@ class DropoutCase:
     compiled: bool
     shape: Shape
     dtype: str
+    #: ``dynamo-disable``: a compiled layer calling the dropout attention behind the disable
+    workaround: Disable = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,6 +245,8 @@ class ModelCase:
     text: int
     config: Mapping[str, object]
     dtype: str  # fp16 on a GPU, fp32 on the CPU
+    #: ``dynamo-disable``: the transformer module's ``dispatch_attention_fn`` behind the disable
+    workaround: Disable = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,7 +258,8 @@ class MaskFormCase:
     dtype: str
     shape: Shape
     seed: int
-    shape_recorded: bool  # False: the results named no case and the default was used
+    mask_seed: int
+    shape_recorded: bool  # False: the results named no case and the suite's was used
 
 
 ReproCase: TypeAlias = AttentionCase | CompileCase | DropoutCase | ModelCase | MaskFormCase
@@ -271,12 +292,7 @@ def plan(name: str, numbers: Mapping[str, object], profile: Profile) -> ReproCas
     """The case check ``name`` ran under ``profile`` (``numbers``: what it recorded)."""
     parts = name.split(".")
     if parts[-1] == "dynamo_disable":
-        covered = ".".join(parts[:-1])
-        raise _unsupported(
-            name,
-            "a dynamo-disable workaround check fails where the check it covers fails; "
-            f"reproduce that one: envbuilder repro {covered}",
-        )
+        return _disabled(plan(".".join(parts[:-1]), numbers, profile), name, numbers)
     if parts[-1] in ("sdpa_instead", "sdpa_under_compile"):
         direct = plan(".".join(parts[:-1]), numbers, profile)
         return _with_sdpa(direct, name)
@@ -288,14 +304,27 @@ def plan(name: str, numbers: Mapping[str, object], profile: Profile) -> ReproCas
     if group == "model":
         return _model(name, parts, profile)
     if group == "masks":
-        return _masks(name, parts, numbers)
+        return _masks(name, parts, numbers, profile)
     raise _unsupported(name, f"the {group!r} group measures no case a script can rebuild")
 
 
 def _with_sdpa(case: ReproCase, name: str) -> ReproCase:
-    if isinstance(case, AttentionCase | CompileCase | DropoutCase | ModelCase):
-        return replace(case, impl="sdpa")
-    raise _unsupported(name, "this group has no SDPA workaround")
+    if isinstance(case, MaskFormCase):
+        return replace(case, backend="native")
+    return replace(case, impl="sdpa")
+
+
+def _disabled(case: ReproCase, name: str, numbers: Mapping[str, object]) -> ReproCase:
+    """The covered check's case with its attention behind ``torch.compiler.disable`` inside
+    compiled code, running the kernel the check recorded (``disabled_kernel``; xformers)."""
+    kernel = _impl(name, str(numbers.get("disabled_kernel") or "xformers"))
+    if isinstance(case, CompileCase):
+        return replace(case, impl=kernel, fullgraph=False, workaround="dynamo-disable")
+    if isinstance(case, DropoutCase) and case.compiled:
+        return replace(case, impl=kernel, workaround="dynamo-disable")
+    if isinstance(case, ModelCase) and case.compiled:
+        return replace(case, impl=kernel, workaround="dynamo-disable")
+    raise _unsupported(name, "the suite has no dynamo-disable workaround for this check")
 
 
 def _impl(name: str, value: str) -> Impl:
@@ -411,7 +440,9 @@ def _model(name: str, parts: list[str], profile: Profile) -> ModelCase:
     )
 
 
-def _masks(name: str, parts: list[str], numbers: Mapping[str, object]) -> MaskFormCase:
+def _masks(
+    name: str, parts: list[str], numbers: Mapping[str, object], profile: Profile
+) -> MaskFormCase:
     if len(parts) != 4:
         raise _unsupported(name, "expected masks.<native|xformers>.<form>.<dtype>")
     backend: Literal["native", "xformers"]
@@ -424,19 +455,21 @@ def _masks(name: str, parts: list[str], numbers: Mapping[str, object]) -> MaskFo
     form = next((f for f in MASK_FORMS if f == parts[2]), None)
     if form is None:
         raise _unsupported(name, f"unknown mask form {parts[2]!r} ({', '.join(MASK_FORMS)})")
-    shape, recorded = MASKS_DEFAULT_SHAPE, False
-    for key in ("case", "shape", "shapes"):
-        found = _LABEL.search(str(numbers.get(key, "")))
-        if found:
-            b, m, n, h, k = (int(g) for g in found.groups())
-            shape, recorded = Shape(B=b, M=m, N=n, H=h, K=k), True
-            break
-    seed = numbers.get("seed", 0)
+    shape, recorded = _masks_shape(profile), False
+    found = _LABEL.search(str(numbers.get("case", "")))
+    if found:
+        b, m, n, h, k = (int(g) for g in found.groups())
+        shape, recorded = Shape(B=b, M=m, N=n, H=h, K=k), True
     return MaskFormCase(
         backend=backend,
         form=form,
         dtype=_dtype(name, parts[3]),
         shape=shape,
-        seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else 0,
+        seed=_int(numbers.get("seed"), MASKS_SEED),
+        mask_seed=_int(numbers.get("mask_seed"), MASKS_MASK_SEED),
         shape_recorded=recorded,
     )
+
+
+def _int(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default

@@ -16,6 +16,7 @@ from envbuilder.repro import _snippets
 from envbuilder.repro.cases import (
     DROPOUT_P,
     DROPOUT_STD_DEVIATIONS,
+    MASKS_PATTERN_KEEP,
     MODEL_ATTENTION_GAIN,
     MODEL_IMAGE_SIDE,
     MODEL_LEARNING_RATE,
@@ -49,10 +50,17 @@ _MASK_WORDS = {
 }
 _FORM_WORDS = {
     "bool2d": "[B,N] boolean key mask",
-    "bool4d_b11n": "[B,1,1,N] boolean mask",
-    "bool4d_b1mn": "[B,1,M,N] boolean mask",
-    "additive": "additive float [B,1,1,N] mask",
+    "bool4d_b11n": "[B,1,1,N] boolean key mask",
+    "bool4d_b1mn": "[B,1,M,N] boolean mask differing per query row",
+    "additive": "additive float [B,1,M,N] mask (random where attended, lowest where masked)",
 }
+#: checks_model._TRANSFORMER_MODULE: whose dispatch_attention_fn the workaround disables
+TRANSFORMER_MODULE = "diffusers.models.transformers.transformer_qwenimage"
+_DISABLED_WORDS = (
+    " Workaround dynamo-disable: the attention call behind torch.compiler.disable inside the"
+    " compiled code (a graph break there by design); invalid unless dynamo broke the graph"
+    " and the kernel ran outside the compiled graph."
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +129,13 @@ def _needs(case: ReproCase) -> str:
 
 
 def _describe(case: ReproCase) -> str:
+    text = _describe_case(case)
+    if getattr(case, "workaround", None) == "dynamo-disable":
+        text += _DISABLED_WORDS
+    return text
+
+
+def _describe_case(case: ReproCase) -> str:
     if isinstance(case, AttentionCase):
         mode = "forward + backward" if case.backward else "forward under torch.no_grad"
         return (
@@ -129,9 +144,12 @@ def _describe(case: ReproCase) -> str:
         )
     if isinstance(case, CompileCase):
         mode = "forward + backward" if case.backward else "forward under torch.no_grad"
+        what = f"{case.impl} attention"
+        if case.workaround == "dynamo-disable":
+            what = f"an attention layer (projections around a disabled {case.impl} call)"
         return (
-            f"torch.compile(dynamic={case.dynamic}, fullgraph={case.fullgraph}) of {case.impl}"
-            f" attention with a {_MASK_WORDS[case.mask]} built inside, {case.dtype}, {mode};"
+            f"torch.compile(dynamic={case.dynamic}, fullgraph={case.fullgraph}) of {what}"
+            f" with a {_MASK_WORDS[case.mask]} built inside, {case.dtype}, {mode};"
             f" shapes (BMHK) {_shapes(case.cases)}, each run twice"
         )
     if isinstance(case, DropoutCase):
@@ -149,10 +167,12 @@ def _describe(case: ReproCase) -> str:
             f" {MODEL_IMAGE_SIDE * MODEL_IMAGE_SIDE} image + {case.text} text tokens with a"
             " text padding mask"
         )
-    source = "as recorded" if case.shape_recorded else "the default; the results named none"
+    source = "as recorded" if case.shape_recorded else "the suite's; the results named none"
     return (
         f"diffusers dispatch_attention_fn, backend {case.backend}, {_FORM_WORDS[case.form]},"
-        f" {case.dtype}, case {case.shape.label} ({source}), seed {case.seed}"
+        f" {case.dtype}, forward + backward, case {case.shape.label} ({source}), seeds"
+        f" {case.seed}/{case.mask_seed}; output and q/k/v gradients against float64 attention"
+        " under the same mask"
     )
 
 
@@ -223,6 +243,7 @@ def _constants(case: ReproCase, origin: Origin) -> list[tuple[str, object]]:
                 ("DYNAMIC", case.dynamic),
                 ("FULLGRAPH", case.fullgraph),
                 ("COMPILE_LIMITS", COMPILE_LIMITS),
+                ("WORKAROUND", case.workaround),
             ]
         return common + specific
     if isinstance(case, DropoutCase):
@@ -234,6 +255,7 @@ def _constants(case: ReproCase, origin: Origin) -> list[tuple[str, object]]:
             ("CASE", {"B": shape.B, "M": shape.M, "N": shape.N, "H": shape.H, "K": shape.K}),
             ("P", DROPOUT_P),
             ("STD_DEVIATIONS", DROPOUT_STD_DEVIATIONS),
+            ("WORKAROUND", case.workaround),
         ]
     if isinstance(case, ModelCase):
         return [
@@ -246,6 +268,8 @@ def _constants(case: ReproCase, origin: Origin) -> list[tuple[str, object]]:
             ("IMAGE_SIDE", MODEL_IMAGE_SIDE),
             ("ATTENTION_GAIN", MODEL_ATTENTION_GAIN),
             ("LEARNING_RATE", MODEL_LEARNING_RATE),
+            ("WORKAROUND", case.workaround),
+            ("TRANSFORMER_MODULE", TRANSFORMER_MODULE),
         ]
     shape = case.shape
     return [
@@ -255,7 +279,20 @@ def _constants(case: ReproCase, origin: Origin) -> list[tuple[str, object]]:
         ("CASE", {"B": shape.B, "M": shape.M, "N": shape.N, "H": shape.H, "K": shape.K}),
         ("CASE_LABEL", f"B{shape.B} M{shape.M} N{shape.N} H{shape.H} K{shape.K}"),
         ("SEED", case.seed),
+        ("MASK_SEED", case.mask_seed),
+        ("PATTERN_KEEP", MASKS_PATTERN_KEEP),
+        ("RECORDED_MASK", _recorded_mask(origin.numbers)),
     ]
+
+
+def _recorded_mask(numbers: Mapping[str, object]) -> str:
+    """The mask the check recorded handing diffusers, for the script to compare with its own."""
+    if "mask_shape" not in numbers:
+        return "not recorded"
+    return (
+        f"{numbers.get('mask_shape')} {numbers.get('mask_dtype', '?')}, masked keys fraction"
+        f" {numbers.get('masked_keys_fraction', '?')}"
+    )
 
 
 def _case_dict(seeded: Seeded) -> dict[str, object]:
@@ -282,15 +319,25 @@ def _body(case: ReproCase) -> str:
             impl = _snippets.SDPA_FN.replace("{build}", build).replace(
                 "{causal}", str(case.mask == "causal")
             )
-        main = (
-            _snippets.ATTENTION_MAIN if isinstance(case, AttentionCase) else _snippets.COMPILE_MAIN
+        if isinstance(case, AttentionCase):
+            return _snippets.INPUTS + _snippets.REFERENCE + impl + _snippets.ATTENTION_MAIN
+        return (
+            _snippets.INPUTS
+            + _snippets.REFERENCE
+            + impl
+            + _disabled(case.workaround)
+            + _snippets.COMPILE_MAIN
         )
-        return _snippets.INPUTS + _snippets.REFERENCE + impl + main
     if isinstance(case, DropoutCase):
-        return _snippets.DROPOUT.replace("{body}", _snippets.DROPOUT_BODY[case.impl])
+        dropout = _snippets.DROPOUT.replace("{body}", _snippets.DROPOUT_BODY[case.impl])
+        return _disabled(case.workaround) + dropout
     if isinstance(case, ModelCase):
-        return _snippets.MODEL
+        return _disabled(case.workaround) + _snippets.MODEL
     return _snippets.MASKS
+
+
+def _disabled(workaround: str | None) -> str:
+    return _snippets.DISABLED if workaround == "dynamo-disable" else ""
 
 
 def render(case: ReproCase, origin: Origin, *, filename: str | None = None) -> str:

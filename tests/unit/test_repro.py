@@ -7,15 +7,23 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from envbuilder.cli import main
-from envbuilder.conformance import _dropout, checks_attention, checks_compile, checks_model
+from envbuilder.conformance import (
+    _dropout,
+    _workaround,
+    checks_attention,
+    checks_compile,
+    checks_masks,
+    checks_model,
+)
 from envbuilder.conformance import tolerance as suite_tolerance
-from envbuilder.conformance._attn import MASKS
+from envbuilder.conformance._attn import DTYPES, MASKS
 from envbuilder.conformance._context import Context
 from envbuilder.errors import InputError
 from envbuilder.repro import cases, choose, generate, load, results_in
@@ -102,6 +110,78 @@ def test_constants_are_the_suites() -> None:
     }
 
 
+def _cpu_results(name: str, **numbers: object) -> ResultsFile:
+    """A results file of a CPU run holding ``name`` as a failure with ``numbers``."""
+    data = json.loads(CUDART.read_text())
+    data["runner"] = dict(data["runner"], gpus=[])
+    data["checks"] = [
+        {"group": name.split(".")[0], "name": name, "status": "fail", "numbers": numbers}
+    ]
+    return ResultsFile(path=Path("results/cpu.json"), data=data)
+
+
+def _script_namespace(text: str) -> dict[str, Any]:
+    """The generated script's definitions, run as a module (its ``main`` is not called)."""
+    namespace: dict[str, Any] = {"__name__": "repro_script"}
+    exec(compile(text, "repro_script.py", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize(("ctx", "profile"), PROFILES)
+def test_masks_cases_are_the_suites(ctx: Context, profile: Profile) -> None:
+    for form in checks_masks.FORMS:
+        for backend in checks_masks.BACKENDS:
+            planned = plan(f"masks.{backend}.{form}.fp16", {}, profile)
+            assert isinstance(planned, cases.MaskFormCase)
+            assert planned.shape == _shape(checks_masks._case(ctx))
+            assert (planned.seed, planned.mask_seed) == (checks_masks.SEED, checks_masks.MASK_SEED)
+    assert cases.MASK_FORMS == checks_masks.FORMS
+    assert cases.MASKS_PATTERN_KEEP == checks_masks.PATTERN_KEEP
+
+
+@pytest.mark.parametrize("dtype_name", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("form", checks_masks.FORMS)
+def test_the_masks_script_builds_the_suites_tensors(
+    form: checks_masks.Form, dtype_name: str
+) -> None:
+    """The script's inputs, mask, its meaning and the output gradient are the suite's, value
+    for value (what the suite hands diffusers is what the script hands it)."""
+    name = f"masks.native.{form}.{dtype_name}"
+    text = generate(choose([_cpu_results(name)], name))[1]
+    script = _script_namespace(text)
+    got = script["masked_inputs"](script["DTYPE"])
+    ctx = Context(device="cpu", quick=False)
+    want = checks_masks.masked_inputs(ctx, form, DTYPES[dtype_name])
+    for key in ("q", "k", "v", "grad", "attn_mask", "allowed", "bias"):
+        assert got[key].dtype == getattr(want, key).dtype, key
+        assert got[key].shape == getattr(want, key).shape, key
+        assert bool((got[key] == getattr(want, key)).all()), key
+    # the reference and the math path: the suite's _textbook on the same inputs
+    args = (want.q.double(), want.k.double(), want.v.double(), want.allowed, want.bias)
+    assert bool((script["textbook"](*args) == checks_masks._textbook(*args)).all())
+
+
+def test_the_disable_machinery_counts_the_suites_operators() -> None:
+    name = "compile.xformers.bias.static.fullgraph.fp32.backward.dynamo_disable"
+    script = _script_namespace(generate(choose([_cpu_results(name)], name))[1])
+    ops = [
+        "xformers::efficient_attention_forward_cutlass",
+        "xformers_flash::flash_fwd",
+        "flash_attn_3::fwd",
+        "aten::_efficient_attention_forward",
+        "aten._efficient_attention_backward.default",
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten._scaled_dot_product_flash_attention.default",
+        "aten::_safe_softmax",
+        "aten._softmax.default",
+        "aten::mm",
+        "aten::softmax",
+    ]
+    for op in ops:
+        assert script["is_kernel_op"]("xformers", op) == _workaround.is_xformers_op(op), op
+        assert script["is_kernel_op"]("sdpa", op) == _workaround._is_sdpa_dispatched(op), op
+
+
 # --- choosing the check and the results file ------------------------------------------
 
 
@@ -172,8 +252,8 @@ def test_a_quick_run_is_told_by_its_case_count_before_its_file_name(
         ("environment.xformers.import_no_cuda_init", "the 'environment' group"),
         ("performance.attention.xformers", "the 'performance' group"),
         (
-            "compile.xformers.bias.static.nobreaks.fp16.backward.dynamo_disable",
-            "envbuilder repro compile.xformers.bias.static.nobreaks.fp16.backward",
+            "attention.xformers.bias.fp16.backward.dynamo_disable",
+            "the suite has no dynamo-disable workaround for this check",
         ),
         ("attention.xformers.none.fp16", "not an attention correctness"),  # suite 1.x naming
         ("masks.flash.bool2d.fp16", "unknown attention backend 'flash'"),
@@ -198,33 +278,71 @@ def test_a_workaround_check_rebuilds_its_direct_case_with_sdpa() -> None:
     assert direct.cases == instead.cases
 
 
-def test_the_masks_group_takes_its_case_from_the_results() -> None:
+def test_the_masks_group_takes_its_case_and_seeds_from_the_results() -> None:
     planned = plan(
         "masks.xformers.bool4d_b1mn.bf16",
-        {"case": "B2 M77 N77 H4 K64", "seed": 9},
+        {"case": "B2 M77 N77 H4 K64 none", "seed": 9, "mask_seed": 10},
         Profile(cuda=True, quick=False),
     )
     assert isinstance(planned, cases.MaskFormCase)
-    assert (planned.shape.label, planned.seed, planned.shape_recorded) == (
+    assert (planned.shape.label, planned.seed, planned.mask_seed, planned.shape_recorded) == (
         "B2 M77 N77 H4 K64 none",
         9,
+        10,
         True,
     )
+    # results of suite 2.1.0 recorded no seeds: the suite's constants are what it used
+    older = plan("masks.xformers.bool4d_b1mn.bf16", {}, Profile(cuda=True, quick=False))
+    assert isinstance(older, cases.MaskFormCase)
+    assert (older.seed, older.mask_seed, older.shape_recorded) == (61, 62, False)
+    instead = plan(
+        "masks.xformers.bool4d_b1mn.bf16.sdpa_instead", {}, Profile(cuda=True, quick=False)
+    )
+    assert isinstance(instead, cases.MaskFormCase)
+    assert instead.backend == "native"
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "impl"),
+    [
+        (
+            "compile.xformers.causal.dynamic.fullgraph.bf16.forward.dynamo_disable",
+            cases.CompileCase,
+            "xformers",
+        ),
+        ("compile.xformers.dropout.dynamo_disable", cases.DropoutCase, "xformers"),
+        (
+            "model.diffusers.qwenimage.xformers.training.compiled.dynamo_disable",
+            cases.ModelCase,
+            "xformers",
+        ),
+    ],
+)
+def test_a_dynamo_disable_check_rebuilds_its_case_behind_the_disable(
+    name: str, kind: type, impl: str
+) -> None:
+    profile = Profile(cuda=True, quick=False)
+    direct = plan(name.removesuffix(".dynamo_disable"), {}, profile)
+    planned = plan(name, {}, profile)
+    assert isinstance(planned, kind)
+    assert isinstance(planned, cases.CompileCase | cases.DropoutCase | cases.ModelCase)
+    assert planned.workaround == "dynamo-disable"
+    assert planned.impl == impl
+    if isinstance(planned, cases.CompileCase):
+        assert isinstance(direct, cases.CompileCase)
+        # a disabled call is a graph break by design: the suite compiles without fullgraph
+        assert (planned.fullgraph, planned.cases) == (False, direct.cases)
+    # the kernel the check recorded running behind the disable
+    recorded = plan(name, {"disabled_kernel": "sdpa"}, profile)
+    assert isinstance(recorded, kind)
+    assert isinstance(recorded, cases.CompileCase | cases.DropoutCase | cases.ModelCase)
+    assert recorded.impl == "sdpa"
 
 
 # --- the script ----------------------------------------------------------------------
 
-ALLOWED_IMPORTS = {
-    "math",
-    "re",
-    "sys",
-    "traceback",
-    "copy",
-    "collections",
-    "torch",
-    "xformers",
-    "diffusers",
-}
+#: what a script may import: the standard library and the three packages of the stack
+ALLOWED_IMPORTS = set(sys.stdlib_module_names) | {"torch", "xformers", "diffusers"}
 
 
 def _imports(text: str) -> set[str]:
@@ -259,6 +377,10 @@ FAMILIES = [
     "masks.xformers.bool4d_b11n.bf16",
     "masks.native.additive.fp16",
     "attention.xformers.padding.fp16.backward.sdpa_instead",
+    "masks.xformers.bool4d_b11n.fp16.sdpa_instead",
+    "compile.xformers.bias.static.fullgraph.fp16.backward.dynamo_disable",
+    "compile.xformers.dropout.dynamo_disable",
+    "model.diffusers.qwenimage.xformers.inference.compiled.dynamo_disable",
 ]
 
 
@@ -268,6 +390,7 @@ def test_every_family_gives_a_script_that_compiles_and_needs_no_envbuilder(name:
     compile(text, default_filename(name), "exec")
     imported = _imports(text)
     assert imported <= ALLOWED_IMPORTS, imported - ALLOWED_IMPORTS
+    assert {"torch"} <= imported
     assert "envbuilder" not in imported
     needs_diffusers = name.startswith(("model.", "masks."))
     assert ("diffusers" in imported) == needs_diffusers
@@ -312,7 +435,8 @@ def test_the_compile_script_builds_the_case_the_check_ran() -> None:
     assert "'B': 2, 'M': 77, 'N': 77, 'H': 4, 'K': 64, 'mask': 'bias'" in text
     assert "'B': 3, 'M': 141, 'N': 141, 'H': 4, 'K': 64" in text
     assert "bias = m  # [B,H,M,N]" in text
-    assert "torch.compile(attention, backend=counting_backend, dynamic=DYNAMIC" in text
+    assert "torch.compile(target, backend=counting_backend, dynamic=DYNAMIC" in text
+    assert "WORKAROUND = None" in text
 
 
 # --- the command ---------------------------------------------------------------------
