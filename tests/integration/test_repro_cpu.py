@@ -1,11 +1,12 @@
 """``envbuilder repro`` end to end on CPU: the real suite writes a results file, the command
 writes a script, and the script runs in a fresh interpreter that cannot import envbuilder.
 
-A passing case prints NOT REPRODUCED with the worst error the suite recorded. A failure
-is planted honestly: a ``sitecustomize`` gives torch an SDPA that drops its mask (or one
-dynamo must break the graph at); the suite run under it records the failure, and the
-script run under it reproduces that failure and says so, while the same script without it
-passes.
+A passing case (attention, compiled, a diffusers mask form) prints NOT REPRODUCED with the
+worst error the suite recorded. A failure is planted honestly: a ``sitecustomize`` gives
+torch an SDPA that drops its mask, one that casts a boolean mask with ``.type_as`` (reached
+through diffusers' native backend), or one dynamo must break the graph at; the suite run
+under it records the failure, and the script run under it reproduces that failure and says
+so, while the same script without it passes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.skipif(
 
 ATTENTION = "attention.sdpa.padding.fp32.backward"
 COMPILED = "compile.sdpa.causal.static.fullgraph.fp32.forward"
+MASKS = "masks.native.bool4d_b1mn.fp32"
 
 #: a torch whose SDPA ignores attn_mask: padding is attended to
 DROPS_THE_MASK = """
@@ -36,6 +38,19 @@ _sdpa = F.scaled_dot_product_attention
 def _no_mask(q, k, v, attn_mask=None, *args, **kwargs):
     return _sdpa(q, k, v, None, *args, **kwargs)
 F.scaled_dot_product_attention = _no_mask
+"""
+#: a torch whose SDPA turns a boolean mask into an additive one with ``.type_as``
+#: (True -> +1.0, False -> 0.0: masked keys are attended), the misreading diffusers 0.42.1's
+#: xformers backend makes, here reached through diffusers' native backend
+CASTS_A_BOOL_MASK = """
+import torch.nn.functional as F
+_sdpa = F.scaled_dot_product_attention
+def _cast(q, k, v, attn_mask=None, *args, **kwargs):
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = attn_mask.type_as(q)
+    return _sdpa(q, k, v, attn_mask, *args, **kwargs)
+import torch
+F.scaled_dot_product_attention = _cast
 """
 #: a torch whose SDPA dynamo cannot trace in one graph
 BREAKS_THE_GRAPH = """
@@ -93,10 +108,10 @@ def _run_script(script: Path, *extra_path: Path) -> subprocess.CompletedProcess[
 @pytest.fixture(scope="module")
 def passing(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, object]]]:
     out = tmp_path_factory.mktemp("passing") / "cpu.json"
-    return out, _suite(out, [ATTENTION, COMPILED])
+    return out, _suite(out, [ATTENTION, COMPILED, MASKS])
 
 
-@pytest.mark.parametrize("check", [ATTENTION, COMPILED])
+@pytest.mark.parametrize("check", [ATTENTION, COMPILED, MASKS])
 def test_a_passing_case_runs_standalone_and_is_not_reproduced(
     check: str, passing: tuple[Path, dict[str, dict[str, object]]], tmp_path: Path
 ) -> None:
@@ -144,6 +159,34 @@ def test_a_planted_numeric_failure_is_reproduced(tmp_path: Path) -> None:
     fixed = _run_script(script)  # the same script on a torch that applies the mask
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert fixed.stdout.strip().splitlines()[-1].startswith(f"NOT REPRODUCED: {ATTENTION}")
+
+
+def test_a_planted_mask_misreading_through_diffusers_is_reproduced(tmp_path: Path) -> None:
+    broken = tmp_path / "broken_torch"
+    broken.mkdir()
+    (broken / "sitecustomize.py").write_text(CASTS_A_BOOL_MASK)
+    results = tmp_path / "cpu.json"
+    recorded = _suite(results, [MASKS], broken)[MASKS]
+    assert recorded["status"] == "fail", recorded
+    numbers = recorded["numbers"]
+    assert isinstance(numbers, dict)
+
+    assert _repro(tmp_path, MASKS, results, "-o", "repro.py").returncode == 0
+    script = tmp_path / "repro.py"
+    ran = _run_script(script, broken)
+    lines = ran.stdout.strip().splitlines()
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    # the mask the script hands diffusers is the one the check handed it
+    assert (
+        f"mask handed to diffusers: {numbers['mask_shape']} bool, masked keys fraction"
+        f" {numbers['masked_keys_fraction']} (recorded: {numbers['mask_shape']} bool" in ran.stdout
+    )
+    assert lines[-2].endswith(": the same failure")
+    assert lines[-1] == f"REPRODUCED: {MASKS}: fail: {recorded['reason']}"
+
+    fixed = _run_script(script)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert fixed.stdout.strip().splitlines()[-1].startswith(f"NOT REPRODUCED: {MASKS} passes")
 
 
 def test_a_planted_compile_failure_prints_the_same_first_error_line(tmp_path: Path) -> None:
