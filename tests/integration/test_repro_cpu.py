@@ -43,13 +43,13 @@ F.scaled_dot_product_attention = _no_mask
 #: (True -> +1.0, False -> 0.0: masked keys are attended), the misreading diffusers 0.42.1's
 #: xformers backend makes, here reached through diffusers' native backend
 CASTS_A_BOOL_MASK = """
+import torch
 import torch.nn.functional as F
 _sdpa = F.scaled_dot_product_attention
-def _cast(q, k, v, attn_mask=None, *args, **kwargs):
+def _cast(query, key, value, attn_mask=None, *args, **kwargs):
     if attn_mask is not None and attn_mask.dtype == torch.bool:
-        attn_mask = attn_mask.type_as(q)
-    return _sdpa(q, k, v, attn_mask, *args, **kwargs)
-import torch
+        attn_mask = attn_mask.type_as(query)
+    return _sdpa(query, key, value, attn_mask, *args, **kwargs)
 F.scaled_dot_product_attention = _cast
 """
 #: a torch whose SDPA dynamo cannot trace in one graph
