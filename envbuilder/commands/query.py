@@ -1,24 +1,42 @@
-"""``envbuilder query``: the lockfile's combinations that match, best first."""
+"""``envbuilder query``: the lockfile's combinations that match, best first.
+
+Every answer fits one screen (`SCREEN_LINES` lines of at most `SCREEN_COLUMNS`
+characters): one line per combination (`advice.one_line`); ``--long`` or a combination's
+id adds its failing checks grouped by cause; ``--json`` holds everything.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from envbuilder.lockfile.cli_args import add_lock_argument, add_selection_arguments
 
 if TYPE_CHECKING:
     from envbuilder.lockfile.host import Host
-    from envbuilder.lockfile.model import LastVerified
-    from envbuilder.lockfile.query import Match, Query
+    from envbuilder.lockfile.model import CompatLock, LastVerified, Use
+    from envbuilder.lockfile.query import Answer, Match, Query
+
+#: what one answer may take: a terminal's screen
+SCREEN_LINES = 40
+SCREEN_COLUMNS = 200
 
 HELP = "list the lockfile's combinations matching --python/--cuda/--torch/--gpu, best first (--use: by one use's verdict; --here: for this machine)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "id",
+        nargs="?",
+        metavar="ID",
+        help="one combination: its verdict per use (or for --use), each with the failing "
+        "checks grouped by cause",
+    )
     add_lock_argument(parser)
     add_selection_arguments(parser)
     parser.add_argument(
@@ -34,6 +52,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="for this machine: detect Python, architecture, GPU and driver (NVML or "
         "nvidia-smi); explicit options override what is detected",
+    )
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="under each combination, its failing checks grouped by cause (the component at "
+        "fault, a command that reproduces one)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="list every combination, even when they do not fit one screen",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -71,7 +100,10 @@ def _query(args: argparse.Namespace, host: Host | None) -> Query:
     )
 
 
-def _match_json(m: Match) -> dict[str, object]:
+def _match_json(m: Match, now: datetime) -> dict[str, object]:
+    from envbuilder.lockfile.advice import action, causes, dated, verdict_date
+
+    cc = m.compute_capability
     return {
         "id": m.entry.id,
         "python": m.entry.python,
@@ -89,10 +121,123 @@ def _match_json(m: Match) -> dict[str, object]:
         "workarounds": list(m.verdict.workarounds),
         "failing_checks": list(m.verdict.failing_checks),
         "choices": [asdict(c) for c in m.verdict.choices],
+        "options": [asdict(o) for o in m.verdict.options],
+        "action": action(m.verdict, m.replacement),
+        "replacement": None
+        if m.replacement is None
+        else {"id": m.replacement.id, "verdict": m.replacement.verdict.verdict},
+        "date": verdict_date(m.entry, cc),
+        "dated": dated(m.entry, m.verdict, now, cc, m.use),
+        "causes": [{**asdict(c), "repro": c.repro} for c in causes(m.entry, m.verdict, cc)],
         "uses": {u.use: u.verdict.verdict for u in m.uses},
         "lock": m.entry.lock.path if m.entry.lock else None,
         "last_verified": _last_verified(m.entry.last_verified),
     }
+
+
+def _detail(m: Match, now: datetime, *, indent: str = "    ") -> list[str]:
+    """Under a combination's line: its date, then each failing cause on one line."""
+    from envbuilder.lockfile.advice import cause_line, causes, dated
+
+    cc = m.compute_capability
+    lines = [f"{indent}{dated(m.entry, m.verdict, now, cc, m.use)}"]
+    width = SCREEN_COLUMNS - len(indent)
+    lines += [f"{indent}{cause_line(c, width)}" for c in causes(m.entry, m.verdict, cc)]
+    others = [o.workaround for o in m.verdict.options if o.workaround not in m.verdict.workarounds]
+    if others:
+        lines.append(f"{indent}also verified on some of these checks: {', '.join(others)}")
+    return lines
+
+
+def _one_combination(lock: CompatLock, match: Match, use: Use | None, now: datetime) -> list[str]:
+    """``query ID``: per use (or for *use* only) the line, its date and its causes."""
+    from dataclasses import replace
+
+    from envbuilder.lockfile.advice import action, count_text
+    from envbuilder.lockfile.query import replacement
+
+    cc = match.compute_capability
+    lines = [f"{match.entry.id}: {match.verdict.verdict} overall"]
+    for u in match.uses:
+        if use is not None and u.use != use:
+            continue
+        alternative = (
+            replacement(lock, match.entry, u.use, cc)
+            if u.verdict.verdict == "xformers-unusable"
+            else None
+        )
+        per_use = replace(match, verdict=u.verdict, use=u.use, replacement=alternative)
+        count = count_text(u.verdict)
+        lines.append(
+            f"{u.use:<18} {u.verdict.verdict:<24} {count:>3} failing  "
+            f"{action(u.verdict, alternative)}"
+        )
+        lines += _detail(per_use, now)
+    return lines
+
+
+def _has_detail(m: Match) -> bool:
+    """Whether ``--long`` has more to say about *m* than its line: its failing causes, or the
+    stale evidence of a combination whose lock moved since its runs."""
+    if m.verdict.verdict in ("verified", "unsatisfiable"):
+        return False
+    return m.verdict.verdict != "unverified" or (
+        not m.entry.runs and m.entry.last_verified is not None
+    )
+
+
+def render(
+    answer: Answer,
+    *,
+    use: Use | None,
+    now: datetime,
+    long: bool = False,
+    everything: bool = False,
+) -> list[str]:
+    """The matches of *answer*, one line each, within one screen unless *everything*:
+    combinations with no results at all are counted rather than listed, then the rest is
+    cut with a line saying how to see it."""
+    from envbuilder.lockfile.advice import column_widths, one_line
+
+    matches = list(answer.matches)
+    lines = [
+        f"verdicts for {use}:" if use else "verdicts (the worst of the four uses):",
+    ]
+    lines[0] += (
+        " verdict, combination, failing gate checks, age of the newest run counted "
+        f"(now {now:%Y-%m-%d}), what to do"
+    )
+    silent = [
+        m
+        for m in matches
+        if not m.entry.runs and m.entry.last_verified is None and m.verdict.verdict == "unverified"
+    ]
+    budget = SCREEN_LINES - 2  # the header and one line for what is left out
+    shown = matches
+    if not everything and len(matches) * (1 + 4 * long) > budget and silent:
+        shown = [m for m in matches if m not in silent]
+    widths = column_widths(shown, now)
+    body: list[str] = []
+    cut = 0
+    for i, m in enumerate(shown):
+        block = [one_line(m, now, **widths)]
+        if long and _has_detail(m):
+            block += _detail(m, now)
+        if not everything and len(body) + len(block) > budget - (1 if shown is not matches else 0):
+            cut = len(shown) - i
+            break
+        body += block
+    lines += body
+    notes = []
+    if shown is not matches:
+        notes.append(f"{len(silent)} more with no results yet")
+    if cut:
+        notes.append(f"{cut} more not shown")
+    if notes:
+        lines.append(
+            f"… {', '.join(notes)}: narrow with --python/--cuda/--torch/--gpu, or list all with --all"
+        )
+    return [line[:SCREEN_COLUMNS] for line in lines]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,17 +247,20 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.lockfile.query import answer
     from envbuilder.lockfile.read import load_lockfile
 
+    now = datetime.now(UTC)
     path = lockfile_argument(args.lock, args.settings)
     lock = load_lockfile(path)
     host = detect_host() if args.here else None
     query = _query(args, host)
     result = answer(lock, query)
+    if args.id is not None:
+        result = _only(result, args.id, lock.by_id())
     matches = result.matches
     # rejections are news when the host decides them (a Grace GPU implies aarch64) or when
     # nothing matched; a plain filter's misses are not
     host_query = bool(args.here or args.arch or args.driver or gpu_arch(args.gpu or ""))
     if args.json:
-        listed = [_match_json(m) for m in matches]
+        listed = [_match_json(m, now) for m in matches]
         if host_query:
             out: object = {
                 "host": None if host is None else asdict(host),
@@ -143,16 +291,36 @@ def run(args: argparse.Namespace) -> int:
             print(f"overridden: {' '.join(given)}")
         if len({g.compute_capability for g in host.gpus}) > 1:
             print(f"judged for the first GPU, {host.gpus[0].name}")
-    if matches:
-        width = max(len(m.entry.id) for m in matches)
-        if args.use:
-            print(f"verdicts for {args.use}:")
-        for m in matches:
-            print(f"{m.verdict.verdict:<25} {m.entry.id:<{width}}  {m.verdict.reason}")
+    if matches and args.id is not None:
+        print("\n".join(_one_combination(lock, matches[0], args.use, now)))
+    elif matches:
+        print("\n".join(render(result, use=args.use, now=now, long=args.long, everything=args.all)))
     else:
         print(f"no combination in {path} matches", file=sys.stderr)
     if (host_query or not matches) and result.rejected:
         print(f"{'not for this host' if host_query else 'not matching'} ({len(result.rejected)}):")
-        for r in result.rejected:
-            print(f"  {r.entry.id}: {r.reason}")
+        rejected = result.rejected if args.all else result.rejected[: SCREEN_LINES // 2]
+        for r in rejected:
+            print(f"  {r.entry.id}: {r.reason}"[:SCREEN_COLUMNS])
+        if len(rejected) < len(result.rejected):
+            print(f"  … {len(result.rejected) - len(rejected)} more (--all lists them)")
     return 0 if matches else 1
+
+
+def _only(result: Answer, combination: str, known: Mapping[str, object]) -> Answer:
+    """*result* cut down to the combination *combination*; an unknown id is bad input."""
+    from dataclasses import replace
+
+    from envbuilder.errors import InputError
+
+    if combination not in known:
+        import difflib
+
+        close = difflib.get_close_matches(combination, list(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InputError(f"no combination {combination!r} in the lockfile{hint}")
+    return replace(
+        result,
+        matches=tuple(m for m in result.matches if m.entry.id == combination),
+        rejected=tuple(r for r in result.rejected if r.entry.id == combination),
+    )

@@ -6,8 +6,10 @@ Decisions (also in README.md, "The compatibility lockfile"):
   number changes only when a reader of the previous one would misread the
   file (/2: per-use verdicts and the check status ``invalid``, which a /1
   reader would count as neither passed nor failed; /3: ``retired``, run
-  dates, ``last_verified`` on every entry with runs); readers also read /2,
-  refuse any other schema string (exit 2) and say to upgrade.
+  dates, ``last_verified`` on every entry with runs, the verdict
+  ``xformers-unusable``, which a /2 reader cannot rank, and each verdict's
+  ``options``). Readers read /3 and /2 (`model.READABLE_COMPAT_SCHEMAS`) and refuse
+  any other schema string (exit 2): regenerate a /1 file, upgrade for a newer.
 - JSON Schema: ``envbuilder/schemas/compat.schema.json`` (``publish`` copies it).
 - Canonical JSON (`canonical`): sorted keys, fixed indent and separators,
   UTF-8, trailing newline, no timestamps of its own (only those in the
@@ -16,7 +18,17 @@ Decisions (also in README.md, "The compatibility lockfile"):
   every reader (`read.load_lockfile`) recomputes it and refuses a mismatch.
 - Every file is written atomically (temporary file + ``os.replace``).
 - Verdicts: per use (inference, inference-compiled, training,
-  training-compiled) and overall the worst; the tables in `verdicts`.
+  training-compiled) and overall the worst; the tables in `verdicts`. A
+  workaround keeps xformers (``dynamo-disable``) or replaces it (the SDPA
+  ones): a use passed only by replacing it is ``xformers-unusable``, and the
+  readers point to the torch-alone combination (`query.replacement`).
+- What a verdict tells users (`advice`, shared by ``query``, the site and
+  ``compat.md``): one line of at most 120 characters —
+  the verdict, the failing gate checks' count, the age, the one action — and
+  the failing checks grouped by cause with an ``envbuilder repro`` command.
+  A verdict's date is derived, never stored: the newest ``finished`` of the
+  runs counted for it (of the queried compute capability), else the stale
+  evidence's ``last_verified`` date.
 - Results on an older lock of a combination are stale evidence (`results`):
   kept under ``stale_runs``, never counted; the current lock stays
   ``unverified`` until it has runs, its reason saying when it was last verified.
@@ -34,7 +46,7 @@ Decisions (also in README.md, "The compatibility lockfile"):
   the lockfile is written and lists them under ``rejected_results``.
 
 Submodules: `model` (records), `canonical`, `verdicts`, `results`, `merge`,
-`read`, `gpus`, `drivers`, `host`, `query`, `export`, `doctor` (with
+`read`, `gpus`, `drivers`, `host`, `query`, `advice`, `export`, `doctor` (with
 `_envprobe` and `_smoke`, which run by path inside the checked environment). Importing this package imports only the
 standard library.
 """

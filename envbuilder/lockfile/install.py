@@ -1,8 +1,10 @@
 """Installing one combination of the lockfile, exactly as locked (``envbuilder install``).
 
 Only ``verified`` and ``verified-with-workaround`` combinations are installed
-(the workaround is printed: a code-level one such as ``sdpa-under-compile`` is
-the user's to apply); anything else needs ``--allow-unverified``. With
+(the workaround is printed: a code-level one such as ``dynamo-disable`` is
+the user's to apply); anything else needs ``--allow-unverified``. An
+``xformers-unusable`` one is refused naming the combination without xformers
+when that one is verified for the use. With
 ``--use`` the verdict for that use decides (eager or compiled, inference or
 training), and the workarounds printed are those verified for that use. The lock is
 exported (`envbuilder.lockfile.export.exported`) and handed to uv (a pylock)
@@ -130,7 +132,7 @@ def install(args: argparse.Namespace) -> int:
     from envbuilder.lockfile.export import exported
     from envbuilder.lockfile.model import use_verdict
     from envbuilder.lockfile.published import lockfile_argument
-    from envbuilder.lockfile.query import Query, select
+    from envbuilder.lockfile.query import Query, replacement, select
     from envbuilder.lockfile.read import load_lockfile
     from envbuilder.reporter import Reporter
 
@@ -167,9 +169,18 @@ def install(args: argparse.Namespace) -> int:
     use = f" for {args.use}" if args.use else ""
     report.line(f"combination {entry.id}{use}: {verdict.verdict} ({verdict.reason})")
     if verdict.verdict not in INSTALLABLE and not args.allow_unverified:
+        alternative = (
+            replacement(lock, entry, args.use) if verdict.verdict == "xformers-unusable" else None
+        )
+        instead = (
+            f"; without xformers {alternative.id!r} is {alternative.verdict.verdict}{use}: "
+            f"`envbuilder install {alternative.id}`"
+            if alternative is not None
+            else ""
+        )
         raise InputError(
-            f"refusing to install {entry.id!r}: it is {verdict.verdict}{use}, not verified; "
-            "pass --allow-unverified to install it anyway"
+            f"refusing to install {entry.id!r}: it is {verdict.verdict}{use}, not verified"
+            f"{instead}; pass --allow-unverified to install it anyway"
         )
     for choice in verdict.choices:
         report.line(

@@ -43,6 +43,7 @@ __all__ = [
     "VerdictName",
     "WorkaroundChoice",
     "WorkaroundCost",
+    "WorkaroundOption",
     "run_date",
     "use_verdict",
     "use_verdicts_from_json",
@@ -55,20 +56,29 @@ __all__ = [
 #: ``minimum_driver``, the lockfile's ``drivers`` table) came with it.
 #: /3 keeps evidence across runs: the ``retired`` section (runs of combinations no longer
 #: resolved), ``last_verified`` on every entry with runs (a /2 reader took it for stale
-#: evidence) and each run's ``date``.
+#: evidence) and each run's ``date``; and it tells workarounds that keep xformers from those
+#: that replace it: the verdict ``xformers-unusable`` (a /2 reader cannot rank it) and each
+#: verdict's ``options``.
 COMPAT_SCHEMA = "envbuilder.compat/3"
-#: The schemas readers accept: a /2 file reads as a /3 one without retired combinations.
+#: The schemas readers accept: a /2 file reads as a /3 one without retired combinations
+#: (its verdicts never say ``xformers-unusable``; regenerate it with ``nox -s lock``).
 READABLE_COMPAT_SCHEMAS: tuple[str, ...] = ("envbuilder.compat/2", COMPAT_SCHEMA)
 #: The lockfile's name at the repository root (and in the published site).
 DEFAULT_LOCKFILE = "compat.lock.json"
 
 VerdictName = Literal[
-    "verified", "verified-with-workaround", "unverified", "broken", "unsatisfiable"
+    "verified",
+    "verified-with-workaround",
+    "xformers-unusable",
+    "unverified",
+    "broken",
+    "unsatisfiable",
 ]
 #: Best first; ``query`` sorts by this and the combined verdict of several GPUs is the worst.
 VERDICTS: tuple[VerdictName, ...] = (
     "verified",
     "verified-with-workaround",
+    "xformers-unusable",
     "unverified",
     "broken",
     "unsatisfiable",
@@ -117,14 +127,38 @@ class WorkaroundChoice:
 
 
 @dataclass(frozen=True, kw_only=True)
+class WorkaroundOption:
+    """One workaround verified for a use: the failed checks it passed and its worst cost there.
+
+    ``keeps_xformers``: the user's code still calls xformers (``dynamo-disable``); otherwise
+    it replaces xformers (the SDPA ones) and is an answer, not a workaround of xformers."""
+
+    workaround: str
+    keeps_xformers: bool
+    fixes: tuple[str, ...]  # the failed direct gate checks it passed on, sorted
+    graph_breaks: int | None  # the most over those cases; None: some case did not measure it
+    step_ms: float | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkaroundOption:
+        return cls(
+            workaround=data["workaround"],
+            keeps_xformers=bool(data["keeps_xformers"]),
+            fixes=tuple(data.get("fixes", ())),
+            graph_breaks=data.get("graph_breaks"),
+            step_ms=data.get("step_ms"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Verdict:
     verdict: VerdictName
     reason: str
-    workarounds: tuple[
-        str, ...
-    ] = ()  # what made it work: "sdpa-under-compile", "cuda-runtime:<req>"
-    failing_checks: tuple[str, ...] = ()  # gate checks that failed (broken) or were worked around
+    workarounds: tuple[str, ...] = ()  # what made it work: "dynamo-disable", "cuda-runtime:<req>"
+    failing_checks: tuple[str, ...] = ()  # gate checks that failed (broken: those not covered)
     choices: tuple[WorkaroundChoice, ...] = ()  # per worked-around check, the cheapest workaround
+    #: every workaround verified on some failed check, cheapest first (graph breaks, step time)
+    options: tuple[WorkaroundOption, ...] = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Verdict:
@@ -134,6 +168,7 @@ class Verdict:
             workarounds=tuple(data.get("workarounds", ())),
             failing_checks=tuple(data.get("failing_checks", ())),
             choices=tuple(WorkaroundChoice.from_json(c) for c in data.get("choices", ())),
+            options=tuple(WorkaroundOption.from_json(o) for o in data.get("options", ())),
         )
 
 
@@ -441,6 +476,8 @@ class Entry:
     def from_json(cls, data: Mapping[str, Any]) -> Entry:
         lock = data.get("lock")
         last = data.get("last_verified")
+        if not isinstance(data["id"], str):
+            raise ValueError(f"a combination's id is {data['id']!r}, not a string")
         return cls(
             id=data["id"],
             python=data["python"],

@@ -8,7 +8,7 @@ Pure: the host is an argument (`Query`), `host.detect_host` reads the machine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packaging.version import InvalidVersion, Version
 
@@ -17,6 +17,7 @@ from envbuilder.lockfile.drivers import driver_satisfies, driver_version
 from envbuilder.lockfile.gpus import arch_covers, compute_capability, gpu_arch
 from envbuilder.lockfile.host import normalise_arch
 from envbuilder.lockfile.model import (
+    INSTALLABLE,
     USES,
     VERDICT_RANK,
     CompatLock,
@@ -28,10 +29,20 @@ from envbuilder.lockfile.model import (
     Verdict,
     use_verdict,
 )
-from envbuilder.lockfile.verdicts import worst
+from envbuilder.lockfile.verdicts import torch_alone_id, worst
 from envbuilder.target import normalise_cuda as normalise_target_cuda
 
-__all__ = ["Answer", "Match", "Query", "Rejection", "answer", "normalise_cuda", "select"]
+__all__ = [
+    "Answer",
+    "Match",
+    "Query",
+    "Rejection",
+    "Replacement",
+    "answer",
+    "normalise_cuda",
+    "replacement",
+    "select",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +64,18 @@ class Match:
     compute_capability: str | None = None
     use: Use | None = None
     uses: tuple[UseVerdict, ...] = ()  # every use's verdict, for the queried GPU when given
+    #: xformers-unusable: the combination without xformers (same Python, CUDA, torch) and its
+    #: verdict for the same use and GPU, when that one is installable (verified, perhaps with
+    #: a workaround); None otherwise
+    replacement: Replacement | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replacement:
+    """The torch-alone combination a row whose xformers is unusable points to."""
+
+    id: str
+    verdict: Verdict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,13 +128,7 @@ def _gpu_verdict(entry: Entry, cc: str, use: Use | None) -> Verdict:
     if mine:
         chosen = worst(_verdict(g, use) for g in mine)
         names = ", ".join(g.gpu for g in mine)
-        return Verdict(
-            verdict=chosen.verdict,
-            reason=f"on {names}: {chosen.reason}",
-            workarounds=chosen.workarounds,
-            failing_checks=chosen.failing_checks,
-            choices=chosen.choices,
-        )
+        return replace(chosen, reason=f"on {names}: {chosen.reason}")
     arch = ((entry.xformers_build or {}).get("built_with") or {}).get("arch_list")
     sm = "sm_" + cc.replace(".", "")
     if isinstance(arch, str) and arch and not arch_covers(arch, cc):
@@ -160,6 +177,19 @@ def _rejections(entry: Entry, query: Query, cuda: str | None, arch: str | None) 
     return reasons
 
 
+def replacement(
+    lock: CompatLock, entry: Entry, use: Use | None, cc: str | None = None
+) -> Replacement | None:
+    """The torch-alone combination of *entry* (`torch_alone_id`) when it is installable for
+    *use* (overall without one) on GPUs of compute capability *cc* (any without one)."""
+    alone_id = torch_alone_id(entry.id)
+    alone = lock.by_id().get(alone_id) if alone_id else None
+    if alone is None or alone.lock is None:
+        return None
+    verdict = _gpu_verdict(alone, cc, use) if cc else _verdict(alone, use)
+    return Replacement(id=alone.id, verdict=verdict) if verdict.verdict in INSTALLABLE else None
+
+
 def answer(lock: CompatLock, query: Query) -> Answer:
     """Every combination, either matching *query* (best verdict for its use first, then newest
     versions) or rejected with the reasons it cannot serve it."""
@@ -184,8 +214,20 @@ def answer(lock: CompatLock, query: Query) -> Answer:
             UseVerdict(use=u, verdict=_gpu_verdict(entry, cc, u) if cc else _verdict(entry, u))
             for u in USES
         )
+        alternative = (
+            replacement(lock, entry, query.use, cc)
+            if verdict.verdict == "xformers-unusable"
+            else None
+        )
         matches.append(
-            Match(entry=entry, verdict=verdict, compute_capability=cc, use=query.use, uses=uses)
+            Match(
+                entry=entry,
+                verdict=verdict,
+                compute_capability=cc,
+                use=query.use,
+                uses=uses,
+                replacement=alternative,
+            )
         )
     matches.sort(
         key=lambda m: (

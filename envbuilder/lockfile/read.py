@@ -32,6 +32,26 @@ def default_lockfile(settings: Settings | None = None) -> Path:
     return settings.lockfile or Path(DEFAULT_LOCKFILE)
 
 
+def _version(schema: str) -> int | None:
+    """The major version of ``envbuilder.compat/N``; None for anything else."""
+    prefix, _, number = schema.partition("/")
+    return int(number) if prefix == "envbuilder.compat" and number.isdigit() else None
+
+
+def _schema_hint(schema: object) -> str:
+    """What to do about a lockfile schema this envbuilder does not read."""
+    version = _version(schema) if isinstance(schema, str) else None
+    if version is None:
+        return "this is not an envbuilder compatibility lockfile"
+    newest = _version(COMPAT_SCHEMA) or 0
+    if version > newest:
+        return "it was written by a newer envbuilder: upgrade envbuilder"
+    return (
+        "it was written by an older envbuilder, whose lockfiles this one no longer reads: "
+        "regenerate it with `nox -s lock` (or download the current published lockfile)"
+    )
+
+
 def load_lockfile(path: Path) -> CompatLock:
     """Read and verify a compatibility lockfile; any problem is an `InputError` naming *path*."""
     try:
@@ -53,13 +73,9 @@ def load_lockfile(path: Path) -> CompatLock:
         raise InputError(f"{path}: not a compatibility lockfile (top level is not an object)")
     schema = data.get("schema")
     if schema not in READABLE_COMPAT_SCHEMAS:
-        hint = (
-            "it was written by a newer envbuilder: upgrade envbuilder"
-            if isinstance(schema, str) and schema.startswith("envbuilder.compat/")
-            else "this is not an envbuilder compatibility lockfile"
-        )
         raise InputError(
-            f"{path}: unsupported schema {schema!r} (expected {COMPAT_SCHEMA!r}); {hint}"
+            f"{path}: unsupported schema {schema!r} (this envbuilder reads "
+            f"{', '.join(repr(s) for s in READABLE_COMPAT_SCHEMAS)}); {_schema_hint(schema)}"
         )
     recorded = data.get(HASH_KEY)
     if not isinstance(recorded, str):

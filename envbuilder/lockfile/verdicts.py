@@ -21,11 +21,24 @@ every direct gate check passed or was skipped          ``verified``
 … and the resolver added a CUDA runtime                ``verified-with-workaround``
   (``extra_runtime``)                                    naming ``cuda-runtime:<req>``
 some direct gate checks failed, and each one has a     ``verified-with-workaround``
-  workaround that works on it (below)                    naming, per failed check, the
-                                                         cheapest such workaround
+  workaround that works on it (below) and keeps          naming, per failed check, the
+  xformers                                               cheapest one that keeps it
+some failed direct gate check is passed only by        ``xformers-unusable``: the use
+  workarounds that replace xformers (every other         works on this stack without
+  failed check has a working workaround)                 xformers, not with it
 some failed direct gate check has no workaround        ``broken``, naming the failed
   that works on it                                       checks nobody worked around
 =====================================================  ============================
+
+Whether a workaround keeps xformers comes from the suite's vocabulary
+(`envbuilder.conformance._record.KEEPS_XFORMERS`: ``dynamo-disable`` keeps it,
+``sdpa-under-compile`` and ``sdpa-instead`` replace it); a name outside it is taken as
+replacing xformers, since nothing says the user's xformers call survives it. Every verdict
+lists, in ``options``, every workaround that works on at least one failed check, cheapest
+first, with whether it keeps xformers and which checks it passed. An ``xformers-unusable``
+verdict is an answer, not a workaround: the consumers (`query`, the site) name the
+combination of the same Python, CUDA and torch without xformers (the id without its
+``-xformers…`` part) when that one is verified for the use (`torch_alone_id`).
 
 A workaround check W covers a failed direct check C:
 
@@ -39,6 +52,9 @@ A workaround (by name) *works* on C when it has at least one check covering C
 and every one of those passed. Of those that work, the cheapest is chosen:
 fewest ``graph_breaks``, then lowest ``step_ms`` (unmeasured costs sort after
 measured ones), then the workaround's name — so the choice is deterministic.
+For ``verified-with-workaround`` only the ones that keep xformers are chosen from; for
+``xformers-unusable`` the cheapest that keeps xformers where one works on C, else the
+cheapest replacement.
 
 A run's overall verdict is the worst of its four use verdicts. A combination's:
 
@@ -59,8 +75,11 @@ resolved, with runs (on the current lock)              per GPU model and use the
                                                          the worst of the uses
 =====================================================  ============================
 
-"Worst" follows the order verified < verified-with-workaround < unverified
-< broken < unsatisfiable.
+"Worst" follows the order verified < verified-with-workaround < xformers-unusable
+< unverified < broken < unsatisfiable. ``xformers-unusable`` sits after the verdicts that
+install the row as it is (the user's xformers code works, changed or not) and before
+``unverified``: it is measured evidence that the use runs on this stack once xformers is
+replaced, which says more than no evidence, while the row is not installable for that use.
 
 The stale evidence a combination shows (`last_verified`) comes from the older
 lock whose newest run finished last; its runs are judged as a combination's
@@ -70,9 +89,11 @@ are (per GPU, per use, worst), and its date is that newest run's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 
+from envbuilder.conformance._record import KEEPS_XFORMERS
 from envbuilder.lockfile.model import (
     USES,
     VERDICT_RANK,
@@ -85,6 +106,7 @@ from envbuilder.lockfile.model import (
     UseVerdict,
     Verdict,
     WorkaroundChoice,
+    WorkaroundOption,
     use_verdict,
 )
 
@@ -95,16 +117,31 @@ __all__ = [
     "combination_verdict",
     "covers",
     "gpu_verdicts",
+    "keeps_xformers",
     "last_verified",
+    "options",
     "overall",
     "run_use_verdicts",
     "run_verdict",
+    "torch_alone_id",
     "use_verdict_of",
     "workarounds_that_work",
     "worst",
 ]
 
 FAILED: frozenset[CheckStatus] = frozenset({"fail", "error", "timeout", "invalid"})
+
+
+def keeps_xformers(workaround: str) -> bool:
+    """Whether the user's code still calls xformers with *workaround* applied (unknown: no)."""
+    return bool(KEEPS_XFORMERS.get(workaround, False))  # type: ignore[call-overload]
+
+
+def torch_alone_id(combination_id: str) -> str | None:
+    """The id of the same Python/CUDA/torch without xformers (``py3.12-cu130-torch2.11.0``
+    for ``py3.12-cu130-torch2.11.0-xformers0.0.35-cudart``); None for a torch-alone id."""
+    head, sep, _ = combination_id.partition("-xformers")
+    return head if sep else None
 
 
 def covers(workaround: CheckOutcome, failed: CheckOutcome) -> bool:
@@ -143,19 +180,68 @@ def workarounds_that_work(
     return out
 
 
+def _cost_key(c: WorkaroundChoice | WorkaroundOption) -> tuple[bool, int, bool, float, str]:
+    return (
+        c.graph_breaks is None,
+        c.graph_breaks or 0,
+        c.step_ms is None,
+        c.step_ms or 0.0,
+        c.workaround,
+    )
+
+
 def cheapest(choices: Iterable[WorkaroundChoice]) -> WorkaroundChoice | None:
     """Fewest graph breaks, then fastest step, then name; unmeasured after measured."""
+    return min(choices, key=_cost_key, default=None)
 
-    def key(c: WorkaroundChoice) -> tuple[bool, int, bool, float, str]:
-        return (
-            c.graph_breaks is None,
-            c.graph_breaks or 0,
-            c.step_ms is None,
-            c.step_ms or 0.0,
-            c.workaround,
+
+def _worst_cost(values: Sequence[float | int | None]) -> float | int | None:
+    return None if not values or None in values else max(v for v in values if v is not None)
+
+
+def options(working: Iterable[WorkaroundChoice]) -> tuple[WorkaroundOption, ...]:
+    """Per workaround name, the failed checks it works on and its worst cost over them;
+    cheapest first (graph breaks, then step time, unmeasured last, then name)."""
+    by_name: dict[str, list[WorkaroundChoice]] = {}
+    for choice in working:
+        by_name.setdefault(choice.workaround, []).append(choice)
+    out = []
+    for name, mine in by_name.items():
+        breaks = _worst_cost([c.graph_breaks for c in mine])
+        out.append(
+            WorkaroundOption(
+                workaround=name,
+                keeps_xformers=keeps_xformers(name),
+                fixes=tuple(sorted({c.check for c in mine})),
+                graph_breaks=None if breaks is None else int(breaks),
+                step_ms=None
+                if (ms := _worst_cost([c.step_ms for c in mine])) is None
+                else float(ms),
+            )
         )
+    return tuple(sorted(out, key=_cost_key))
 
-    return min(choices, key=key, default=None)
+
+def _merged_options(verdicts: Iterable[Verdict]) -> tuple[WorkaroundOption, ...]:
+    """The options of several verdicts (several uses or GPUs), each workaround once."""
+    merged: dict[str, list[WorkaroundOption]] = {}
+    for v in verdicts:
+        for o in v.options:
+            merged.setdefault(o.workaround, []).append(o)
+    out = []
+    for name, mine in merged.items():
+        breaks = _worst_cost([o.graph_breaks for o in mine])
+        ms = _worst_cost([o.step_ms for o in mine])
+        out.append(
+            WorkaroundOption(
+                workaround=name,
+                keeps_xformers=mine[0].keeps_xformers,
+                fixes=tuple(sorted({c for o in mine for c in o.fixes})),
+                graph_breaks=None if breaks is None else int(breaks),
+                step_ms=None if ms is None else float(ms),
+            )
+        )
+    return tuple(sorted(out, key=_cost_key))
 
 
 def _describe(check: CheckOutcome) -> str:
@@ -164,16 +250,17 @@ def _describe(check: CheckOutcome) -> str:
     if check.status == "invalid" and measured is not None:
         text += f" (sensitivity {measured.sensitivity_ratio:.3g}× its bound)"
     elif check.reason:
-        text += f" ({check.reason})"
+        first = check.reason.splitlines()[0].split(" | ")[0]
+        text += f" ({first[:117] + '…' if len(first) > 120 else first})"
     return text
 
 
-def _cost(choice: WorkaroundChoice) -> str:
+def _cost(choice: WorkaroundChoice | WorkaroundOption) -> str:
     parts = []
     if choice.graph_breaks is not None:
-        parts.append(f"{choice.graph_breaks} graph breaks")
+        parts.append(f"{choice.graph_breaks} graph break{'s' if choice.graph_breaks != 1 else ''}")
     if choice.step_ms is not None:
-        parts.append(f"{choice.step_ms:.3g} ms/step")
+        parts.append(f"≤{choice.step_ms:.3g} ms/step")
     return f" ({', '.join(parts)})" if parts else ""
 
 
@@ -196,29 +283,58 @@ def use_verdict_of(
             )
         passed = sum(c.status == "pass" for c in gates)
         return Verdict(verdict="verified", reason=f"all {passed} gate checks passed")
-    chosen: list[WorkaroundChoice] = []
-    uncovered: list[CheckOutcome] = []
-    for check in failed:
-        best = cheapest(workarounds_that_work(mine, check))
-        if best is None:
-            uncovered.append(check)
-        else:
-            chosen.append(best)
+    working = {c.name: workarounds_that_work(mine, c) for c in failed}
+    listed = options(w for ws in working.values() for w in ws)
+    uncovered = [c for c in failed if not working[c.name]]
     if uncovered:
         return Verdict(
             verdict="broken",
-            reason=f"failing gate checks: {'; '.join(_describe(c) for c in uncovered)}",
+            reason=f"{_count(uncovered)} with no working workaround: {_some(uncovered)}",
             failing_checks=tuple(c.name for c in uncovered),
+            options=listed,
         )
-    workarounds = tuple(sorted({c.workaround for c in chosen})) + runtime
-    details = "; ".join(f"{c.check} failed, passed with {c.workaround}{_cost(c)}" for c in chosen)
+    kept = {n: [w for w in ws if keeps_xformers(w.workaround)] for n, ws in working.items()}
+    replaced = [c for c in failed if not kept[c.name]]
+    if replaced:
+        chosen = [cheapest(kept[c.name] or working[c.name]) for c in failed]
+        picked = [c for c in chosen if c is not None]
+        without = sorted({c.workaround for c in picked if not keeps_xformers(c.workaround)})
+        return Verdict(
+            verdict="xformers-unusable",
+            reason=f"xformers is not usable here: {len(replaced)} of {_count(failed)} "
+            f"{'passes' if len(replaced) == 1 else 'pass'} only without xformers "
+            f"({', '.join(without)})",
+            workarounds=tuple(sorted({c.workaround for c in picked})) + runtime,
+            failing_checks=tuple(c.name for c in failed),
+            choices=tuple(picked),
+            options=listed,
+        )
+    chosen_kept = [cheapest(kept[c.name]) for c in failed]
+    picked = [c for c in chosen_kept if c is not None]
+    names = sorted({c.workaround for c in picked})
+    details = ", ".join(f"{n}{_cost(_option(listed, n))}" for n in names)
     return Verdict(
         verdict="verified-with-workaround",
-        reason=details,
-        workarounds=workarounds,
+        reason=f"{_count(failed)} {'passes' if len(failed) == 1 else 'pass'} with {details}",
+        workarounds=tuple(names) + runtime,
         failing_checks=tuple(c.name for c in failed),
-        choices=tuple(chosen),
+        choices=tuple(picked),
+        options=listed,
     )
+
+
+def _count(checks: Sequence[CheckOutcome]) -> str:
+    return f"{len(checks)} failing gate check{'s' if len(checks) != 1 else ''}"
+
+
+def _some(checks: Sequence[CheckOutcome], shown: int = 3) -> str:
+    """The first *shown* of *checks* described, and how many more: reasons stay short."""
+    text = "; ".join(_describe(c) for c in checks[:shown])
+    return text + (f"; and {len(checks) - shown} more" if len(checks) > shown else "")
+
+
+def _option(listed: Sequence[WorkaroundOption], name: str) -> WorkaroundOption:
+    return next(o for o in listed if o.workaround == name)
 
 
 def worst(verdicts: Iterable[Verdict]) -> Verdict:
@@ -249,6 +365,7 @@ def overall(uses: Sequence[UseVerdict]) -> Verdict:
         workarounds=workarounds,
         failing_checks=tuple(sorted({c for u in mine for c in u.verdict.failing_checks})),
         choices=tuple(choices),
+        options=_merged_options(u.verdict for u in mine),
     )
 
 
@@ -269,13 +386,10 @@ def _for_use(use: Use, record: Run | GpuVerdict | LastVerified) -> Verdict:
 
 
 def _conflicted(chosen: Verdict, gpu: str, distinct: Sequence[str]) -> Verdict:
-    return Verdict(
-        verdict=chosen.verdict,
+    return replace(
+        chosen,
         reason=f"conflicting results on {gpu} ({', '.join(distinct)}); keeping the worst: "
         + chosen.reason,
-        workarounds=chosen.workarounds,
-        failing_checks=chosen.failing_checks,
-        choices=chosen.choices,
     )
 
 
@@ -341,13 +455,7 @@ def _combined(
     else:
         others = ", ".join(f"{g.gpu}: {pick(g).verdict}" for g in gpus)
         reason = f"worst of {len(gpus)} GPUs ({others}); on {chosen.gpu}: {verdict.reason}"
-    return Verdict(
-        verdict=verdict.verdict,
-        reason=reason,
-        workarounds=verdict.workarounds,
-        failing_checks=verdict.failing_checks,
-        choices=verdict.choices,
-    )
+    return replace(verdict, reason=reason)
 
 
 def combination_use_verdicts(

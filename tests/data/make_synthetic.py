@@ -293,6 +293,7 @@ def checks(
     attention: str = "pass",
     compile_xf: str = "pass",
     sdpa_compile: str = "pass",
+    dynamo_disable: str | None = None,
     xf_ms: float = 1.0,
     sdpa_ms: float = 1.3,
     xf_mib: int = 300,
@@ -328,6 +329,21 @@ def checks(
             workaround="sdpa-under-compile",
             reason="NaN in output" if sdpa_compile != "pass" else "",
             numbers={"recompiles": 1},
+        ),
+        *(
+            []
+            if dynamo_disable is None
+            else [
+                check(
+                    "compile.dynamic.xformers_dynamo_disable",
+                    dynamo_disable,
+                    gate=False,
+                    impl="xformers",
+                    workaround="dynamo-disable",
+                    reason="" if dynamo_disable == "pass" else "graph break not seen",
+                    numbers={"graph_breaks": 1},
+                )
+            ]
         ),
         check(
             "performance.xformers.bf16.s1024.d64",
@@ -450,7 +466,11 @@ def main() -> None:
             ok, shas[ok], A100, "21", checks(xf_ms=2.1, sdpa_ms=2.9, xf_mib=310, sdpa_mib=450)
         ),
         f"{ww}.h100.json": results(
-            ww, shas[ww], H100, "20", checks(compile_xf="fail", xf_ms=0.9, sdpa_ms=1.1)
+            ww,
+            shas[ww],
+            H100,
+            "20",
+            checks(compile_xf="fail", dynamo_disable="pass", xf_ms=0.9, sdpa_ms=1.1),
         ),
         f"{cudart}.h100.json": results(
             cudart, shas[cudart], H100, "22", checks(xf_ms=0.8, sdpa_ms=0.85)

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,12 @@ def test_every_verdict_from_the_synthetic_results(workdir: Path) -> None:
     assert {e.id: e.verdict.verdict for e in compat.combinations} == EXPECTED
     by_id = compat.by_id()
     ww = by_id["py3.11-default-torch2.6.0-xformers0.0.29.post3"].verdict
-    assert ww.workarounds == ("sdpa-under-compile",)
+    # SDPA under compile (0 graph breaks) is cheaper, but the disabled call keeps xformers
+    assert ww.workarounds == ("dynamo-disable",)
+    assert [(o.workaround, o.keeps_xformers) for o in ww.options] == [
+        ("dynamo-disable", True),
+        ("sdpa-under-compile", False),
+    ]
     cudart = by_id["py3.12-default-torch2.7.0-xformers0.0.30-cudart"].verdict
     assert cudart.workarounds == ("cuda-runtime:nvidia-cuda-runtime-cu12==12.8.90",)
     conflicted = by_id["py3.12-default-torch2.8.0-xformers0.0.32.post2"]
@@ -75,20 +81,21 @@ PER_USE: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     # the other has none, and one case could not see its padding mask (invalid)
     "py3.12-default-torch2.10.0-xformers0.0.34": {
         "inference": ("verified", ()),
-        "inference-compiled": ("verified-with-workaround", ("sdpa-under-compile",)),
+        "inference-compiled": ("verified-with-workaround", ("dynamo-disable",)),
         "training": ("verified", ()),
         "training-compiled": ("broken", ()),
     },
-    # every failing compiled case has two working workarounds: the cheaper is named
+    # every failing compiled case has two working workarounds: the one that keeps xformers
+    # is named even where replacing xformers is cheaper (2 graph breaks against 0)
     "py3.12-default-torch2.11.0-xformers0.0.35": {
         "inference": ("verified", ()),
         "inference-compiled": ("verified-with-workaround", ("dynamo-disable",)),
         "training": ("verified", ()),
-        "training-compiled": ("verified-with-workaround", ("sdpa-under-compile",)),
+        "training-compiled": ("verified-with-workaround", ("dynamo-disable",)),
     },
     # results/1: every gate check speaks for every use
     "py3.11-default-torch2.6.0-xformers0.0.29.post3": {
-        use: ("verified-with-workaround", ("sdpa-under-compile",))
+        use: ("verified-with-workaround", ("dynamo-disable",))
         for use in ("inference", "inference-compiled", "training", "training-compiled")
     },
 }
@@ -100,6 +107,10 @@ def test_per_use_verdicts(workdir: Path, combination: str) -> None:
     entry = load_lockfile(workdir / "compat.lock.json").by_id()[combination]
     got = {u.use: (u.verdict.verdict, u.verdict.workarounds) for u in entry.uses}
     assert got == PER_USE[combination]
+    # the workaround named keeps xformers; every verified one is listed, cheapest first
+    for u in entry.uses:
+        listed = {o.workaround: o.keeps_xformers for o in u.verdict.options}
+        assert all(listed[w] for w in u.verdict.workarounds)
     assert [u.use for u in entry.gpus[0].uses] == list(PER_USE[combination])
     # the overall verdict is the worst use's
     worst = max(VERDICTS.index(v) for v, _ in PER_USE[combination].values())
@@ -285,11 +296,18 @@ def test_query_shows_when_a_combination_was_last_verified(
     assert lock("--results", "results", "stale_results") == 0
     text = f"last verified 2026-11-12 on lock {sha('an older lock of torch 2.9.0')[:12]}: verified"
     capsys.readouterr()
+    # one line: its age in the age column (the stale run finished 2026-11-12), the lock moved
     assert main(["query", "--torch", "2.9"]) == 0
-    (line,) = capsys.readouterr().out.splitlines()
-    assert line.startswith("unverified") and text in line
-    assert main(["query", "--torch", "2.9", "--gpu", "H100"]) == 0
-    assert text in capsys.readouterr().out
+    header, line = capsys.readouterr().out.splitlines()
+    assert header.startswith("verdicts (the worst of the four uses):")
+    age = (datetime.now(UTC).date() - date(2026, 11, 12)).days
+    assert line.startswith("unverified") and NO_XFORMERS in line
+    assert f" {age}d ago " in line and "the lock changed since its last results" in line
+    # --long and the combination's own answer say what was verified then, on which lock
+    assert main(["query", "--torch", "2.9", "--long"]) == 0
+    assert f"    {text}, {age} days ago" in capsys.readouterr().out.splitlines()
+    assert main(["query", NO_XFORMERS, "--gpu", "H100", "--use", "training"]) == 0
+    assert f"    {text}, {age} days ago" in capsys.readouterr().out.splitlines()
     assert main(["query", "--torch", "2.9", "--use", "training", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["verdict"] == "unverified" and text in row["reason"]
@@ -401,6 +419,7 @@ def edit_value(text: str) -> str:
         (lambda t: t[: len(t) // 2], "truncated or damaged"),
         (edit_value, "content_sha256 mismatch"),
         (lambda t: t.replace("envbuilder.compat/3", "envbuilder.compat/4"), "upgrade envbuilder"),
+        (lambda t: t.replace("envbuilder.compat/3", "envbuilder.compat/1"), "older envbuilder"),
         (lambda t: t.replace("envbuilder.compat/3", "something/3"), "not an envbuilder"),
         (lambda t: "[]", "not a compatibility lockfile"),
         (lambda t: "[" * 100_000, "JSON nested deeper than 128 levels"),
@@ -453,6 +472,7 @@ def _set(path: tuple[str | int, ...], value: object) -> Callable[[dict[str, Any]
         (_set(("combinations", 0, "uses"), []), "per-use verdicts list []"),
         (_set(("combinations", 0, "runs", 0, "checks", 0, "status"), "ok"), "check status 'ok'"),
         (_set(("combinations", 0, "runs"), 5), "malformed lockfile"),
+        (_set(("combinations", 6, "id"), []), "a combination's id is [], not a string"),
     ],
 )
 @pytest.mark.parametrize(
@@ -516,7 +536,11 @@ def test_reformatting_keeps_the_hash_valid(workdir: Path) -> None:
         (
             ["py3.12-default-torch2.11.0-xformers0.0.35", "--use", "training-compiled"],
             0,
-            ["only with the workaround 'sdpa-under-compile'"],
+            [
+                "for training-compiled: verified-with-workaround",
+                "1 failing gate check passes with dynamo-disable (2 graph breaks",
+                "only with the workaround 'dynamo-disable'",
+            ],
         ),
         # fine for eager training, refused for compiled training
         (
@@ -580,8 +604,9 @@ def test_query_by_use_shows_that_use(workdir: Path, capsys: pytest.CaptureFixtur
     assert row["uses"]["training-compiled"] == "broken"
     assert main(["query", "--python", "3.12", "--use", "training-compiled"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "verdicts for training-compiled:"
-    assert lines[-2].startswith("broken") and "py3.12-default-torch2.10.0" in lines[-2]
+    assert lines[0].startswith("verdicts for training-compiled: ")
+    (line,) = [ln for ln in lines if "py3.12-default-torch2.10.0" in ln]
+    assert line.startswith("broken") and line.endswith("no workaround works (see the causes)")
 
 
 RESULTS_2 = sorted(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,7 @@ def statuses(
                 "gpu-smoke": "skip",
             },
         ),
-        (  # xformers under compile fails where the lockfile verified SDPA as the workaround
+        (  # xformers under compile fails where the lockfile verified a workaround for it
             "3.11",
             {**GOOD, "torch": "2.6.0", "xformers": "0.0.29.post3"},
             {**GPU_OK, "compile_xformers": {"status": "fail", "error": "graph break"}},
@@ -173,6 +174,34 @@ def test_doctor_findings(
     assert statuses(compat, python, versions, probe) == (combination, expected)
 
 
+@pytest.mark.parametrize(
+    ("versions", "status", "says"),
+    [
+        # the lockfile verified the xformers call under torch.compiler.disable: expected
+        (
+            {**GOOD, "torch": "2.6.0", "xformers": "0.0.29.post3"},
+            "warn",
+            "graph break (expected: the lockfile verifies the xformers call under "
+            "torch.compiler.disable)",
+        ),
+        # verified without any workaround: a failure here is news
+        (GOOD, "fail", "graph break"),
+    ],
+)
+def test_a_compile_failure_is_expected_only_where_a_workaround_is_verified(
+    compat: CompatLock, versions: Mapping[str, str], status: str, says: str
+) -> None:
+    probe = {**GPU_OK, "compile_xformers": {"status": "fail", "error": "graph break"}}
+    _, findings = check_environment(
+        compat,
+        env=Installed(python="3.11", versions=versions),
+        probe=probe,
+        hashes=False,
+    )
+    (finding,) = [f for f in findings if f.name == "compile-xformers"]
+    assert (finding.status, finding.detail) == (status, f"on NVIDIA H200 (sm_90): {says}")
+
+
 def test_markdown_table_lists_every_combination_and_verdict(compat: CompatLock) -> None:
     table = markdown_table(compat, "ab" * 32)
     rows = [line for line in table.splitlines() if line.startswith("| `")]
@@ -223,25 +252,36 @@ def test_markdown_table_writes_text_from_results_literally(
     becomes HTML, a link or table structure in compat.md."""
     entry = compat.combinations[0]
     gpu = replace(entry.gpus[0], gpu=text)
+    run = entry.runs[0]
+    failing = set(entry.verdict.failing_checks)
+    checks = tuple(
+        replace(c, reason=text, numbers={**c.numbers, "cause": text}) if c.name in failing else c
+        for c in run.checks
+    )
     hostile = replace(
         entry,
-        verdict=replace(entry.verdict, reason=text),
+        # the resolver's reason is the action of an unsatisfiable combination
+        verdict=replace(entry.verdict, verdict="unsatisfiable", reason=text),
         gpus=(gpu,),
         torch=text,
+        runs=(replace(run, checks=checks), *entry.runs[1:]),
     )
     lock = replace(
         compat,
         combinations=(hostile,),
         rejected_results=(RejectedResults(file=f"results/{text}.json", reason=text),),
     )
-    table = markdown_table(lock, "ab" * 32)
+    table = markdown_table(lock, "ab" * 32, now=datetime(2026, 12, 2, tzinfo=UTC))
     (row,) = [line for line in table.splitlines() if line.startswith(f"| `{entry.id}`")]
-    assert row.endswith(f"| {written} |")  # the reason, the last cell
+    # what to do, the last cell
+    assert row.endswith(f"| {written} (measured 2026-11-19, 13 days ago) |")
+    # the failing checks' cause, under the table
+    assert f"- 2 checks: {written} repro: envbuilder repro " in table
     assert f"| {written} |" in row  # torch
     assert f"{written}: broken" in row  # the GPU
     cells = re.split(r"(?<!\\)\|", row)[1:-1]
     assert len(cells) == 9  # nothing in the text opened or closed a cell
-    (rejected,) = [line for line in table.splitlines() if line.startswith("- ")]
+    (rejected,) = [ln for ln in table.splitlines() if ln.startswith("- ") and "results/" in ln]
     assert rejected.endswith(f": {written}")
     # outside code spans (where everything is literal) no raw HTML and no link opens
     prose = re.sub(r"`[^`]*`", "", table)

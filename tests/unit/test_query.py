@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from envbuilder.commands.query import render
 from envbuilder.errors import InputError
+from envbuilder.lockfile.advice import (
+    LINE_WIDTH,
+    action,
+    age,
+    cause_line,
+    causes,
+    column_widths,
+    dated,
+    one_line,
+)
 from envbuilder.lockfile.gpus import arch_covers, compute_capability
-from envbuilder.lockfile.model import USES, CompatLock, use_verdict
-from envbuilder.lockfile.query import Query, normalise_cuda, select
+from envbuilder.lockfile.model import (
+    USES,
+    CompatLock,
+    DriverTable,
+    Entry,
+    LockPointer,
+    Run,
+    Use,
+    UseVerdict,
+    Verdict,
+    VerdictName,
+    use_verdict,
+)
+from envbuilder.lockfile.query import Query, answer, normalise_cuda, select
+from envbuilder.lockfile.results import accept, find_results
+from envbuilder.lockfile.verdicts import combination_use_verdicts, gpu_verdicts, overall
+from envbuilder.model import Requested, ResolvedCombination
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -180,4 +210,300 @@ def test_the_workaround_named_for_a_use_is_the_one_measured_for_it(compat: Compa
     (choice,) = match.verdict.choices
     assert (choice.workaround, choice.graph_breaks, choice.step_ms) == ("dynamo-disable", 0, 1.2)
     (match,) = select(compat, Query(torch="2.11", use="training-compiled"))
-    assert match.verdict.workarounds == ("sdpa-under-compile",)
+    # the one that keeps xformers, though the replacement has fewer graph breaks
+    assert match.verdict.workarounds == ("dynamo-disable",)
+    assert [o.workaround for o in match.verdict.options] == ["sdpa-under-compile", "dynamo-disable"]
+
+
+# ---- one screen per answer, on the committed H200 results ------------------------------------
+
+ROOT = Path(__file__).parents[2]
+NOW = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+CUDART_H200 = "py3.12-cu130-torch2.11.0-xformers0.0.35-cudart"
+ALONE_H200 = "py3.12-cu130-torch2.11.0"
+
+
+def _entry(combo: ResolvedCombination, runs: tuple[Run, ...]) -> Entry:
+    """What `lock` makes of a combination, without its pylock (not in the repository)."""
+    gpus = gpu_verdicts(runs)
+    uses = combination_use_verdicts(status=combo.status, resolver_reason=combo.reason, gpus=gpus)
+    resolved = combo.status == "resolved"
+    return Entry(
+        id=combo.id,
+        python=combo.python,
+        cuda=combo.cuda,
+        platform=combo.platform,
+        arch="x86_64",
+        cuda_release="13.0",
+        minimum_driver="580.65.06",
+        torch="2.11.0",
+        xformers="0.0.35" if "xformers" in combo.id else None,
+        status=combo.status,
+        resolver_reason=combo.reason,
+        lock=LockPointer(path=f"locks/{combo.id}.toml", sha256=combo.lock_sha256 or "")
+        if resolved
+        else None,
+        packages=(),
+        torch_build=None,
+        xformers_build=None,
+        extra_runtime=combo.extra_runtime,
+        notes=(),
+        runs=runs,
+        gpus=gpus,
+        uses=uses,
+        verdict=overall(uses) if gpus else uses[0].verdict,
+    )
+
+
+@pytest.fixture(scope="module")
+def committed() -> CompatLock:
+    """The lockfile of the repository's results/ (the H200 runs of the torch 2.11.0 rows)."""
+    files = find_results([ROOT / "results"])
+    shas = {}
+    for path in files:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        shas[data["combination"]] = data["lock_sha256"]
+    combos = {
+        cid: ResolvedCombination(
+            id=cid,
+            status="resolved" if sha else "unsatisfiable",
+            reason="" if sha else "xformers 0.0.35 is built for CUDA 12.8",
+            python="3.12",
+            cuda="cu130",
+            platform="manylinux_2_28_x86_64",
+            lock_sha256=sha,
+            extra_runtime=("nvidia-cuda-runtime-cu12==12.8.90",) if cid.endswith("cudart") else (),
+            requested=Requested(torch="2.11.0", xformers="0.0.35" if "xformers" in cid else None),
+        )
+        for cid, sha in shas.items()
+    }
+    accepted = accept(files, combos, base=ROOT)
+    assert not accepted.rejected
+    entries = tuple(_entry(c, tuple(accepted.current.get(c.id, ()))) for c in combos.values())
+    return CompatLock(
+        generated_by="test",
+        resolution={},
+        combinations=tuple(sorted(entries, key=lambda e: e.id)),
+        drivers=DriverTable(source="test", minimum={}),
+    )
+
+
+def _fits_one_screen(lines: list[str]) -> None:
+    assert len(lines) <= 40
+    assert max(len(line) for line in lines) <= 200
+
+
+@pytest.mark.parametrize("use", [None, *USES])
+def test_every_answer_fits_one_screen_on_the_committed_results(
+    committed: CompatLock, use: Use | None
+) -> None:
+    lines = render(answer(committed, Query(use=use)), use=use, now=NOW)
+    _fits_one_screen(lines)
+    assert all(len(line) <= LINE_WIDTH for line in lines[1:])
+    assert len(lines) == 1 + len(committed.combinations)  # one line per combination
+    long = render(answer(committed, Query(use=use)), use=use, now=NOW, long=True)
+    _fits_one_screen(long)
+
+
+def test_compiled_training_says_xformers_is_unusable_and_names_the_torch_alone_row(
+    committed: CompatLock,
+) -> None:
+    lines = render(
+        answer(committed, Query(use="training-compiled")), use="training-compiled", now=NOW
+    )
+    (line,) = [ln for ln in lines if ln.split()[1] == CUDART_H200]
+    assert line.startswith("xformers-unusable ")
+    assert line.endswith(f"use {ALONE_H200} (verified)")
+    assert re.search(r" \d+ \dd ago ", line)
+    (alone,) = [ln for ln in lines if ln.split()[1] == ALONE_H200]
+    assert alone.startswith("verified ") and alone.endswith("nothing to change")
+
+
+def test_without_a_verified_torch_alone_row_the_action_is_the_cheapest_replacement(
+    committed: CompatLock,
+) -> None:
+    unverified = tuple(
+        UseVerdict(use=u, verdict=Verdict(verdict="unverified", reason="no results")) for u in USES
+    )
+    entries = tuple(
+        replace(e, uses=unverified, verdict=unverified[0].verdict, runs=(), gpus=())
+        if e.id == ALONE_H200
+        else e
+        for e in committed.combinations
+    )
+    (match,) = select(
+        replace(committed, combinations=entries),
+        Query(torch="2.11", xformers="0.0.35", use="training-compiled", cuda="cu130"),
+    )[:1]
+    assert match.verdict.verdict == "xformers-unusable"
+    assert match.replacement is None
+    assert action(match.verdict).startswith(
+        "use SDPA in xformers' place under torch.compile (0 graph breaks"
+    )
+
+
+def test_failing_checks_are_grouped_by_cause(committed: CompatLock) -> None:
+    entry = committed.by_id()[CUDART_H200]
+    verdict = use_verdict(entry.uses, "training-compiled")
+    found = causes(entry, verdict)
+    # one line per cause, not per check; every failing check in exactly one
+    assert sum(len(c.checks) for c in found) == len(verdict.failing_checks)
+    assert len(found) < len(verdict.failing_checks) / 4
+    biggest = found[0]
+    # tensor bias and padding mask, compiled with backward: the fake-tensor device error
+    assert all(name.endswith(".backward") for name in biggest.checks)
+    assert {name.split(".")[2] for name in biggest.checks} == {"bias", "bias_expanded", "padding"}
+    assert biggest.text.startswith("compiled attention failed: TorchRuntimeError")
+    assert biggest.workarounds == ("sdpa-under-compile",)  # dynamo-disable failed there
+    assert biggest.repro == f"envbuilder repro {biggest.checks[0]}"
+    # the causal ones also pass with the disabled call: it keeps xformers
+    causal = [c for c in found if all(".causal." in n for n in c.checks)]
+    assert causal and all("dynamo-disable" in c.workarounds for c in causal)
+    line = cause_line(biggest)
+    assert len(line) <= 200 and line.endswith(biggest.repro)
+
+
+def test_a_recorded_cause_and_component_group_checks_and_name_who_is_at_fault(
+    committed: CompatLock,
+) -> None:
+    entry = committed.by_id()[CUDART_H200]
+    run = max(entry.runs, key=lambda r: len(r.checks))
+    fault = {
+        "cause": "fake-tensor device propagation",
+        "fault_component": "torch",
+        "fault_op": "aten._efficient_attention_backward",
+    }
+    checks = tuple(
+        replace(c, numbers={**c.numbers, **fault})
+        if ".bias" in c.name and c.workaround is None
+        else c
+        for c in run.checks
+    )
+    entry = replace(entry, runs=(replace(run, checks=checks),))
+    verdict = use_verdict(entry.uses, "training-compiled")
+    (torch_fault,) = [c for c in causes(entry, verdict) if c.component == "torch"]
+    assert torch_fault.text == "fake-tensor device propagation"
+    assert torch_fault.op == "aten._efficient_attention_backward"
+    assert cause_line(torch_fault).startswith(
+        f"{len(torch_fault.checks)} checks: fake-tensor device propagation "
+        "[torch (aten._efficient_attention_backward)]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("day", "words", "short"),
+    [
+        ("2026-12-02", "today", "today"),
+        ("2026-12-01", "1 day ago", "1d ago"),
+        ("2026-11-20", "12 days ago", "12d ago"),
+        ("2026-06-01", "184 days ago", "6mo ago"),
+        ("2026-12-09", "in the future", "future"),
+    ],
+)
+def test_age(day: str, words: str, short: str) -> None:
+    assert age(day, NOW) == words
+    assert age(day, NOW, short=True) == short
+
+
+def test_every_verdict_shows_its_date(committed: CompatLock) -> None:
+    for m in answer(committed, Query()).matches:
+        text = dated(m.entry, m.verdict, NOW)
+        if m.entry.runs:
+            assert re.fullmatch(r"measured 2026-1[12]-\d\d, \d+ days? ago", text)
+        else:
+            assert text in ("never run", "not resolvable")
+
+
+@pytest.mark.parametrize(
+    ("verdict", "reason", "todo"),
+    [
+        ("verified", "all 12 gate checks passed", "nothing to change"),
+        (
+            "unverified",
+            "resolved; no conformance results yet",
+            "no results yet: run the suite on it",
+        ),
+        (
+            "unverified",
+            "on NVIDIA H100: resolved; no conformance results yet",
+            "no results yet: run the suite on it",
+        ),
+        # the stale evidence is the date's, not the action's
+        (
+            "unverified",
+            "the lock changed since its last results; last verified 2026-11-12 on lock "
+            "aaaaaaaaaaaa: verified (re-run the suite on the current lock)",
+            "the lock changed since its last results",
+        ),
+        # the resolver's reason is the action, whole
+        (
+            "unsatisfiable",
+            "no torch wheel for cp313; newest Python it supports is 3.12",
+            "no torch wheel for cp313; newest Python it supports is 3.12",
+        ),
+        (
+            "broken",
+            "2 failing gate checks with no working workaround: …",
+            "no workaround works (see the causes)",
+        ),
+    ],
+)
+def test_the_action_of_a_verdict_without_workarounds(
+    verdict: VerdictName, reason: str, todo: str
+) -> None:
+    assert action(Verdict(verdict=verdict, reason=reason)) == todo
+
+
+def test_the_one_line_stays_within_120_characters(compat: CompatLock) -> None:
+    matches = answer(compat, Query()).matches
+    lines = [one_line(m, NOW, **column_widths(matches, NOW)) for m in matches]
+    assert all(len(line) <= LINE_WIDTH for line in lines)
+    (cheap,) = [ln for ln in lines if f" {CHEAPEST} " in ln]
+    # the overall verdict of a row kept with a disabled attention call: that is the action
+    assert cheap.endswith(" wrap attn in torch.compiler.disable")
+
+
+def test_a_compat_2_lockfile_is_still_read(compat: CompatLock, tmp_path: Path) -> None:
+    """A /2 file (no ``options``, no ``xformers-unusable``) loads; its verdicts stay its own."""
+    from envbuilder.lockfile.canonical import HASH_KEY, content_sha256
+    from envbuilder.lockfile.read import load_lockfile
+
+    def strip(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "options"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    data = strip(compat.to_json())
+    assert isinstance(data, dict)
+    data["schema"] = "envbuilder.compat/2"
+    data[HASH_KEY] = content_sha256(data)
+    path = tmp_path / "compat.lock.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    old = load_lockfile(path)
+    assert old.schema == "envbuilder.compat/2"
+    assert [e.verdict.verdict for e in old.combinations] == [
+        e.verdict.verdict for e in compat.combinations
+    ]
+    assert all(not e.verdict.options for e in old.combinations)
+
+
+def test_install_refuses_an_xformers_unusable_row_naming_the_torch_alone_row(
+    committed: CompatLock, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from envbuilder.cli import main
+    from envbuilder.lockfile.canonical import seal
+
+    path = tmp_path / "compat.lock.json"
+    path.write_bytes(seal(committed.to_json()))
+    args = ["install", CUDART_H200, "--use", "training-compiled", "--dry-run", "--lock", str(path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"refusing to install {CUDART_H200!r}: it is xformers-unusable for training-compiled"
+    ) in err
+    assert (
+        f"without xformers {ALONE_H200!r} is verified for training-compiled: "
+        f"`envbuilder install {ALONE_H200}`; pass --allow-unverified"
+    ) in err

@@ -27,6 +27,7 @@ from envbuilder.lockfile.verdicts import (
     overall,
     run_use_verdicts,
     run_verdict,
+    torch_alone_id,
     use_verdict_of,
 )
 
@@ -113,11 +114,11 @@ CUDART = ("nvidia-cuda-runtime-cu12==12.8.90",)
         ([check("performance.x", gate=False)], (), "unverified", (), ()),
         # the resolver's added CUDA runtime is a workaround
         ([ENV, ATTN], CUDART, "verified-with-workaround", ("cuda-runtime:" + CUDART[0],), ()),
-        # a failing direct check covered by a passing workaround of the same group
+        # a failing direct check passed only by replacing xformers: xformers is unusable
         (
             [ENV, COMPILE_FAIL, SDPA_OK],
             (),
-            "verified-with-workaround",
+            "xformers-unusable",
             ("sdpa-under-compile",),
             ("compile.dynamic.xformers",),
         ),
@@ -128,7 +129,7 @@ CUDART = ("nvidia-cuda-runtime-cu12==12.8.90",)
             ("dynamo-disable",),
             ("compile.dynamic.xformers",),
         ),
-        # two that work and no costs measured: the first by name
+        # one that keeps xformers works: it is the workaround, the replacement an option
         (
             [ENV, COMPILE_FAIL, SDPA_OK, DYNAMO_OK],
             (),
@@ -139,7 +140,7 @@ CUDART = ("nvidia-cuda-runtime-cu12==12.8.90",)
         (
             [ENV, COMPILE_FAIL, SDPA_OK],
             CUDART,
-            "verified-with-workaround",
+            "xformers-unusable",
             ("sdpa-under-compile", "cuda-runtime:" + CUDART[0]),
             ("compile.dynamic.xformers",),
         ),
@@ -241,10 +242,24 @@ BASE = [GPU, EAGER, TRAIN, FWD_C]
                 check(BIAS_C, "fail", uses=TC),
                 check(PAD_C, "fail", uses=TC),
                 fix(BIAS_C, "dynamo-disable"),
-                fix(PAD_C, "sdpa-under-compile"),
+                fix(PAD_C, "dynamo-disable"),
             ],
             "training-compiled",
             "verified-with-workaround",
+            ("dynamo-disable",),
+            (BIAS_C, PAD_C),
+        ),
+        # one of them is passed only by replacing xformers: xformers is unusable for the use
+        (
+            [
+                *BASE,
+                check(BIAS_C, "fail", uses=TC),
+                check(PAD_C, "fail", uses=TC),
+                fix(BIAS_C, "dynamo-disable"),
+                fix(PAD_C, "sdpa-under-compile"),
+            ],
+            "training-compiled",
+            "xformers-unusable",
             ("dynamo-disable", "sdpa-under-compile"),
             (BIAS_C, PAD_C),
         ),
@@ -341,14 +356,16 @@ def test_use_verdict(
         ),
     ],
 )
-def test_the_cheapest_working_workaround_is_named(fixes: list[CheckOutcome], chosen: str) -> None:
+def test_the_cheapest_working_workaround_is_listed_first(
+    fixes: list[CheckOutcome], chosen: str
+) -> None:
     checks = [GPU, check(BIAS_C, "fail", uses=TC), *fixes]
     got = use_verdict_of(checks, "training-compiled")
-    assert got.verdict == "verified-with-workaround"
-    assert got.workarounds == (chosen,)
-    (choice,) = got.choices
-    assert (choice.check, choice.workaround) == (BIAS_C, chosen)
-    assert chosen in got.reason
+    assert got.options[0].workaround == chosen
+    assert got.options[0].fixes == (BIAS_C,)
+    # every one that works is listed, not only the cheapest
+    working = {f.workaround for f in fixes} - {f.workaround for f in fixes if f.status != "pass"}
+    assert {o.workaround for o in got.options} == working
     # the order the checks were recorded in does not matter
     assert use_verdict_of(list(reversed(checks)), "training-compiled") == got
 
@@ -400,11 +417,17 @@ def test_overall_names_every_workaround_of_its_uses() -> None:
         check(BIAS_C, "fail", uses=TC),
         fix(BIAS_C, "dynamo-disable", breaks=0, ms=1.0),
         check("compile.xformers.causal.fwd", "fail", uses=IC),
+        fix("compile.xformers.causal.fwd", "dynamo-disable", uses=IC, breaks=1, ms=2.0),
         fix("compile.xformers.causal.fwd", "sdpa-under-compile", uses=IC, breaks=0, ms=1.0),
     ]
     got = run_verdict(checks, CUDART)
     assert got.verdict == "verified-with-workaround"
-    assert got.workarounds == ("dynamo-disable", "sdpa-under-compile", "cuda-runtime:" + CUDART[0])
+    assert got.workarounds == ("dynamo-disable", "cuda-runtime:" + CUDART[0])
+    # every workaround verified on either use, cheapest first, each with what it fixed
+    assert [(o.workaround, o.keeps_xformers, o.fixes) for o in got.options] == [
+        ("sdpa-under-compile", False, ("compile.xformers.causal.fwd",)),
+        ("dynamo-disable", True, (BIAS_C, "compile.xformers.causal.fwd")),
+    ]
     assert [c.check for c in got.choices] == [BIAS_C, "compile.xformers.causal.fwd"]
 
 
@@ -608,3 +631,61 @@ def test_agreeing_runs_of_one_gpu_are_described_by_the_one_with_most_evidence() 
         (gpu,) = gpu_verdicts(runs)
         assert not gpu.conflict
         assert use_verdict(gpu.uses, "training").reason == "all 7 gate checks passed"
+
+
+# ---- workarounds that keep xformers and those that replace it ------------------------------
+
+KEEP = "dynamo-disable"  # the user's code still calls xformers
+REPLACE = "sdpa-under-compile"  # the user's code calls SDPA instead
+
+
+@pytest.mark.parametrize(
+    ("working", "verdict", "workarounds"),
+    [
+        # every failing check has a workaround that keeps xformers
+        ({BIAS_C: [KEEP], PAD_C: [KEEP]}, "verified-with-workaround", (KEEP,)),
+        # ... and a replacement that also works is listed, not chosen
+        ({BIAS_C: [KEEP, REPLACE], PAD_C: [KEEP]}, "verified-with-workaround", (KEEP,)),
+        # one failing check passes only without xformers: xformers is unusable for the use
+        ({BIAS_C: [KEEP], PAD_C: [REPLACE]}, "xformers-unusable", (KEEP, REPLACE)),
+        ({BIAS_C: [REPLACE], PAD_C: [REPLACE]}, "xformers-unusable", (REPLACE,)),
+        ({BIAS_C: ["sdpa-instead"], PAD_C: [KEEP]}, "xformers-unusable", (KEEP, "sdpa-instead")),
+        # a name outside the vocabulary is not taken to keep xformers
+        ({BIAS_C: ["something-new"], PAD_C: [KEEP]}, "xformers-unusable", (KEEP, "something-new")),
+        # a failing check with no working workaround at all: broken, whatever else works
+        ({BIAS_C: [REPLACE], PAD_C: []}, "broken", ()),
+        ({BIAS_C: [KEEP], PAD_C: []}, "broken", ()),
+    ],
+)
+def test_keeping_xformers_or_replacing_it(
+    working: dict[str, list[str]], verdict: VerdictName, workarounds: tuple[str, ...]
+) -> None:
+    checks = [*BASE, check(BIAS_C, "fail", uses=TC), check(PAD_C, "fail", uses=TC)]
+    for covered, names in working.items():
+        checks += [fix(covered, n, breaks=1 if n == KEEP else 0, ms=2.0) for n in names]
+    got = use_verdict_of(checks, "training-compiled")
+    assert (got.verdict, got.workarounds) == (verdict, workarounds)
+    # every workaround that works anywhere is listed, with whether it keeps xformers
+    listed = {(o.workaround, o.keeps_xformers) for o in got.options}
+    assert listed == {(n, n == KEEP) for names in working.values() for n in names}
+    if verdict == "xformers-unusable":
+        assert "only without xformers" in got.reason
+        assert got.failing_checks == (BIAS_C, PAD_C)
+
+
+def test_xformers_unusable_ranks_between_a_workaround_and_no_evidence() -> None:
+    order: list[VerdictName] = ["verified-with-workaround", "xformers-unusable", "unverified"]
+    assert overall(use_verdicts("verified", *order)).verdict == "unverified"
+    assert overall(use_verdicts("verified", "verified", *order[:2])).verdict == order[1]
+
+
+@pytest.mark.parametrize(
+    ("combination", "alone"),
+    [
+        ("py3.12-cu130-torch2.11.0-xformers0.0.35-cudart", "py3.12-cu130-torch2.11.0"),
+        ("py3.11-cu124-torch2.5.1-xformers0.0.28.post3", "py3.11-cu124-torch2.5.1"),
+        ("py3.12-cu130-torch2.11.0", None),
+    ],
+)
+def test_the_torch_alone_combination(combination: str, alone: str | None) -> None:
+    assert torch_alone_id(combination) == alone
