@@ -32,6 +32,14 @@ def left_behind(target: Path, middle: str, age_s: float) -> Path:
         ("0123456789abcdef0123456789abcdef", 120, False),  # the old name: no pid to ask
         ("0123456789abcdef0123456789abcdef", STALE_AFTER_S + 60, True),
     ],
+    ids=[
+        "writer-gone",
+        "too-fresh",
+        "writer-runs",
+        "writer-runs-an-hour",
+        "old-name",
+        "old-name-old",
+    ],
 )
 def test_a_killed_writers_temporary_is_swept_by_the_next_write(
     tmp_path: Path, middle: str, age_s: float, swept: bool
