@@ -17,8 +17,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
-from envbuilder.errors import InputError
-
 __all__ = [
     "Credentials",
     "RedactingFilter",
@@ -82,18 +80,8 @@ def _host_key(parts: SplitResult) -> str:
 
 
 def split_credentials(url: str) -> tuple[str, Credentials]:
-    """``url`` without its user name and password, and those as `Credentials`.
-
-    A URL that cannot be split (``http://[::1/simple``, a port that is no number) is an
-    `InputError` naming it, password hidden."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsing the port is what raises for "host:abc"
-    except ValueError as e:
-        raise InputError(
-            f"malformed index URL {redact_text(url)!r} ({e}): correct PIP_INDEX_URL, "
-            "index-url in pip.conf or the matrix's [indexes]"
-        ) from e
+    """``url`` without its user name and password, and those as `Credentials`."""
+    parts = urlsplit(url)
     if "@" not in parts.netloc:
         return url, Credentials()
     userinfo, _, hostport = parts.netloc.rpartition("@")

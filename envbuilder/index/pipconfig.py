@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import platformdirs
 
@@ -135,7 +136,7 @@ def default_index_url(
     Without its user name and password: those are `index_credentials`."""
     configured = pip_config_value("index-url", environ=environ, config_files=config_files)
     if configured:
-        return split_credentials(configured.split()[0])[0]
+        return _configured_url(configured.split()[0], "index-url")[0]
     return _pip_builtin_index()
 
 
@@ -165,8 +166,23 @@ def index_credentials(
     for key in ("index-url", "extra-index-url", "find-links"):
         value = pip_config_value(key, environ=environ, config_files=config_files)
         for url in (value or "").split():
-            found = found.merged(split_credentials(url)[1])
+            found = found.merged(_configured_url(url, key)[1])
     return found
+
+
+def _configured_url(url: str, key: str) -> tuple[str, Credentials]:
+    """`split_credentials` of a URL pip's configuration gives; one that cannot be split
+    (``http://[::1/simple``, a port that is no number) is bad input naming it and the
+    setting, its password hidden."""
+    try:
+        clean, found = split_credentials(url)
+        urlsplit(clean).port  # noqa: B018 - parsing the port is what raises for "host:abc"
+    except ValueError as e:
+        raise InputError(
+            f"malformed {key} {redact_text(url)!r} ({e}): correct PIP_{key.upper().replace('-', '_')} "
+            f"or {key} in pip.conf"
+        ) from e
+    return clean, found
 
 
 def ca_bundle(

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from envbuilder.cli import main
-from envbuilder.credentials import split_credentials
 from envbuilder.errors import InputError
+from envbuilder.index.pipconfig import default_index_url
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -49,8 +49,8 @@ def test_an_unusable_path_is_one_line_naming_it(
     "url", ["http://[::1/simple", "http://u:secret@[::1/simple", "http://host:port/simple"]
 )
 def test_a_malformed_index_url_is_bad_input_with_its_password_hidden(url: str) -> None:
-    with pytest.raises(InputError, match="malformed index URL") as caught:
-        split_credentials(url)
+    with pytest.raises(InputError, match="malformed index-url") as caught:
+        default_index_url({"PIP_INDEX_URL": url}, config_files=[])
     assert "secret" not in str(caught.value)
 
 
@@ -60,5 +60,5 @@ def test_a_malformed_index_url_in_the_environment_is_one_line(
     monkeypatch.setenv("PIP_INDEX_URL", "http://u:secret@[::1/simple")
     assert main(["resolve", "py3.12*", "--matrix", str(DATA.parents[1] / "matrix.toml")]) == 2
     err = capsys.readouterr().err
-    assert "malformed index URL 'http://u:***@[::1/simple'" in err
+    assert "malformed index-url 'http://u:***@[::1/simple'" in err
     assert "Traceback" not in err
