@@ -327,8 +327,12 @@ def _parse_html(
 ) -> tuple[ProjectPage, _AnchorCollector]:
     text = document.decode("utf-8", errors="replace") if isinstance(document, bytes) else document
     parser = _AnchorCollector()
-    parser.feed(text)
-    parser.close()
+    try:
+        parser.feed(text)
+        parser.close()
+    except AssertionError as e:
+        # html.parser (before Python 3.13) asserts on some markup, e.g. `<![DOCTYPE`
+        raise IndexError_(f"{page_url!r}: not an HTML page html.parser can read ({e})") from e
     base = urllib.parse.urljoin(page_url, parser.base) if parser.base else page_url
     wanted = canonicalize_name(project) if project else None
     files: list[DistributionFile] = []

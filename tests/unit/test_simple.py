@@ -304,3 +304,11 @@ def test_range_file_reads_a_zip_fetching_only_missing_blocks(block_size: int) ->
     spans = sorted(fetched)
     assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), "a byte was fetched twice"
     assert sum(end - start + 1 for start, end in fetched) < len(data) - 256 * 40 + 2 * block_size
+
+
+@pytest.mark.parametrize("markup", ["<![DOCTYPE html><html></html>", "<![\x00DOCTYPE html>"])
+def test_markup_the_html_parser_asserts_on_is_an_index_error(markup: str) -> None:
+    """html.parser raises AssertionError on `<![` sections it does not know (found by the
+    generated-input tests); a page is then an index error naming it, never a crash."""
+    with pytest.raises(IndexError_, match=r"https://x\.invalid/simple/t/"):
+        parse_html_page(markup.encode(), page_url="https://x.invalid/simple/t/")
