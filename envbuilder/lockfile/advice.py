@@ -234,6 +234,8 @@ class Cause:
     op: str | None  # ``numbers.fault_op``: the failing op or function, when known
     checks: tuple[str, ...]  # sorted
     workarounds: tuple[str, ...]  # verified on every one of these checks, cheapest first
+    #: verified on some of these checks only: (workaround, how many), cheapest first
+    partial: tuple[tuple[str, int], ...] = ()
 
     @property
     def repro(self) -> str:
@@ -282,6 +284,11 @@ def causes(entry: Entry, verdict: Verdict, cc: str | None = None) -> list[Cause]
     for (text, component, op), names in groups.items():
         mine = set(names)
         working = tuple(o.workaround for o in verdict.options if mine <= set(o.fixes))
+        partial = tuple(
+            (o.workaround, len(mine & set(o.fixes)))
+            for o in verdict.options
+            if mine & set(o.fixes) and not mine <= set(o.fixes)
+        )
         out.append(
             Cause(
                 text=text,
@@ -289,6 +296,7 @@ def causes(entry: Entry, verdict: Verdict, cc: str | None = None) -> list[Cause]
                 op=op,
                 checks=tuple(sorted(names)),
                 workarounds=working,
+                partial=partial,
             )
         )
     return sorted(out, key=lambda c: (-len(c.checks), c.text))
@@ -302,8 +310,10 @@ def cause_line(cause: Cause, width: int = 200) -> str:
     if cause.op:
         fault += f" ({cause.op})" if fault else cause.op
     tail = f" [{fault}]" if fault else ""
-    if cause.workarounds:
-        tail += f" (ok with {', '.join(cause.workarounds)})"
+    passing = [", ".join(cause.workarounds)] if cause.workarounds else []
+    passing += [f"{w} on {k} of {n}" for w, k in cause.partial]
+    if passing:
+        tail += f" (ok with {'; '.join(passing)})"
     tail += f" repro: {cause.repro}"
     head = f"{n} check{'s' if n != 1 else ''}: "
     return head + _fit(cause.text, max(width - len(head) - len(tail), 40)) + tail
