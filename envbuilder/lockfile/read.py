@@ -5,6 +5,7 @@ Standard library only (``doctor`` runs inside arbitrary environments).
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -17,9 +18,12 @@ from envbuilder.lockfile.model import (
     READABLE_COMPAT_SCHEMAS,
     CompatLock,
 )
+from envbuilder.lockfile.recheck import rejudged, verdict_problems
 from envbuilder.settings import Settings
 
 __all__ = ["default_lockfile", "load_lockfile"]
+
+logger = logging.getLogger(__name__)
 
 
 def default_lockfile(settings: Settings | None = None) -> Path:
@@ -87,6 +91,10 @@ def load_lockfile(path: Path) -> CompatLock:
             "lockfile was edited or damaged: regenerate it with `nox -s lock`, never edit it by hand"
         )
     try:
-        return CompatLock.from_json(data)
+        lock = CompatLock.from_json(data)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise InputError(f"{path}: malformed lockfile ({e!r})") from e
+    judged = rejudged(lock)  # what readers act on is what the checks say (recheck's docstring)
+    for problem in verdict_problems(lock, judged):
+        logger.warning("%s: %s; the verdict its runs give is used", path, problem)
+    return judged
