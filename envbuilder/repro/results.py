@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envbuilder import jsondoc
 from envbuilder.errors import InputError
 
 __all__ = ["Recorded", "ResultsFile", "choose", "load", "results_in"]
@@ -90,10 +90,12 @@ class Recorded:
 def load(path: Path) -> ResultsFile:
     """A results file, or an `InputError` saying what is wrong with it."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsondoc.parse(path.read_bytes())
     except FileNotFoundError as e:
         raise InputError(f"--results {str(path)!r}: no such file") from e
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except OSError as e:
+        raise InputError(f"--results {str(path)!r}: cannot be read ({e.strerror or e})") from e
+    except jsondoc.NotJSON as e:
         raise InputError(f"--results {str(path)!r}: not a readable JSON file: {e}") from e
     if not isinstance(data, dict) or data.get("schema") not in SCHEMAS:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
