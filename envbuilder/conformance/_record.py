@@ -30,6 +30,7 @@ __all__ = [
     "Use",
     "Workaround",
     "append_jsonl",
+    "command_name",
     "describe_error",
     "matches",
     "ordered_uses",
@@ -323,6 +324,13 @@ def relative_paths(text: str) -> str:
     for root in _import_roots():
         text = text.replace(root, "")
     return text
+
+
+def command_name(command: str | None) -> str | None:
+    """A command the runner found (``/opt/gcc/bin/gcc``) by its file name (``gcc``):
+    results are published, and where the runner keeps its tools is not a finding (the
+    tool's ``--version`` line says which one it is)."""
+    return (Path(command).name or None) if command else None
 
 
 def describe_error(error: BaseException, limit: int = 1500) -> str:

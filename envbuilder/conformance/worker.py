@@ -48,6 +48,7 @@ from envbuilder.conformance._record import (
     Skip,
     Status,
     append_jsonl,
+    command_name,
     describe_error,
     matches,
     read_jsonl,
@@ -314,8 +315,8 @@ def runner_info(device: str | None) -> dict[str, Any]:
 
 def compilers() -> dict[str, str | None]:
     """The C compiler triton builds its launcher with (``$CC``, else gcc, else clang) and
-    the C++ compiler inductor builds CPU kernels with (``$CXX``, else g++), each with the
-    first line of its ``--version``; None where there is none."""
+    the C++ compiler inductor builds CPU kernels with (``$CXX``, else g++), each by its
+    file name with the first line of its ``--version``; None where there is none."""
     import os
     import shutil
     import subprocess
@@ -334,7 +335,12 @@ def compilers() -> dict[str, str | None]:
 
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
     cxx = os.environ.get("CXX") or shutil.which("g++")
-    return {"cc": cc, "cc_version": first_line(cc), "cxx": cxx, "cxx_version": first_line(cxx)}
+    return {
+        "cc": command_name(cc),
+        "cc_version": first_line(cc),
+        "cxx": command_name(cxx),
+        "cxx_version": first_line(cxx),
+    }
 
 
 def driver_version() -> str | None:

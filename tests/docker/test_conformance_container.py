@@ -160,7 +160,7 @@ def test_compiled_checks_and_the_model_group_pass_on_the_cpu_in_the_image(
     environment = ("CppCompileError", "C++ compiler", "C compiler", "Python.h", "not installed")
     assert not [n for n, (_, why) in outcome.items() if any(e in why for e in environment)], outcome
     runner = results["runner"]  # the compiler the image gives triton and inductor
-    assert runner["cc"] == "/usr/bin/gcc"
+    assert runner["cc"] == "gcc"  # by name: the runner's directories are not a finding
     assert runner["cc_version"].startswith("gcc (Debian 12.")
     assert runner["cxx_version"].startswith("g++ (Debian 12.")
     image = docker_client.images.get(
