@@ -304,19 +304,26 @@ def causes(entry: Entry, verdict: Verdict, cc: str | None = None) -> list[Cause]
 
 def cause_line(cause: Cause, width: int = 200) -> str:
     """One cause in one line: how many checks, what, who is at fault, what passes them, and
-    the command that reproduces one; the cause's text is cut to fit *width*."""
+    the command that reproduces one; the cause's text is cut to fit *width*, and the
+    failing op is left to ``--json`` where the text names it or the line has no room."""
     n = len(cause.checks)
-    fault = cause.component or ""
-    if cause.op:
-        fault += f" ({cause.op})" if fault else cause.op
-    tail = f" [{fault}]" if fault else ""
     passing = [", ".join(cause.workarounds)] if cause.workarounds else []
     passing += [f"{w} on {k} of {n}" for w, k in cause.partial]
-    if passing:
-        tail += f" (ok with {'; '.join(passing)})"
-    tail += f" repro: {cause.repro}"
+    rest = f" (ok with {'; '.join(passing)})" if passing else ""
+    rest += f" repro: {cause.repro}"
     head = f"{n} check{'s' if n != 1 else ''}: "
-    return head + _fit(cause.text, max(width - len(head) - len(tail), 40)) + tail
+
+    def tail(op: str | None) -> str:
+        fault = cause.component or ""
+        if op:
+            fault += f" ({op})" if fault else op
+        return (f" [{fault}]" if fault else "") + rest
+
+    op = None if cause.op and cause.op in cause.text else cause.op
+    if len(head) + min(len(cause.text), 40) + len(tail(op)) > width:
+        op = None
+    end = tail(op)
+    return head + _fit(cause.text, max(width - len(head) - len(end), 40)) + end
 
 
 def grouped(entry: Entry, verdict: Verdict, cc: str | None = None) -> Sequence[str]:

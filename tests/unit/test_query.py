@@ -350,44 +350,68 @@ def test_failing_checks_are_grouped_by_cause(committed: CompatLock) -> None:
     assert sum(len(c.checks) for c in found) == len(verdict.failing_checks)
     assert len(found) < len(verdict.failing_checks) / 4
     biggest = found[0]
-    # tensor bias and padding mask, compiled with backward: the fake-tensor device error
-    assert all(name.endswith(".backward") for name in biggest.checks)
-    assert {name.split(".")[2] for name in biggest.checks} == {"bias", "bias_expanded", "padding"}
-    assert biggest.text.startswith("compiled attention failed: TorchRuntimeError")
-    assert biggest.workarounds == ("sdpa-under-compile",)  # dynamo-disable failed there
+    # tensor bias and padding mask, compiled with backward, and the model's compiled
+    # training step: the fake-tensor device error in torch's backward op
+    assert len(biggest.checks) == 25
+    assert "model.diffusers.qwenimage.xformers.training.compiled" in biggest.checks
+    attention = [n for n in biggest.checks if n.startswith("compile.")]
+    assert len(attention) == 24 and all(n.endswith(".backward") for n in attention)
+    assert {n.split(".")[2] for n in attention} == {"bias", "bias_expanded", "padding"}
+    assert biggest.text == "FakeTensor device propagation in aten._efficient_attention_backward"
+    assert biggest.workarounds == ("sdpa-under-compile",)  # the only one on all 25
+    # the disabled xformers call passes the 24 attention checks, not the model's
+    assert biggest.partial == (("dynamo-disable", 24),)
     assert biggest.repro == f"envbuilder repro {biggest.checks[0]}"
     # the causal ones also pass with the disabled call: it keeps xformers
     causal = [c for c in found if all(".causal." in n for n in c.checks)]
     assert causal and all("dynamo-disable" in c.workarounds for c in causal)
     line = cause_line(biggest)
     assert len(line) <= 200 and line.endswith(biggest.repro)
+    assert "(ok with sdpa-under-compile; dynamo-disable on 24 of 25)" in line
 
 
 def test_a_recorded_cause_and_component_group_checks_and_name_who_is_at_fault(
     committed: CompatLock,
 ) -> None:
     entry = committed.by_id()[CUDART_H200]
+    verdict = use_verdict(entry.uses, "training-compiled")
+    by_component = {c.component: c for c in causes(entry, verdict)}
+    # the suite's recorded cause, not the reason's first line, groups the checks: the
+    # attention checks and the model's training step failed with different messages
+    torch_fault = by_component["torch"]
+    assert torch_fault.op == "aten._efficient_attention_backward"
+    assert len(torch_fault.checks) == 25
+    # 200 columns: the text is cut and the op, which it names, is left to --json
+    line = cause_line(torch_fault)
+    assert len(line) == 200 and line.startswith("25 checks: FakeTensor device propagation")
+    assert " [torch] (ok with sdpa-under-compile; dynamo-disable on 24 of 25) repro: " in line
+    wide = cause_line(torch_fault, width=300)
+    assert wide.startswith(f"25 checks: {torch_fault.text} [torch] (ok with ")
+    xformers_fault = by_component["xformers"]
+    assert xformers_fault.text == "Unsupported: torch.* op returned non-Tensor in xformers.ops"
+    assert xformers_fault.op == "xformers.ops"
+    assert all(".causal." in n and ".fullgraph." in n for n in xformers_fault.checks)
+    # a recorded cause of another text is a cause of its own, with its own fault
     run = max(entry.runs, key=lambda r: len(r.checks))
-    fault = {
-        "cause": "fake-tensor device propagation",
-        "fault_component": "torch",
-        "fault_op": "aten._efficient_attention_backward",
-    }
+    fault = {"cause": "fake-tensor seed on the CPU", "fault_component": "xformers"}
     checks = tuple(
-        replace(c, numbers={**c.numbers, **fault})
-        if ".bias" in c.name and c.workaround is None
-        else c
+        replace(c, numbers={**c.numbers, **fault}) if c.name.startswith("model.") else c
         for c in run.checks
     )
-    entry = replace(entry, runs=(replace(run, checks=checks),))
-    verdict = use_verdict(entry.uses, "training-compiled")
-    (torch_fault,) = [c for c in causes(entry, verdict) if c.component == "torch"]
-    assert torch_fault.text == "fake-tensor device propagation"
-    assert torch_fault.op == "aten._efficient_attention_backward"
-    assert cause_line(torch_fault).startswith(
-        f"{len(torch_fault.checks)} checks: fake-tensor device propagation "
-        "[torch (aten._efficient_attention_backward)]"
+    moved = causes(replace(entry, runs=(replace(run, checks=checks),)), verdict)
+    (model,) = [c for c in moved if c.text == "fake-tensor seed on the CPU"]
+    assert model.checks == ("model.diffusers.qwenimage.xformers.training.compiled",)
+    assert model.component == "xformers"
+    assert model.op == "aten._efficient_attention_backward"  # kept from the check
+    assert model.workarounds == ("sdpa-under-compile",)
+    assert cause_line(model) == (
+        "1 check: fake-tensor seed on the CPU [xformers (aten._efficient_attention_backward)]"
+        " (ok with sdpa-under-compile)"
+        " repro: envbuilder repro model.diffusers.qwenimage.xformers.training.compiled"
     )
+    (attention,) = [c for c in moved if c.component == "torch"]
+    assert len(attention.checks) == 24
+    assert attention.workarounds == ("sdpa-under-compile", "dynamo-disable")
 
 
 @pytest.mark.parametrize(
