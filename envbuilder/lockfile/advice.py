@@ -305,7 +305,7 @@ def causes(entry: Entry, verdict: Verdict, cc: str | None = None) -> list[Cause]
 def cause_line(cause: Cause, width: int = 200) -> str:
     """One cause in one line: how many checks, what, who is at fault, what passes them, and
     the command that reproduces one; the cause's text is cut to fit *width*, and the
-    failing op is left to ``--json`` where the text names it or the line has no room."""
+    failing op is left to ``--json`` where the line has no room for it."""
     n = len(cause.checks)
     passing = [", ".join(cause.workarounds)] if cause.workarounds else []
     passing += [f"{w} on {k} of {n}" for w, k in cause.partial]
@@ -319,10 +319,9 @@ def cause_line(cause: Cause, width: int = 200) -> str:
             fault += f" ({op})" if fault else op
         return (f" [{fault}]" if fault else "") + rest
 
-    op = None if cause.op and cause.op in cause.text else cause.op
-    if len(head) + min(len(cause.text), 40) + len(tail(op)) > width:
-        op = None
-    end = tail(op)
+    end = tail(cause.op)
+    if len(head) + min(len(cause.text), 40) + len(end) > width:
+        end = tail(None)
     return head + _fit(cause.text, max(width - len(head) - len(end), 40)) + end
 
 

@@ -381,12 +381,14 @@ def test_a_recorded_cause_and_component_group_checks_and_name_who_is_at_fault(
     torch_fault = by_component["torch"]
     assert torch_fault.op == "aten._efficient_attention_backward"
     assert len(torch_fault.checks) == 25
-    # 200 columns: the text is cut and the op, which it names, is left to --json
+    # 200 columns: the text is cut and the op, which has no room, is left to --json
     line = cause_line(torch_fault)
     assert len(line) == 200 and line.startswith("25 checks: FakeTensor device propagation")
     assert " [torch] (ok with sdpa-under-compile; dynamo-disable on 24 of 25) repro: " in line
     wide = cause_line(torch_fault, width=300)
-    assert wide.startswith(f"25 checks: {torch_fault.text} [torch] (ok with ")
+    assert wide.startswith(
+        f"25 checks: {torch_fault.text} [torch (aten._efficient_attention_backward)] (ok with "
+    )
     xformers_fault = by_component["xformers"]
     assert xformers_fault.text == "Unsupported: torch.* op returned non-Tensor in xformers.ops"
     assert xformers_fault.op == "xformers.ops"
