@@ -32,7 +32,6 @@ xformers operator ran (`envbuilder.conformance._workaround`).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import time
@@ -47,10 +46,9 @@ from envbuilder.conformance._record import Impl, Number, Outcome, Workaround, de
 from envbuilder.conformance._workaround import (
     Disabled,
     Kernel,
-    count_xformers_calls,
     projected,
-    replaced_evidence,
-    settle,
+    watching,
+    with_evidence,
 )
 
 __all__ = ["STD_DEVIATIONS", "P", "dropout_check", "dropout_statistics"]
@@ -162,7 +160,7 @@ def dropout_check(
             _sync(ctx)
             t0 = time.perf_counter()
             # the first run (untimed for step_ms) gathers the workaround's evidence
-            with _evidence(disabled, workaround, xformers_calls, first=repeat == 0):
+            with watching(disabled, workaround, xformers_calls, first=repeat == 0):
                 out = runner(q, k, v)
                 out.backward(grad)
             _sync(ctx)
@@ -178,7 +176,7 @@ def dropout_check(
             numbers | _fault.error_fault(e),
         )
         breaks = _graph_breaks() - breaks_before
-        return _with_evidence(failed, workaround, disabled, breaks, xformers_calls[0])
+        return with_evidence(failed, workaround, disabled, breaks, xformers_calls[0])
     same = all(torch.equal(o, outs[0]) for o in outs[1:])
     breaks = _graph_breaks() - breaks_before
     numbers |= {
@@ -199,33 +197,7 @@ def dropout_check(
             outcome.reason,
             dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject),
         )
-    return _with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0])
-
-
-def _evidence(
-    disabled: Disabled | None, workaround: Workaround | None, into: list[int], *, first: bool
-) -> contextlib.AbstractContextManager[Any]:
-    if not first or workaround is None:
-        return contextlib.nullcontext()
-    if disabled is not None:
-        return disabled.watch()
-    return count_xformers_calls(into)
-
-
-def _with_evidence(
-    outcome: Outcome,
-    workaround: Workaround | None,
-    disabled: Disabled | None,
-    graph_breaks: int,
-    xformers_calls: int,
-) -> Outcome:
-    if workaround is None:
-        return outcome
-    if disabled is not None:
-        applied, evidence, numbers = disabled.evidence(graph_breaks)
-        return settle(outcome, applied, evidence, numbers | {"graph_breaks": graph_breaks})
-    applied, evidence = replaced_evidence(xformers_calls)
-    return settle(outcome, applied, evidence, {"xformers_calls": xformers_calls})
+    return with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0])
 
 
 def _graph_breaks() -> int:

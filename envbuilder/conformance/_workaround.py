@@ -42,6 +42,8 @@ __all__ = [
     "projected",
     "replaced_evidence",
     "settle",
+    "watching",
+    "with_evidence",
 ]
 
 #: the kernel a disabled attention function runs (``sdpa`` makes the machinery testable
@@ -231,3 +233,34 @@ def settle(outcome: Outcome, applied: bool, evidence: str, numbers: dict[str, Nu
         recorded["cause"] = f"workaround not applied: {normalise(evidence)}"[:160]
         return Outcome.invalid(f"workaround not applied: {evidence}{found}", recorded)
     return replace(outcome, numbers=recorded)
+
+
+def watching(
+    disabled: Disabled | None, workaround: str | None, into: list[int], *, first: bool = True
+) -> contextlib.AbstractContextManager[Any]:
+    """What watches a workaround check's first (evidence) step: the disabled function's own
+    counters (``dynamo-disable``), or the profiler counting xformers' operators into *into*
+    (the SDPA workarounds); nothing for a direct check or a later step."""
+    if not first or workaround is None:
+        return contextlib.nullcontext()
+    if disabled is not None:
+        return disabled.watch()
+    return count_xformers_calls(into)
+
+
+def with_evidence(
+    outcome: Outcome,
+    workaround: str | None,
+    disabled: Disabled | None,
+    graph_breaks: int,
+    xformers_calls: int,
+) -> Outcome:
+    """*outcome* settled by the evidence that its workaround was applied (`settle`): the
+    disabled call's graph break and eager xformers calls, or no xformers call at all."""
+    if workaround is None:
+        return outcome
+    if disabled is not None:
+        applied, evidence, numbers = disabled.evidence(graph_breaks)
+        return settle(outcome, applied, evidence, numbers | {"graph_breaks": graph_breaks})
+    applied, evidence = replaced_evidence(xformers_calls)
+    return settle(outcome, applied, evidence, {"xformers_calls": xformers_calls})

@@ -70,8 +70,7 @@ from envbuilder.conformance._workaround import (
     Kernel,
     count_xformers_calls,
     projected,
-    replaced_evidence,
-    settle,
+    with_evidence,
 )
 from envbuilder.conformance.checks_attention import compare_attention, grad_out
 
@@ -277,7 +276,7 @@ def compile_check(
         numbers |= _fault.error_fault(e)
         failed = Outcome.failed(f"compiled attention failed: {describe_error(e, 1200)}", numbers)
         breaks_now = sum((_graph_breaks() - breaks_before).values())
-        return _with_evidence(failed, workaround, disabled, breaks_now, xformers_calls[0])
+        return with_evidence(failed, workaround, disabled, breaks_now, xformers_calls[0])
     again = compiled.versions() - versions_before - first_pass
     new_breaks = _graph_breaks() - breaks_before
     mode = (dtype_name, backward)
@@ -315,7 +314,7 @@ def compile_check(
         outcome = replace(
             outcome, numbers=dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject)
         )
-    return _with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0])
+    return with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0])
 
 
 def _evidence(
@@ -339,23 +338,6 @@ def _watching(disabled: Disabled) -> Iterator[list[int]]:
 @contextlib.contextmanager
 def _no_evidence() -> Iterator[list[int]]:
     yield [0]
-
-
-def _with_evidence(
-    outcome: Outcome,
-    workaround: Workaround | None,
-    disabled: Disabled | None,
-    graph_breaks: int,
-    xformers_calls: int,
-) -> Outcome:
-    if workaround is None:
-        return outcome
-    if workaround == "dynamo-disable":
-        assert disabled is not None, "a dynamo-disable check compiles a disabled attention"
-        applied, evidence, numbers = disabled.evidence(graph_breaks)
-        return settle(outcome, applied, evidence, numbers | {"graph_breaks": graph_breaks})
-    applied, evidence = replaced_evidence(xformers_calls)
-    return settle(outcome, applied, evidence, {"xformers_calls": xformers_calls})
 
 
 def _refuse_what_eager_rejects(

@@ -57,9 +57,8 @@ from envbuilder.conformance._record import (
 )
 from envbuilder.conformance._workaround import (
     Disabled,
-    count_xformers_calls,
-    replaced_evidence,
-    settle,
+    watching,
+    with_evidence,
 )
 
 __all__ = ["specs"]
@@ -275,7 +274,7 @@ def model_check(
                 stepped = copy.deepcopy(model) if training else model
                 t0 = time.perf_counter()
                 # the first step (untimed for step_ms) gathers the workaround's evidence
-                with _evidence(disabled, workaround, xformers_calls, first=step == 0):
+                with watching(disabled, workaround, xformers_calls, first=step == 0):
                     got = _step(model, runner, inputs, training)
                 if ctx.is_cuda:
                     torch.cuda.synchronize(ctx.device)
@@ -287,7 +286,7 @@ def model_check(
     except Exception as e:  # the backend or the compiler refusing the model is the finding
         breaks = int(sum(counters["graph_break"].values()) - breaks_before)
         failed = Outcome.failed(describe_error(e), numbers | _fault.error_fault(e))
-        return _with_evidence(failed, workaround, disabled, breaks, xformers_calls[0])
+        return with_evidence(failed, workaround, disabled, breaks, xformers_calls[0])
     numbers["step_ms"] = round(statistics.median(times[1:]) * 1000, 3)
     breaks = int(sum(counters["graph_break"].values()) - breaks_before)
     numbers["graph_breaks"] = breaks
@@ -316,33 +315,7 @@ def model_check(
         outcome = Outcome.failed(
             outcome.reason, dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject)
         )
-    return _with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0])
-
-
-def _evidence(
-    disabled: Disabled | None, workaround: Workaround | None, into: list[int], *, first: bool
-) -> contextlib.AbstractContextManager[Any]:
-    if not first or workaround is None:
-        return contextlib.nullcontext()
-    if disabled is not None:
-        return disabled.watch()
-    return count_xformers_calls(into)
-
-
-def _with_evidence(
-    outcome: Outcome,
-    workaround: Workaround | None,
-    disabled: Disabled | None,
-    graph_breaks: int,
-    xformers_calls: int,
-) -> Outcome:
-    if workaround is None:
-        return outcome
-    if disabled is not None:
-        applied, evidence, numbers = disabled.evidence(graph_breaks)
-        return settle(outcome, applied, evidence, numbers | {"graph_breaks": graph_breaks})
-    applied, evidence = replaced_evidence(xformers_calls)
-    return settle(outcome, applied, evidence, {"xformers_calls": xformers_calls})
+    return with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0])
 
 
 def unaligned_mask(ctx: Context) -> Outcome:
