@@ -67,9 +67,8 @@ from envbuilder.lockfile.verdicts import (
     combination_use_verdicts,
     combination_verdict,
     gpu_verdicts,
-    last_verified,
-    overall,
-    run_use_verdicts,
+    judge,
+    rejudged_run,
 )
 from envbuilder.model import Resolution, ResolvedCombination
 
@@ -146,12 +145,6 @@ def _evidence(
     )
 
 
-def _judged(run: Run, extra_runtime: Sequence[str]) -> Run:
-    """*run* with its verdicts made anew from its checks (a carried verdict is not trusted)."""
-    uses = run_use_verdicts(run.checks, extra_runtime)
-    return replace(run, uses=uses, verdict=overall(uses))
-
-
 def _entry(
     combo: ResolvedCombination,
     runs: Sequence[Run],
@@ -184,19 +177,10 @@ def _entry(
             requirements=_rel(requirements, out_dir) if requirements else None,
         )
         pins = read_pins(pylock)
-    gpus = gpu_verdicts(runs)
-    last = last_verified(stale_runs)
-    uses = combination_use_verdicts(
-        status=combo.status, resolver_reason=combo.reason, gpus=gpus, last=last
+    judged = judge(
+        status=combo.status, resolver_reason=combo.reason, runs=runs, stale_runs=stale_runs
     )
-    # with runs, the worst use; without, one reason (the per-use ones may name several verdicts)
-    verdict = (
-        overall(uses)
-        if gpus
-        else combination_verdict(
-            status=combo.status, resolver_reason=combo.reason, gpus=gpus, last=last
-        )
-    )
+    gpus, uses, verdict, last = judged.gpus, judged.uses, judged.verdict, judged.last
     torch, xformers = (
         (combo.requested.torch, combo.requested.xformers) if combo.requested else (None, None)
     )
@@ -284,7 +268,7 @@ def _new_to(combination: str, fresh: Iterable[Run], carried: Iterable[Run]) -> l
 def _retired(combination: str, runs: Sequence[Run], known: _Known | None) -> RetiredEntry:
     """A combination no longer resolved: all its *runs*, dated by its newest lock's."""
     extra_runtime = known.extra_runtime if known else ()
-    judged = sorted((_judged(r, extra_runtime) for r in runs), key=run_order)
+    judged = sorted((rejudged_run(r, extra_runtime) for r in runs), key=run_order)
     newest = max(judged, key=_age_key)
     mine = [r for r in judged if r.lock_sha256 == newest.lock_sha256]
     gpus = gpu_verdicts(mine)
@@ -350,7 +334,9 @@ def merge(
                 binding = bind(run.lock_sha256, combo)
             except ValueError:  # tied to no lock this combination can have now: history
                 binding = "stale"
-            (current if binding == "current" else stale).append(_judged(run, combo.extra_runtime))
+            (current if binding == "current" else stale).append(
+                rejudged_run(run, combo.extra_runtime)
+            )
         entries.append(
             _entry(
                 combo,

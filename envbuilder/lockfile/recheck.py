@@ -14,40 +14,26 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from envbuilder.lockfile.model import CompatLock, Entry, Run
+from envbuilder.lockfile.model import CompatLock, Entry
 from envbuilder.lockfile.verdicts import (
-    combination_use_verdicts,
-    combination_verdict,
-    gpu_verdicts,
-    last_verified,
-    overall,
-    run_use_verdicts,
+    judge,
+    rejudged_run,
 )
 
 __all__ = ["rejudged", "verdict_problems"]
 
 
-def _run(run: Run, extra_runtime: tuple[str, ...]) -> Run:
-    uses = run_use_verdicts(run.checks, extra_runtime)
-    return replace(run, uses=uses, verdict=overall(uses))
-
-
 def rejudged_entry(entry: Entry) -> Entry:
     """*entry* with every verdict made anew from its runs' checks."""
-    runs = tuple(_run(r, entry.extra_runtime) for r in entry.runs)
-    stale = tuple(_run(r, entry.extra_runtime) for r in entry.stale_runs)
-    gpus = gpu_verdicts(runs)
-    last = last_verified(stale)
-    uses = combination_use_verdicts(
-        status=entry.status, resolver_reason=entry.resolver_reason, gpus=gpus, last=last
+    runs = tuple(rejudged_run(r, entry.extra_runtime) for r in entry.runs)
+    stale = tuple(rejudged_run(r, entry.extra_runtime) for r in entry.stale_runs)
+    judged = judge(
+        status=entry.status,
+        resolver_reason=entry.resolver_reason,
+        runs=runs,
+        stale_runs=stale,
     )
-    verdict = (
-        overall(uses)
-        if gpus
-        else combination_verdict(
-            status=entry.status, resolver_reason=entry.resolver_reason, gpus=gpus, last=last
-        )
-    )
+    gpus, uses, verdict, last = judged.gpus, judged.uses, judged.verdict, judged.last
     evidence = entry.last_verified
     if runs and evidence is not None:
         evidence = replace(evidence, verdict=verdict, uses=uses)

@@ -89,7 +89,7 @@ are (per GPU, per use, worst), and its date is that newest run's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 
@@ -112,15 +112,18 @@ from envbuilder.lockfile.model import (
 
 __all__ = [
     "FAILED",
+    "Judged",
     "cheapest",
     "combination_use_verdicts",
     "combination_verdict",
     "covers",
     "gpu_verdicts",
+    "judge",
     "keeps_xformers",
     "last_verified",
     "options",
     "overall",
+    "rejudged_run",
     "run_use_verdicts",
     "run_verdict",
     "torch_alone_id",
@@ -485,6 +488,43 @@ def combination_verdict(
 ) -> Verdict:
     """The combination's overall verdict from the resolver's status and its per-GPU verdicts."""
     return _combined(status, resolver_reason, gpus, lambda g: g.verdict, last)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Judged:
+    """A combination's verdicts as its runs give them (`judge`)."""
+
+    gpus: tuple[GpuVerdict, ...]
+    uses: tuple[UseVerdict, ...]
+    verdict: Verdict
+    last: LastVerified | None  # the stale evidence, judged as a combination's
+
+
+def rejudged_run(run: Run, extra_runtime: Sequence[str] = ()) -> Run:
+    """*run* with its verdicts made anew from its checks: a recorded verdict is not trusted."""
+    uses = run_use_verdicts(run.checks, extra_runtime)
+    return replace(run, uses=uses, verdict=overall(uses))
+
+
+def judge(
+    *, status: str, resolver_reason: str, runs: Sequence[Run], stale_runs: Sequence[Run]
+) -> Judged:
+    """Per GPU, per use and overall, the verdicts of a combination with these runs on its
+    current lock and *stale_runs* on older ones: with runs, the worst use; without, one
+    reason (the per-use ones may name several verdicts)."""
+    gpus = gpu_verdicts(runs)
+    last = last_verified(stale_runs)
+    uses = combination_use_verdicts(
+        status=status, resolver_reason=resolver_reason, gpus=gpus, last=last
+    )
+    verdict = (
+        overall(uses)
+        if gpus
+        else combination_verdict(
+            status=status, resolver_reason=resolver_reason, gpus=gpus, last=last
+        )
+    )
+    return Judged(gpus=gpus, uses=uses, verdict=verdict, last=last)
 
 
 def _finished(run: Run) -> datetime | None:
