@@ -3,7 +3,9 @@
 Builds a small C-extension sdist (made here, no CUDA) through the same code
 path as ``envbuilder build-wheel``: in a container of the builder image with
 network none (default; the image needs python3, venv and g++), or ``--in-place``
-in a scratch venv. Prints the cold build's wall time, the cache hit's (median
+in a scratch venv. The C file is compiled under a name that differs per
+build, as nvcc names a ``.cu`` file's host code, so that the rebuild shows
+whether the normaliser takes that out. Prints the cold build's wall time, the cache hit's (median
 of ``--repeat``) and whether a forced rebuild of the same key gave the same
 wheel bytes. Exits 1 when the cache hit takes more than 1 s or the bytes differ.
 """
@@ -26,19 +28,31 @@ from envbuilder.docker.plan import LockedWheel
 from envbuilder.sourcebuild.builder import BuildPlan, build_wheel
 from envbuilder.sourcebuild.cache import BuiltWheelCache
 
-__all__ = ["NETWORK_PROBE", "c_extension_sdist", "locked", "main"]
+__all__ = ["NETWORK_PROBE", "NVCC_TEMPORARY_NAME", "c_extension_sdist", "locked", "main"]
 
 HIT_TARGET_S = 1.0
 BUILD_GROUP = ("setuptools==80.9.0", "wheel==0.45.1")
 
 _SETUP = """\
 from setuptools import Extension, setup
-{probe}
+{probe}{source}
 setup(
     name="{name}",
     version="1.0",
-    ext_modules=[Extension("{module}", ["{module}.c"])],
+    ext_modules=[Extension("{module}", [source], extra_compile_args=flags)],
 )
+"""
+
+#: setup.py code that compiles the C file through a copy named as nvcc names its temporary
+#: files (``tmpxft_<pid>_<counter>-6_<name>.cudafe1.c``): a name that differs per build.
+#: Without debug information, as torch's extension builder compiles a ``.cu`` file's host
+#: code (xformers' ``_C.so`` has DWARF for its ``.cpp`` files only): in a debug string
+#: section the linker lays merged strings out by their contents, which renaming cannot undo.
+NVCC_TEMPORARY_NAME = """
+import os, shutil
+source = "tmpxft_%08x_00000000-6_{module}.cudafe1.c" % int.from_bytes(os.urandom(4), "big")
+shutil.copyfile("{module}.c", source)
+flags = ["-g0"]
 """
 
 _C = """\
@@ -61,12 +75,20 @@ raise SystemExit("network probe: connected")
 """
 
 
-def c_extension_sdist(directory: Path, name: str = "envb-demo", *, probe: str = "") -> Path:
-    """``<name>-1.0.tar.gz`` with a setup.py building one C extension; fixed mtimes."""
+def c_extension_sdist(
+    directory: Path, name: str = "envb-demo", *, probe: str = "", nvcc_names: bool = False
+) -> Path:
+    """``<name>-1.0.tar.gz`` with a setup.py building one C extension; fixed mtimes.
+
+    With ``nvcc_names``, the C file is compiled under a name that differs per build,
+    as a ``.cu`` file's host code is (see `envbuilder.sourcebuild.elf`)."""
     module = name.replace("-", "_")
     top = f"{module}-1.0"
+    source = NVCC_TEMPORARY_NAME if nvcc_names else f'\nsource = "{module}.c"\nflags = []\n'
     files = {
-        "setup.py": _SETUP.format(name=name, module=module, probe=probe),
+        "setup.py": _SETUP.format(
+            name=name, module=module, probe=probe, source=source.format(module=module)
+        ),
         f"{module}.c": _C % (module, module),
         "pyproject.toml": '[build-system]\nrequires = ["setuptools"]\n'
         'build-backend = "setuptools.build_meta"\n',
@@ -119,7 +141,7 @@ def main(argv: Sequence[str]) -> int:
             name, version = requirement.split("==")
             path = next(iter(sorted(wheels.glob(f"{name}-{version}-*.whl"))))
             group.append(locked(path, name, version))
-        sdist = c_extension_sdist(root)
+        sdist = c_extension_sdist(root, nvcc_names=True)
         plan = BuildPlan(
             combination_id="bench-envb-demo",
             python=f"{sys.version_info.major}.{sys.version_info.minor}",
@@ -148,7 +170,7 @@ def main(argv: Sequence[str]) -> int:
         hit = statistics.median(s for s, _, _ in hits)
         again, second_sha, _ = build(force=True)
     where = "in place" if args.in_place else f"in {args.builder_image} (network none)"
-    print(f"source build {where}: C-extension sdist")
+    print(f"source build {where}: C-extension sdist, compiled under nvcc-like temporary names")
     print(f"  cold build            {cold:8.2f} s")
     print(f"  rebuild, same key     {again:8.2f} s")
     print(f"  cache hit (median/{args.repeat})  {hit:8.3f} s   target <= {HIT_TARGET_S:.1f} s")

@@ -52,12 +52,14 @@ __all__ = [
     "Mode",
     "Toolchain",
     "build_wheel",
+    "path_map",
     "recipe_digest",
 ]
 
 RECIPE = Path(__file__).with_name("recipe") / "build.py"
 SOURCE_DATE_EPOCH = 315532800  # 1980-01-01, the earliest date a zip entry can carry
 BUILD_RECORD_MEMBER = "xformers/cpp_lib.json"
+CONTAINER_WORK = "/build"  # where a container builds; an in-place build's path is mapped to it
 
 Mode = Literal["docker", "in-place"]
 Toolchain = Literal["wheels", "host"]
@@ -111,9 +113,10 @@ class _Run:
 
 
 def recipe_digest() -> str:
-    """sha256 of what turns the inputs into a wheel: the in-builder script and the normaliser."""
+    """sha256 of what turns the inputs into a wheel: the in-builder script and the normalisers."""
     digest = hashlib.sha256()
-    for path in (RECIPE, Path(__file__).with_name("reproducible.py")):
+    here = Path(__file__).parent
+    for path in (RECIPE, here / "reproducible.py", here / "elf.py"):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -269,9 +272,10 @@ def _build(
                 requirements.append(name)
         env = _environment(run)
         if run.mode == "docker":
-            _in_container(run, root, requirements, env)
+            _in_container(run, root, requirements, {**env, **path_map(CONTAINER_WORK)})
         else:
-            _in_place(run, root, requirements, env, key)
+            work = _in_place_work(key)
+            _in_place(run, root, requirements, {**env, **path_map(str(work))}, work)
         made = sorted(out.glob("*.whl"))
         if len(made) != 1:
             raise BuildFailed(f"the build made {len(made)} wheels, expected one")
@@ -295,7 +299,7 @@ def _in_container(
     from envbuilder.docker.build import run_container
 
     script = _command(
-        requirements, files="/in", work="/build", out="/out", sdist=run.plan.sdist.filename,
+        requirements, files="/in", work=CONTAINER_WORK, out="/out", sdist=run.plan.sdist.filename,
         toolchain=run.toolchain, recipe="/recipe/build.py",
     )  # fmt: skip
     shell = "python3 -m venv /opt/build && exec /opt/build/bin/python " + " ".join(script)
@@ -314,11 +318,28 @@ def _in_container(
         )
 
 
+def path_map(work: str) -> dict[str, str]:
+    """Compiler flags that write ``work`` as ``/build`` into what they make (``__FILE__``, debug info).
+
+    ``CPPFLAGS``, not ``CFLAGS``: setuptools appends ``CPPFLAGS`` to the interpreter's
+    compile flags, while ``CFLAGS`` replaces them (their ``-O2``, ``-DNDEBUG``).
+    nvcc reads ``NVCC_APPEND_FLAGS`` and hands ``-Xcompiler`` options to the host
+    compiler, which preprocesses and compiles every ``.cu`` file's host side.
+    A path nvcc or the shell would split (a comma, a space) is not mapped."""
+    if work == CONTAINER_WORK or any(c in work for c in ", \t\n'\""):
+        return {}
+    option = f"-ffile-prefix-map={work}={CONTAINER_WORK}"
+    return {"CPPFLAGS": option, "NVCC_APPEND_FLAGS": f"-Xcompiler={option}"}
+
+
+def _in_place_work(key: BuildKey) -> Path:
+    # A fixed path per key too, for what the path map does not reach.
+    return Path(tempfile.gettempdir()) / "envbuilder-build" / key.digest[:16]
+
+
 def _in_place(
-    run: _Run, root: Path, requirements: Sequence[str], env: Mapping[str, str], key: BuildKey
+    run: _Run, root: Path, requirements: Sequence[str], env: Mapping[str, str], work: Path
 ) -> None:
-    # A fixed path per key: compilers write the source path into what they make.
-    work = Path(tempfile.gettempdir()) / "envbuilder-build" / key.digest[:16]
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:

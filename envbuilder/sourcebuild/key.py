@@ -16,8 +16,11 @@ from typing import Any
 
 __all__ = ["KEY_FORMAT", "BuildKey"]
 
-KEY_FORMAT = 1
-"""Changes whenever the same inputs would build another wheel (the recipe changed)."""
+KEY_FORMAT = 2
+"""Changes whenever the same inputs would build another wheel (the recipe changed).
+
+2: shared libraries normalised (nvcc's temporary names, the build id) and an
+in-place build's path written as ``/build``."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,8 +5,10 @@ permissions and the compression. `normalise_wheel` rewrites it with the
 entries sorted (``.dist-info`` last, ``RECORD`` at the very end, as the wheel
 spec recommends), every timestamp at ``SOURCE_DATE_EPOCH``, permissions 0644
 or 0755 (executables), one compression level, and ``RECORD`` regenerated from
-the bytes written. Compiled files must be reproducible themselves (a fixed
-build path, no embedded dates): the build environment sees to that.
+the bytes written. Shared libraries go through `elf.normalise_elf` (nvcc's
+temporary file names numbered, the build id a hash of the result). Compiled
+files must otherwise be reproducible themselves (a fixed build path, no
+embedded dates): the build environment sees to that.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import hashlib
 import io
 import time
 import zipfile
+
+from envbuilder.sourcebuild.elf import is_elf, normalise_elf
 
 __all__ = ["normalise_wheel"]
 
@@ -27,6 +31,9 @@ def normalise_wheel(data: bytes, *, source_date_epoch: int) -> bytes:
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         infos = [i for i in archive.infolist() if not i.is_dir()]
         contents = {i.filename: (archive.read(i), i.external_attr >> 16) for i in infos}
+    for name, (body, mode) in contents.items():
+        if is_elf(body):
+            contents[name] = (normalise_elf(body), mode)
     records = [n for n in contents if n.endswith(".dist-info/RECORD")]
     if len(records) != 1:
         raise ValueError(f"not a wheel: {len(records)} .dist-info/RECORD file(s)")
