@@ -20,6 +20,7 @@ fact the run recorded                  must agree with
                                          when it has no xformers (an unsatisfiable
                                          one: the versions it asked for)
 ``runner.platform``                    the target's machine (``x86_64``, ``aarch64``)
+                                         where it names one
 ``runner.gpus``                        each GPU's compute capability with its
                                          name's (for the GPUs envbuilder knows);
                                          any GPU needs a CUDA torch and a driver
@@ -70,6 +71,15 @@ def _major_minor(version: object) -> str | None:
 def _machine(platform_tag: str) -> str | None:
     for machine in ("x86_64", "aarch64", "arm64", "ppc64le", "s390x"):
         if platform_tag.endswith(machine):
+            return "aarch64" if machine == "arm64" else machine
+    return None
+
+
+def _named_machine(platform: str) -> str | None:
+    """The machine a runner's ``platform.platform()`` names (``…-x86_64-with-glibc2.39``);
+    None where it names none (a bare ``Linux`` says nothing against the target)."""
+    for machine in ("x86_64", "aarch64", "arm64", "ppc64le", "s390x"):
+        if machine in platform:
             return "aarch64" if machine == "arm64" else machine
     return None
 
@@ -156,11 +166,8 @@ def claim_problems(
         problems.append(f"xformers {xformers}, not {wanted}")
     platform = str(runner.get("platform", ""))
     machine = _machine(combo.platform)
-    if (
-        machine is not None
-        and machine not in platform
-        and not (machine == "aarch64" and "arm64" in platform)
-    ):
+    ran_on = _named_machine(platform)
+    if machine is not None and ran_on is not None and ran_on != machine:
         problems.append(f"platform {platform!r}, not a {machine} machine ({combo.platform})")
     problems += _gpu_problems(runner)
     if locked:
