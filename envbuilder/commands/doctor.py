@@ -1,5 +1,7 @@
-"""``envbuilder doctor``: check an environment against the lockfile (``--python PATH``:
-another one, which needs nothing of envbuilder installed).
+"""``envbuilder doctor``: check the user's environment against the lockfile: ``--python``
+(a version or a path), else the active venv, else the active conda env, else the first
+``python3`` on PATH (`envbuilder.lockfile.interpreter`); it needs nothing of envbuilder
+installed. The first line names the interpreter chosen.
 
 Exit status: 0 when every check passed (warnings allowed), 1 when one failed,
 2 for bad input (a missing, damaged or edited lockfile).
@@ -11,12 +13,13 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
-from envbuilder.lockfile.cli_args import add_lock_argument
+from envbuilder.lockfile.cli_args import add_lock_argument, add_python_argument
 
 HELP = (
-    "check an environment against the lockfile (versions, file hashes, xformers, GPU smoke "
-    "test): this one, or --python PATH's"
+    "check your environment against the lockfile (versions, file hashes, xformers, GPU smoke "
+    "test): the active venv or conda env, or --python's"
 )
 
 _MARK = {"pass": "✓", "warn": "!", "skip": "-", "fail": "✕"}
@@ -24,11 +27,12 @@ _MARK = {"pass": "✓", "warn": "!", "skip": "-", "fail": "✕"}
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_lock_argument(parser)
-    parser.add_argument(
-        "--python",
-        metavar="PATH",
-        help="check the environment of this interpreter (e.g. .venv/bin/python) instead of "
-        "the running one; envbuilder need not be installed there",
+    add_python_argument(
+        parser,
+        "the environment to check: a Python version (3.12) or an interpreter "
+        "(.venv/bin/python, a venv directory, python3.12 on PATH); default: $VIRTUAL_ENV, "
+        "else $CONDA_PREFIX, else the first python3 on PATH. envbuilder need not be "
+        "installed there",
     )
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.add_argument(
@@ -54,13 +58,18 @@ def run(args: argparse.Namespace) -> int:
         run_probe,
         summary,
     )
+    from envbuilder.lockfile.interpreter import choose, parse_python
     from envbuilder.lockfile.published import lockfile_argument
     from envbuilder.lockfile.read import load_lockfile
 
     path = lockfile_argument(args.lock, args.settings)
     lock = load_lockfile(path)
-    env = inspect_environment(args.python) if args.python else installed()
-    probe = None if args.no_probe else run_probe(env.executable if args.python else sys.executable)
+    chosen = choose(parse_python(args.python) if args.python else None)
+    if chosen.executable.absolute() == Path(sys.executable).absolute():
+        env = installed()
+    else:
+        env = inspect_environment(str(chosen.executable))
+    probe = None if args.no_probe else run_probe(str(chosen.executable))
     entry, findings = check_environment(
         lock, env=env, probe=probe, hashes=not args.no_hashes, rehash=args.rehash
     )
@@ -69,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
         out = {
             "lockfile": str(path),
             "python": env.executable,
+            "interpreter": {
+                "executable": str(chosen.executable),
+                "version": chosen.version,
+                "chosen_by": chosen.source,
+            },
             "combination": entry.id if entry else None,
             "verdict": entry.verdict.verdict if entry else None,
             "uses": {u.use: u.verdict.verdict for u in entry.uses} if entry else None,
@@ -80,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        print(f"interpreter: {chosen.describe()}")
         print(f"envbuilder doctor: {env.executable} against {path}")
         for f in findings:
             print(f"  {_MARK[f.status]} {f.name}: {f.detail}")

@@ -15,13 +15,19 @@ HELP = "install a verified combination from the lockfile into this or another en
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", nargs="?", help="combination id; or choose with the options below")
-    add_selection_arguments(parser)
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument(
-        "--python-exe", type=Path, metavar="PATH", help="interpreter to install into"
+    add_selection_arguments(
+        parser,
+        python_help="the interpreter to install into: a Python version (3.12) or an "
+        "interpreter (.venv/bin/python, a venv directory, python3.12 on PATH); default: "
+        "$VIRTUAL_ENV, else $CONDA_PREFIX, else the first python3 on PATH. With --venv: "
+        "what to create the venv from",
     )
-    target.add_argument(
-        "--venv", type=Path, metavar="DIR", help="virtual environment (created when absent)"
+    parser.add_argument(
+        "--venv",
+        type=Path,
+        metavar="DIR",
+        help="virtual environment to install into, created when absent (with uv, from "
+        "--python, else a Python of the combination's version)",
     )
     parser.add_argument(
         "--allow-unverified", action="store_true", help="also install unverified or broken ones"
@@ -35,7 +41,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="also install the suite group (the conformance suite's own dependencies, e.g."
         " diffusers), to run the suite in that environment; left out by default",
     )
-    parser.add_argument("--dry-run", action="store_true", help="print the command; install nothing")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="make every check, write the lock and print the commands to paste; install nothing",
+    )
     add_lock_argument(parser)
 
 

@@ -19,6 +19,7 @@ from envbuilder.lockfile.cli_args import add_lock_argument, add_selection_argume
 
 if TYPE_CHECKING:
     from envbuilder.lockfile.host import Host
+    from envbuilder.lockfile.interpreter import Interpreter
     from envbuilder.lockfile.model import CompatLock, LastVerified, Use
     from envbuilder.lockfile.query import Answer, Match, Query
 
@@ -82,6 +83,29 @@ def _last_verified(last: LastVerified | None) -> dict[str, object] | None:
     }
 
 
+def _python(args: argparse.Namespace) -> str | None:
+    """The Python version ``--python`` names: a version as given, an interpreter's asked."""
+    from envbuilder.lockfile.interpreter import interpreter_version, parse_python
+
+    if not args.python:
+        return None
+    request = parse_python(args.python)
+    return request.version or interpreter_version(request.path)  # type: ignore[arg-type]
+
+
+def _interpreter(args: argparse.Namespace) -> tuple[Interpreter | None, str]:
+    """``--here``: the user's interpreter and the line that names it (none found is said,
+    and no Python is then assumed)."""
+    from envbuilder.errors import MissingToolError
+    from envbuilder.lockfile.interpreter import choose, parse_python
+
+    try:
+        chosen = choose(parse_python(args.python) if args.python else None)
+    except MissingToolError as e:
+        return None, f"interpreter: none ({e}); judged for every Python"
+    return chosen, f"interpreter: {chosen.describe()}"
+
+
 def _query(args: argparse.Namespace, host: Host | None) -> Query:
     from envbuilder.lockfile.query import Query
 
@@ -89,7 +113,7 @@ def _query(args: argparse.Namespace, host: Host | None) -> Query:
     if gpu is None and host is not None and host.gpus:
         gpu = host.gpus[0].compute_capability or host.gpus[0].name
     return Query(
-        python=args.python or (host.python if host else None),
+        python=(host.python or None) if host is not None else _python(args),
         cuda=args.cuda,
         torch=args.torch,
         xformers=args.xformers,
@@ -250,7 +274,8 @@ def run(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     path = lockfile_argument(args.lock, args.settings)
     lock = load_lockfile(path)
-    host = detect_host() if args.here else None
+    chosen, chosen_line = _interpreter(args) if args.here else (None, "")
+    host = detect_host(python=chosen.version if chosen else "") if args.here else None
     query = _query(args, host)
     result = answer(lock, query)
     if args.id is not None:
@@ -263,6 +288,13 @@ def run(args: argparse.Namespace) -> int:
         listed = [_match_json(m, now) for m in matches]
         if host_query:
             out: object = {
+                "interpreter": None
+                if chosen is None
+                else {
+                    "executable": str(chosen.executable),
+                    "version": chosen.version,
+                    "chosen_by": chosen.source,
+                },
                 "host": None if host is None else asdict(host),
                 "query": asdict(query),
                 "matches": listed,
@@ -276,11 +308,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0 if matches else 1
     if host is not None:
+        print(chosen_line)
         print(f"this machine: {host.describe()}")
         given = [
             f"--{k} {v}"
             for k, v in (
-                ("python", args.python),
                 ("arch", args.arch),
                 ("gpu", args.gpu),
                 ("driver", args.driver),

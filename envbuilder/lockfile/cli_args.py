@@ -6,7 +6,14 @@ import argparse
 
 from envbuilder.lockfile.model import USES
 
-__all__ = ["add_lock_argument", "add_selection_arguments"]
+__all__ = ["PYTHON_HELP", "add_lock_argument", "add_python_argument", "add_selection_arguments"]
+
+#: ``--python`` means the same in every consumer command: a version or an interpreter.
+PYTHON_HELP = (
+    "a Python version (3.12) or an interpreter (.venv/bin/python, a venv directory, "
+    "python3.12 on PATH); default: $VIRTUAL_ENV, else $CONDA_PREFIX, else the first python3 "
+    "on PATH"
+)
 
 
 def add_lock_argument(parser: argparse.ArgumentParser) -> None:
@@ -19,8 +26,14 @@ def add_lock_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--python", help="Python version, e.g. 3.11")
+def add_python_argument(parser: argparse.ArgumentParser, help: str = PYTHON_HELP) -> None:
+    parser.add_argument("--python", metavar="VERSION|PATH", help=help)
+
+
+def add_selection_arguments(
+    parser: argparse.ArgumentParser, *, python_help: str = PYTHON_HELP
+) -> None:
+    add_python_argument(parser, python_help)
     parser.add_argument("--cuda", help="CUDA version: 12.1, cu121, cpu or default")
     parser.add_argument("--torch", help="torch version or prefix, e.g. 2.5 or 2.5.1")
     parser.add_argument("--xformers", help="xformers version or prefix")

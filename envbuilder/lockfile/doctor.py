@@ -119,7 +119,7 @@ def inspect_environment(python: str, timeout: float = 120) -> Installed:
     """The environment of the interpreter *python*, by running `_envprobe` in it."""
     proc = _run_file(python, Path(_envprobe.__file__), timeout)
     if isinstance(proc, str):
-        raise InputError(f"--python {python}: cannot inspect the environment: {proc}")
+        raise InputError(f"{python}: cannot inspect the environment: {proc}")
     lines = proc.stdout.strip().splitlines()
     try:
         if proc.returncode != 0 or not lines:
@@ -131,7 +131,7 @@ def inspect_environment(python: str, timeout: float = 120) -> Installed:
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         tail = proc.stderr.strip().splitlines()[-3:]
         raise InputError(
-            f"--python {python}: cannot inspect the environment: the interpreter {e}"
+            f"{python}: cannot inspect the environment: the interpreter {e}"
             + (f" ({' / '.join(tail)})" if tail else "")
             + "; give a Python 3.10 or newer of the environment to check, e.g. .venv/bin/python"
         ) from e

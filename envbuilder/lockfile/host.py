@@ -47,7 +47,7 @@ class Gpu:
 
 @dataclass(frozen=True, kw_only=True)
 class Host:
-    python: str  # "3.12"
+    python: str  # "3.12"; "" when no interpreter was found
     arch: str  # "x86_64", "aarch64"
     gpus: tuple[Gpu, ...] = ()
     driver: str | None = None
@@ -55,7 +55,7 @@ class Host:
     note: str = ""  # why there are no GPU facts
 
     def describe(self) -> str:
-        text = f"Python {self.python}, {self.arch}"
+        text = f"Python {self.python or 'unknown'}, {self.arch}"
         if self.gpus:
             names = ", ".join(
                 f"{g.name} (sm_{(g.compute_capability or '?').replace('.', '')})" for g in self.gpus
@@ -140,10 +140,11 @@ def detect_host(
     run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
     which: Callable[[str], str | None] = shutil.which,
     nvml: Callable[[], tuple[tuple[Gpu, ...], str | None] | None] = _nvml,
+    python: str | None = None,
 ) -> Host:
-    """This machine: the running Python, ``platform.machine()``, and the GPUs by NVML or
-    ``nvidia-smi``."""
-    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    """This machine: *python* (the chosen interpreter's version; default: the running one),
+    ``platform.machine()``, and the GPUs by NVML or ``nvidia-smi``."""
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}" if python is None else python
     arch = platform_arch(platform.machine().lower() or "unknown")
     found = nvml()
     if found is not None and found[0]:

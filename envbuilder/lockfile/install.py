@@ -10,12 +10,20 @@ training), and the workarounds printed are those verified for that use. The lock
 exported (`envbuilder.lockfile.export.exported`) and handed to uv (a pylock)
 or pip (a ``--require-hashes`` requirements file) for the target interpreter.
 
+The interpreter is the user's (`envbuilder.lockfile.interpreter`): ``--python``
+(a version or a path), else the active venv, else the active conda env, else
+the first ``python3`` on PATH; the first line of output names it. ``--venv DIR``
+installs into that venv, created when absent from ``--python`` (a base
+interpreter, or a version uv finds; default: the entry's version).
+
 Everything is verified before anything touches the disk: the lockfile, the
 entry and its verdict, the export of its lock (present, its sha256 as
-recorded), and the interpreter — for ``--venv``, a Python of the entry's
-version that uv can find and a directory that is absent or already a venv;
-for ``--python-exe``, its version (and pip, with ``--installer pip``). A
-missing Python or pip is named with how to provide it.
+recorded), and the interpreter — its version, pip with ``--installer pip``;
+for a ``--venv`` to create, a directory that is absent or empty and a base
+Python of the entry's version. A missing Python or pip is named with how to
+provide it. ``--dry-run`` makes the same checks and prints the commands the
+real run would run, the exported lock kept at a printed path, so that they can
+be pasted.
 """
 
 from __future__ import annotations
@@ -23,28 +31,13 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-from envbuilder.lockfile.model import INSTALLABLE
+from envbuilder.lockfile.interpreter import Interpreter
+from envbuilder.lockfile.model import INSTALLABLE, CompatLock, Entry, Use, Verdict
+from envbuilder.settings import Settings
 
 __all__ = ["install"]
-
-
-def _interpreter_version(exe: Path) -> str:
-    from envbuilder.errors import InputError
-
-    try:
-        out = subprocess.run(
-            [str(exe), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-    except (OSError, subprocess.CalledProcessError) as e:
-        raise InputError(f"--python-exe {str(exe)!r} is not a working Python ({e})") from e
-    return out.stdout.strip()
 
 
 def _uv() -> str:
@@ -69,7 +62,7 @@ def _uv() -> str:
 def _how_to_get(python: str) -> str:
     return (
         f"install Python {python} (`uv python install {python}`, or your system's packages) "
-        f"and run this again, or pass --python-exe PATH of an existing Python {python}"
+        f"and run this again, or pass --python PATH of an existing Python {python}"
     )
 
 
@@ -93,25 +86,25 @@ def _find_python(python: str, combination: str) -> str:
 
 
 def _check_interpreter(
-    python_exe: Path, entry_python: str, combination: str, installer: str
+    chosen: Interpreter, entry_python: str, combination: str, installer: str, *, base: bool = False
 ) -> None:
-    """``python_exe`` is the entry's Python and, for pip, has pip."""
+    """The chosen interpreter is the entry's Python and, for pip, has pip."""
     from envbuilder.errors import InputError, MissingToolError
 
-    have = _interpreter_version(python_exe)
-    if have != entry_python:
+    if chosen.version != entry_python:
         raise InputError(
-            f"{python_exe} is Python {have}, but {combination!r} needs Python {entry_python}; "
+            f"{chosen.executable} is Python {chosen.version}, but {combination!r} needs Python "
+            f"{entry_python}; "
             + _how_to_get(entry_python)
+            + ("" if base else f", or create a venv for it: --venv DIR --python {entry_python}")
         )
     if installer == "pip":
-        pip = subprocess.run(
-            [str(python_exe), "-m", "pip", "--version"], capture_output=True, text=True
-        )
-        if pip.returncode != 0:
+        from envbuilder.lockfile.interpreter import has_pip
+
+        if not has_pip(chosen.executable):
             raise MissingToolError(
-                f"pip is not installed in {python_exe} (Python {have}); run "
-                f"`{python_exe} -m ensurepip`, or pass --installer uv"
+                f"pip is not installed in {chosen.executable} (Python {chosen.version}); run "
+                f"`{chosen.executable} -m ensurepip`, or pass --installer uv"
             )
 
 
@@ -126,36 +119,101 @@ def _check_venv_directory(venv: Path) -> None:
         )
 
 
+def _target(
+    args: argparse.Namespace,
+) -> tuple[Interpreter | None, Interpreter | None, str | None]:
+    """(the interpreter to install into, when it exists; the base to create ``--venv``
+    from, when ``--python`` names one as a path; the version ``--python`` names). The first
+    two None: ``--venv`` is created from a Python of the entry's version, or of
+    ``--python VERSION``."""
+    from envbuilder.errors import InputError
+    from envbuilder.lockfile.interpreter import choose, interpreter_version, parse_python
+
+    request = parse_python(args.python) if args.python else None
+    wanted = request.version if request is not None else None
+    if args.venv is None:
+        return choose(request), None, wanted
+    python = args.venv / "bin" / "python"
+    if python.exists():
+        if request is not None:
+            raise InputError(
+                f"--venv {args.venv} is already a virtual environment: --python names the "
+                "interpreter to create a new one from; leave --python out to install into "
+                "it, or choose a new directory"
+            )
+        version = interpreter_version(python, option="--venv")
+        return Interpreter(executable=python, version=version, source="--venv"), None, None
+    _check_venv_directory(args.venv)
+    if request is not None and request.path is not None:
+        return None, choose(request), None
+    return None, None, wanted
+
+
+def _kept(settings: Settings, combination: str, fmt: str) -> Path:
+    """Where the exported lock stays, so that the printed command can be pasted."""
+    name = "pylock.toml" if fmt == "pylock" else "requirements.txt"
+    return settings.cache_dir / "install" / combination / name
+
+
+def _refuse(
+    lock: CompatLock, entry: Entry, verdict: Verdict, use: Use | None, allowed: bool
+) -> None:
+    """Refuse a combination that is not verified (for *use*) unless *allowed*."""
+    from envbuilder.errors import InputError
+    from envbuilder.lockfile.query import replacement
+
+    if verdict.verdict in INSTALLABLE or allowed:
+        return
+    alternative = replacement(lock, entry, use) if verdict.verdict == "xformers-unusable" else None
+    said = f" for {use}" if use else ""
+    instead = (
+        f"; without xformers {alternative.id!r} is {alternative.verdict.verdict}{said}: "
+        f"`envbuilder install {alternative.id}`"
+        if alternative is not None
+        else ""
+    )
+    raise InputError(
+        f"refusing to install {entry.id!r}: it is {verdict.verdict}{said}, not verified"
+        f"{instead}; pass --allow-unverified to install it anyway"
+    )
+
+
 def install(args: argparse.Namespace) -> int:
-    """Choose the combination, refuse an unverified one, install its lock with uv or pip."""
+    """Choose the interpreter and the combination, refuse an unverified one, install its lock
+    with uv or pip. ``--dry-run`` makes every check the real run makes and prints the commands
+    it would run; it only writes the exported lock, at the printed path."""
     from envbuilder.errors import EnvbuilderError, InputError
+    from envbuilder.files import write_atomic
     from envbuilder.lockfile.export import exported
     from envbuilder.lockfile.model import use_verdict
     from envbuilder.lockfile.published import lockfile_argument
-    from envbuilder.lockfile.query import Query, replacement, select
+    from envbuilder.lockfile.query import Query, select
     from envbuilder.lockfile.read import load_lockfile
     from envbuilder.reporter import Reporter
 
     report = Reporter(verbose=args.verbose)
     lockfile = lockfile_argument(args.lock, args.settings, with_locks=True)
     lock = load_lockfile(lockfile)
-    python_exe: Path = args.python_exe or Path(sys.executable)
-    if args.venv is not None:
-        python_exe = args.venv / "bin" / "python"
+    use = f" for {args.use}" if args.use else ""
 
     if args.id:
         entry = lock.by_id().get(args.id)
         if entry is None:
             raise InputError(f"no combination {args.id!r} in {lockfile}; see `envbuilder query`")
         verdict = entry.verdict if args.use is None else use_verdict(entry.uses, args.use)
+        try:  # the combination decides before the interpreter is asked anything
+            _refuse(lock, entry, verdict, args.use, args.allow_unverified)
+        except InputError:
+            report.line(f"combination {entry.id}{use}: {verdict.verdict} ({verdict.reason})")
+            raise
+        chosen, base, wanted = _target(args)
     else:
-        python = args.python
-        if python is None and python_exe.exists():
-            python = _interpreter_version(python_exe)
+        chosen, base, wanted = _target(args)
+        known = chosen or base
         matches = select(
             lock,
             Query(
-                python=python,
+                python=known.version if known is not None else wanted,
                 cuda=args.cuda,
                 torch=args.torch,
                 xformers=args.xformers,
@@ -166,49 +224,46 @@ def install(args: argparse.Namespace) -> int:
         if not matches:
             raise InputError(f"no combination in {lockfile} matches; see `envbuilder query`")
         entry, verdict = matches[0].entry, matches[0].verdict
-    use = f" for {args.use}" if args.use else ""
+    if chosen is not None:
+        report.line(f"interpreter: {chosen.describe()}")
+    elif base is not None:
+        report.line(f"interpreter: a new venv {args.venv}, from {base.describe()}")
+    else:
+        report.line(
+            f"interpreter: a new venv {args.venv}, from the Python {wanted or entry.python} "
+            "that `uv python find` names"
+        )
     report.line(f"combination {entry.id}{use}: {verdict.verdict} ({verdict.reason})")
-    if verdict.verdict not in INSTALLABLE and not args.allow_unverified:
-        alternative = (
-            replacement(lock, entry, args.use) if verdict.verdict == "xformers-unusable" else None
-        )
-        instead = (
-            f"; without xformers {alternative.id!r} is {alternative.verdict.verdict}{use}: "
-            f"`envbuilder install {alternative.id}`"
-            if alternative is not None
-            else ""
-        )
-        raise InputError(
-            f"refusing to install {entry.id!r}: it is {verdict.verdict}{use}, not verified"
-            f"{instead}; pass --allow-unverified to install it anyway"
-        )
+    _refuse(lock, entry, verdict, args.use, args.allow_unverified)
     for choice in verdict.choices:
         report.line(
             f"! {choice.check} is verified{use} only with the workaround "
             f"{choice.workaround!r} (measured on its case by {', '.join(choice.evidence)}): "
             "apply it in your code"
         )
-    chosen = {c.workaround for c in verdict.choices}
+    chosen_workarounds = {c.workaround for c in verdict.choices}
     for workaround in verdict.workarounds:
-        if not workaround.startswith("cuda-runtime:") and workaround not in chosen:
+        if not workaround.startswith("cuda-runtime:") and workaround not in chosen_workarounds:
             report.line(
                 f"! verified only with the workaround {workaround!r}: apply it in your code"
             )
 
     fmt = "pylock" if args.installer == "uv" else "requirements"
-    # the lock is verified before the disk is touched
+    # the lock and the interpreter are verified before the disk is touched, dry run or not
     data = exported(lockfile, entry.id, fmt, with_suite=args.with_suite)
-    create_venv = args.venv is not None and not python_exe.exists()
-    base = entry.python
-    if create_venv:
-        _check_venv_directory(args.venv)
-        if not args.dry_run:
-            base = _find_python(entry.python, entry.id)
-    elif not args.dry_run:
-        _check_interpreter(python_exe, entry.python, entry.id, args.installer)
-
-    if create_venv:
-        cmd = [_uv(), "venv", "--python", base, str(args.venv)]
+    if chosen is not None:
+        _check_interpreter(chosen, entry.python, entry.id, args.installer)
+        python_exe = chosen.executable
+    else:
+        if base is None:
+            version = wanted or entry.python
+            found = Path(_find_python(version, entry.id))
+            base = Interpreter(
+                executable=found, version=version, source=f"uv python find {version}"
+            )
+        _check_interpreter(base, entry.python, entry.id, "uv", base=True)  # --seed: pip
+        python_exe = args.venv / "bin" / "python"
+        cmd = [_uv(), "venv", "--python", str(base.executable), str(args.venv)]
         if args.installer == "pip":
             cmd.insert(2, "--seed")  # the venv needs pip itself
         report.command(cmd)
@@ -217,24 +272,25 @@ def install(args: argparse.Namespace) -> int:
             made = subprocess.run(cmd, check=False, env=env)
             if made.returncode != 0:
                 raise EnvbuilderError(
-                    f"uv could not create the venv {args.venv} from {base} "
+                    f"uv could not create the venv {args.venv} from {base.executable} "
                     f"(exit status {made.returncode}; its message is above)"
                 )
-            _check_interpreter(python_exe, entry.python, entry.id, args.installer)
-    with tempfile.TemporaryDirectory(prefix="envbuilder-install-") as tmp:
-        if fmt == "pylock":
-            file = Path(tmp) / "pylock.toml"
-            cmd = [_uv(), "pip", "install", "--python", str(python_exe), "--no-build"]
-            cmd += ["-r", str(file)]
-        else:
-            file = Path(tmp) / "requirements.txt"
-            cmd = [str(python_exe), "-m", "pip", "install", "--require-hashes", "--no-deps"]
-            cmd += ["--only-binary", ":all:", "-r", str(file)]
-        file.write_bytes(data)
-        report.command(cmd)
-        if args.dry_run:
-            return 0
-        result = subprocess.run(cmd, check=False)
+            created = Interpreter(executable=python_exe, version=base.version, source="--venv")
+            _check_interpreter(created, entry.python, entry.id, args.installer)
+
+    file = _kept(args.settings, entry.id, fmt)
+    write_atomic(file, data)
+    report.line(f"lock: {file} ({fmt} of {entry.id}, from {lockfile})")
+    if fmt == "pylock":
+        cmd = [_uv(), "pip", "install", "--python", str(python_exe), "--no-build", "-r", str(file)]
+    else:
+        cmd = [str(python_exe), "-m", "pip", "install", "--require-hashes", "--no-deps"]
+        cmd += ["--only-binary", ":all:", "-r", str(file)]
+    report.command(cmd)
+    if args.dry_run:
+        report.line("dry run: nothing installed; the commands above do it")
+        return 0
+    result = subprocess.run(cmd, check=False)
     if result.returncode != 0:
         report.line(f"✕ installing {entry.id} failed (exit status {result.returncode})")
         return 1

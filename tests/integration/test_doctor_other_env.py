@@ -99,7 +99,8 @@ def test_doctor_checks_another_environment(environment: tuple[Path, Path]) -> No
     first = doctor(lockfile, python)
     assert first.returncode == 0, first.stdout + first.stderr
     lines = first.stdout.splitlines()
-    assert lines[0] == f"envbuilder doctor: {python} against {lockfile}"
+    assert lines[0] == f"interpreter: Python {PYTHON} at {python} (--python)"
+    assert lines[1] == f"envbuilder doctor: {python} against {lockfile}"
     assert f"  ✓ combination: {combination} (Python {PYTHON}," in first.stdout
     assert verdict in first.stdout
     assert "  ✓ versions: all 3 locked packages match" in lines
@@ -133,4 +134,4 @@ def test_doctor_names_an_interpreter_that_is_not_one(tmp_path: Path) -> None:
     assert main([*argv, "--results", str(DATA / "results"), "-o", str(lockfile)]) == 0
     proc = doctor(lockfile, tmp_path / "no-such-python")
     assert proc.returncode == 2
-    assert f"--python {tmp_path / 'no-such-python'}: cannot inspect the environment" in proc.stderr
+    assert f"bad --python {str(tmp_path / 'no-such-python')!r}: no such file" in proc.stderr

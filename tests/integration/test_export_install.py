@@ -415,7 +415,7 @@ def test_install_says_which_python_it_needs_when_uv_finds_none(
     assert main([*argv, "--lock", str(absent_python_lock)]) == 3
     err = capsys.readouterr().err
     assert f"{ABSENT!r} needs Python {ABSENT_PYTHON}, and uv finds none" in err
-    assert f"uv python install {ABSENT_PYTHON}" in err and "--python-exe" in err
+    assert f"uv python install {ABSENT_PYTHON}" in err and "--python" in err
     assert "Traceback" not in err and "CalledProcessError" not in err
     assert not venv.exists()
 
@@ -424,7 +424,7 @@ def test_install_says_which_python_it_needs_when_uv_finds_none(
 def test_install_says_which_python_it_needs_when_given_another(
     absent_python_lock: Path, capsys: pytest.CaptureFixture[str], installer: str
 ) -> None:
-    argv = ["install", ABSENT, "--python-exe", sys.executable, "--installer", installer]
+    argv = ["install", ABSENT, "--python", sys.executable, "--installer", installer]
     assert main([*argv, "--lock", str(absent_python_lock)]) == 2
     err = capsys.readouterr().err
     assert f"{sys.executable} is Python {PY}, but {ABSENT!r} needs Python {ABSENT_PYTHON}" in err
@@ -435,7 +435,7 @@ def test_install_with_pip_says_how_to_get_pip_when_the_python_has_none(
     demo_lock: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     python = fresh_venv(tmp_path / "venv", pip=False)  # uv's venvs come without pip
-    argv = ["install", VERIFIED, "--python-exe", str(python), "--installer", "pip"]
+    argv = ["install", VERIFIED, "--python", str(python), "--installer", "pip"]
     assert main([*argv, "--lock", str(demo_lock)]) == 3
     err = capsys.readouterr().err
     assert f"pip is not installed in {python}" in err

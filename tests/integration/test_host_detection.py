@@ -55,7 +55,18 @@ def _query_here(lockfile: Path, bin_dir: Path, *extra: str) -> subprocess.Comple
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
-        [sys.executable, "-m", "envbuilder", "query", "--here", "--lock", str(lockfile), *extra],
+        [
+            sys.executable,
+            "-m",
+            "envbuilder",
+            "query",
+            "--here",
+            "--lock",
+            str(lockfile),
+            "--python",
+            sys.executable,
+            *extra,
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -89,7 +100,7 @@ def test_query_here_reads_the_gpu_and_driver_from_nvidia_smi(
     # the same machine after a driver upgrade: its Python's combinations, best first
     _fake_nvidia_smi(bin_dir, "NVIDIA H100 80GB HBM3, 9.0, 550.54.15\n")
     proc = _query_here(lockfile, bin_dir)
-    lines = proc.stdout.splitlines()
+    lines = proc.stdout.splitlines()[1:]  # after the interpreter's line
     assert lines[0] == (
         f"this machine: Python {PYTHON}, x86_64, NVIDIA H100 80GB HBM3 (sm_90), "
         "driver 550.54.15 (from nvidia-smi)"

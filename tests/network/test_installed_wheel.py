@@ -127,11 +127,11 @@ def test_install_and_doctor_another_venv(app: Path, demo_lock: Path, tmp_path: P
     python = target / "bin" / "python"
     lock = ["--lock", str(demo_lock)]
     # without the [install] extra and no uv on PATH, the default installer says what to do
-    refused = envbuilder(app, tmp_path, "install", VERIFIED, "--python-exe", str(python), *lock)
+    refused = envbuilder(app, tmp_path, "install", VERIFIED, "--python", str(python), *lock)
     assert refused.returncode == 3
     assert "gpu-envbuilder[install]" in refused.stderr and "--installer pip" in refused.stderr
     done = envbuilder(
-        app, tmp_path, "install", VERIFIED, "--python-exe", str(python), "--installer", "pip", *lock
+        app, tmp_path, "install", VERIFIED, "--python", str(python), "--installer", "pip", *lock
     )
     assert done.returncode == 0, done.stderr
     assert installed(python, "envb-demo-a", "envb-demo-b") == ["1.0", "2.0"]

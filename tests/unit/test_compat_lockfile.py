@@ -49,6 +49,23 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def user_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An active Python 3.12 venv with pip, as its files show it (``pyvenv.cfg``, pip in its
+    site-packages): what `install` reads of it without running it."""
+    venv = tmp_path / "user-venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch(mode=0o755)
+    (venv / "pyvenv.cfg").write_text("include-system-site-packages = false\nversion = 3.12.4\n")
+    pip = venv / "lib" / "python3.12" / "site-packages" / "pip"
+    pip.mkdir(parents=True)
+    (pip / "__init__.py").touch()
+    monkeypatch.setenv("VIRTUAL_ENV", str(venv))
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    monkeypatch.setenv("ENVBUILDER_CACHE_DIR", str(tmp_path / "cache"))
+    return venv
+
+
 def lock(*extra: str) -> int:
     return main(["lock", "--resolution", "locks/resolution.json", *extra])
 
@@ -569,6 +586,7 @@ def test_reformatting_keeps_the_hash_valid(workdir: Path) -> None:
 )
 def test_install_judges_by_the_use(
     workdir: Path,
+    user_venv: Path,
     capsys: pytest.CaptureFixture[str],
     args: list[str],
     rc: int,
@@ -638,7 +656,11 @@ def test_results_2_fixtures_pass_the_packaged_results_schema(name: str) -> None:
     [("uv", ["--no-build"]), ("pip", ["--only-binary", ":all:", "--require-hashes", "--no-deps"])],
 )
 def test_install_never_builds_a_source_distribution(
-    workdir: Path, capsys: pytest.CaptureFixture[str], installer: str, flags: list[str]
+    workdir: Path,
+    user_venv: Path,
+    capsys: pytest.CaptureFixture[str],
+    installer: str,
+    flags: list[str],
 ) -> None:
     assert lock("--results", "results") == 0
     capsys.readouterr()
