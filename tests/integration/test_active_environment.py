@@ -171,3 +171,30 @@ def test_an_interpreter_named_by_python_wins_over_the_active_venv(
     assert proc.stdout.splitlines()[0] == (
         f"interpreter: Python {version} at {sys.executable} (--python)"
     )
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_dry_run_fails_where_the_real_run_fails(
+    setup: dict[str, Path | str], dry_run: bool
+) -> None:
+    """Python 3.10 is nowhere here: the dry run says so as the real run does."""
+    combination = COMBINATION[str(setup["version"])]
+    other = "py3.10-default-torch2.4.1-xformers0.0.28.post1"
+    flags = ["--dry-run"] if dry_run else []
+    proc = envbuilder(setup, "install", other, "--allow-unverified", *flags)
+    assert proc.returncode == 2, proc.stderr
+    user = Path(setup["user"]) / "bin" / "python"
+    assert f"{user} is Python {setup['version']}, but {other!r} needs Python 3.10" in proc.stderr
+    assert combination not in proc.stderr
+
+
+def test_a_dry_run_keeps_the_lock_its_command_names(setup: dict[str, Path | str]) -> None:
+    combination = COMBINATION[str(setup["version"])]
+    proc = envbuilder(setup, "install", combination, "--dry-run", "--allow-unverified")
+    lines = proc.stderr.splitlines()
+    (kept,) = [line.split()[1] for line in lines if line.startswith("lock: ")]
+    (command,) = [line for line in lines if line.startswith("+ ") and " pip install " in line]
+    assert command.endswith(f" -r {kept}")
+    pylock = Path(setup["root"]) / "locks" / f"pylock.{combination}.toml"
+    assert Path(kept).read_bytes() == pylock.read_bytes()
+    assert lines[-1] == "dry run: nothing installed; the commands above do it"
