@@ -113,6 +113,9 @@ def _query(args: argparse.Namespace, host: Host | None) -> Query:
     if gpu is None and host is not None and host.gpus:
         gpu = host.gpus[0].compute_capability or host.gpus[0].name
     return Query(
+        gpu_name=args.gpu or (host.gpus[0].name if host is not None and host.gpus else None),
+        no_gpu=host is not None and not host.gpus and args.gpu is None,
+        suggest=True,
         python=(host.python or None) if host is not None else _python(args),
         cuda=args.cuda,
         torch=args.torch,
@@ -156,6 +159,10 @@ def _match_json(m: Match, now: datetime) -> dict[str, object]:
         "uses": {u.use: u.verdict.verdict for u in m.uses},
         "lock": m.entry.lock.path if m.entry.lock else None,
         "last_verified": _last_verified(m.entry.last_verified),
+        "evidence": None if m.evidence is None else asdict(m.evidence),
+        "changes": [asdict(c) for c in m.changes],
+        "suggestion": m.suggestion,
+        "warnings": list(m.warnings),
     }
 
 
@@ -210,6 +217,16 @@ def _has_detail(m: Match) -> bool:
     )
 
 
+def _with_evidence(line: str, m: Match) -> str:
+    """*line* and, for a GPU, where the combination was verified (or "untested")."""
+    if m.compute_capability is None or m.verdict.verdict == "unsatisfiable":
+        return line
+    said = m.evidence.text if m.evidence is not None else "untested on any GPU"
+    if m.evidence is None and m.entry.gpus:
+        said = "not verified on any GPU"
+    return f"{line}  [{said}]"
+
+
 def render(
     answer: Answer,
     *,
@@ -244,7 +261,9 @@ def render(
     body: list[str] = []
     cut = 0
     for i, m in enumerate(shown):
-        block = [one_line(m, now, **widths)]
+        block = [_with_evidence(one_line(m, now, **widths), m)]
+        if m.suggestion:
+            block.append(f"    ↳ {m.suggestion}")
         if long and _has_detail(m):
             block += _detail(m, now)
         if not everything and len(body) + len(block) > budget - (1 if shown is not matches else 0):
@@ -329,14 +348,63 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(render(result, use=args.use, now=now, long=args.long, everything=args.all)))
     else:
         print(f"no combination in {path} matches", file=sys.stderr)
+    if query.no_gpu:
+        print("\n".join(_gpu_summary(lock)))
     if (host_query or not matches) and result.rejected:
         print(f"{'not for this host' if host_query else 'not matching'} ({len(result.rejected)}):")
-        rejected = result.rejected if args.all else result.rejected[: SCREEN_LINES // 2]
-        for r in rejected:
-            print(f"  {r.entry.id}: {r.reason}"[:SCREEN_COLUMNS])
-        if len(rejected) < len(result.rejected):
-            print(f"  … {len(result.rejected) - len(rejected)} more (--all lists them)")
+        reason_lines = _rejection_lines(result, everything=args.all)
+        shown = reason_lines if args.all else reason_lines[: SCREEN_LINES // 2]
+        for line in shown:
+            print(line[:SCREEN_COLUMNS])
+        if len(shown) < len(reason_lines):
+            print(f"  … {len(reason_lines) - len(shown)} more lines (--all lists them)")
     return 0 if matches else 1
+
+
+def _rejection_lines(result: Answer, *, everything: bool) -> list[str]:
+    """One line per reason: rows sharing a reason are counted on one line ("9 rows, e.g.
+    ID: built for x86_64 …, not aarch64"), a row with several reasons counts in each; with
+    *everything*, one line per row with all its reasons."""
+    if everything:
+        return [f"  {r.entry.id}: {r.reason}" for r in result.rejected]
+    groups: dict[str, list[str]] = {}
+    for r in result.rejected:
+        for reason in r.reasons:
+            groups.setdefault(reason, []).append(r.entry.id)
+    lines = []
+    for reason, ids in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        if len(ids) == 1:
+            lines.append(f"  {ids[0]}: {reason}")
+        else:
+            lines.append(f"  {len(ids)} rows, e.g. {ids[0]}: {reason}")
+    return lines
+
+
+def _gpu_summary(lock: CompatLock) -> list[str]:
+    """Without a GPU here: that nothing here can use CUDA, and per GPU model measured, the
+    combinations verified on it (best first), so that the answer still says what runs where."""
+    from envbuilder.lockfile.gpus import gpu_model, sm
+    from envbuilder.lockfile.model import INSTALLABLE, VERDICT_RANK
+
+    cuda = [e for e in lock.combinations if e.cuda_release is not None]
+    lines = [
+        f"no NVIDIA GPU here: none of the {len(cuda)} CUDA builds can use CUDA on this machine; "
+        "verified on which GPU:"
+    ]
+    per_gpu: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for entry in cuda:
+        for g in entry.gpus:
+            if g.verdict.verdict in INSTALLABLE:
+                key = (gpu_model(g.gpu) or g.gpu, g.compute_capability or "?")
+                per_gpu.setdefault(key, []).append((VERDICT_RANK[g.verdict.verdict], entry.id))
+    for (model, cc), rows in sorted(per_gpu.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        ids = [i for _, i in sorted(rows)]
+        shown = ", ".join(ids[:3]) + (f", … {len(ids) - 3} more" if len(ids) > 3 else "")
+        lines.append(f"  {model} ({sm(cc)}): {len(ids)} verified: {shown}"[:SCREEN_COLUMNS])
+    if not per_gpu:
+        lines.append("  none verified on any GPU yet")
+    lines.append("  (--gpu NAME answers for one of them)")
+    return lines
 
 
 def _only(result: Answer, combination: str, known: Mapping[str, object]) -> Answer:

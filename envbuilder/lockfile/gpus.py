@@ -13,7 +13,16 @@ from collections.abc import Iterable
 
 from envbuilder.errors import InputError
 
-__all__ = ["GPU_ARCH", "GPU_COMPUTE_CAPABILITY", "arch_covers", "compute_capability", "gpu_arch"]
+__all__ = [
+    "GPU_ARCH",
+    "GPU_COMPUTE_CAPABILITY",
+    "arch_covers",
+    "compute_capability",
+    "gpu_arch",
+    "gpu_model",
+    "same_model",
+    "sm",
+]
 
 #: Data-centre and common desktop GPUs -> compute capability.
 GPU_COMPUTE_CAPABILITY: dict[str, str] = {
@@ -67,6 +76,25 @@ def compute_capability(gpu: str, recorded: Iterable[tuple[str, str | None]] = ()
     raise InputError(
         f"unknown GPU {gpu!r}: give a compute capability (sm90 or 9.0) or one of {known}"
     )
+
+
+def gpu_model(name: str) -> str | None:
+    """The model of the table a GPU's name names: ``NVIDIA H100 80GB HBM3`` -> ``H100``,
+    ``NVIDIA GH200 480GB`` -> ``GH200`` (the longest model in the name); None for others."""
+    key = _squash(name)
+    found = [model for model in GPU_COMPUTE_CAPABILITY if model in key]
+    return max(found, key=len) if found else None
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two GPU names name one model (``H100`` and ``NVIDIA H100 80GB HBM3``)."""
+    model = gpu_model(a)
+    return model == gpu_model(b) if model is not None else _squash(a) == _squash(b)
+
+
+def sm(cc: str) -> str:
+    """``9.0`` -> ``sm_90``."""
+    return "sm_" + cc.replace(".", "")
 
 
 def gpu_arch(gpu: str) -> str | None:

@@ -3,18 +3,45 @@
 `answer` splits the lockfile into the combinations that fit the query, ranked
 best first, and those that cannot run there, each with its reason: another
 Python, another CPU architecture, a driver older than its CUDA release needs.
+
+For a GPU (``--gpu``, or the one ``--here`` finds) the rank is by evidence on it:
+
+| rank | the combination is                                                      |
+|------|-------------------------------------------------------------------------|
+| 1    | verified on this GPU model ("verified on H100")                         |
+| 2    | verified on the same architecture ("verified on H200 (same              |
+|      | architecture, sm_90)"): kernels are built per compute capability        |
+| 3    | usable without xformers (its torch-alone row)                           |
+| 4    | verified elsewhere only (another compute capability)                    |
+| 5    | untested                                                                |
+| 6    | broken                                                                  |
+| 7    | unsatisfiable                                                           |
+
+Within a rank, combinations that fit as asked come before those that need a
+change: Python, CUDA and the driver are *suggestions* when changing them reaches a
+combination verified on this architecture ("verified with Python 3.12: `uv venv
+-p 3.12`, then …"), and filters otherwise. Without a GPU at all (``--here`` on a
+machine with none) every CUDA build is rejected: nothing here can use CUDA.
 Pure: the host is an argument (`Query`), `host.detect_host` reads the machine.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import InputError
 from envbuilder.lockfile.drivers import driver_satisfies, driver_version
-from envbuilder.lockfile.gpus import arch_covers, compute_capability, gpu_arch
+from envbuilder.lockfile.gpus import (
+    arch_covers,
+    compute_capability,
+    gpu_arch,
+    gpu_model,
+    same_model,
+    sm,
+)
 from envbuilder.lockfile.host import normalise_arch
 from envbuilder.lockfile.model import (
     INSTALLABLE,
@@ -34,6 +61,8 @@ from envbuilder.target import normalise_cuda as normalise_target_cuda
 
 __all__ = [
     "Answer",
+    "Change",
+    "Evidence",
     "Match",
     "Query",
     "Rejection",
@@ -55,6 +84,36 @@ class Query:
     use: Use | None = None  # rank by this use's verdict instead of the overall one
     arch: str | None = None  # the host's CPU architecture: x86_64, aarch64 (or amd64, arm64)
     driver: str | None = None  # the host's NVIDIA driver, e.g. 550.54.15
+    #: the GPU's model name (``--gpu H100``, or the one ``--here`` found), for "this GPU"
+    gpu_name: str | None = None
+    no_gpu: bool = False  # the host has no NVIDIA GPU: CUDA builds cannot run there
+    #: with a GPU, list rows another Python/CUDA/driver would reach as suggestions (`query`);
+    #: off, those are filters (`install` chooses among what fits as asked)
+    suggest: bool = False
+
+
+EvidenceKind = Literal["this-gpu", "same-architecture", "elsewhere"]
+ChangeKind = Literal["python", "cuda", "driver"]
+#: what a query may ask that a suggestion can change
+CHANGEABLE: tuple[ChangeKind, ...] = ("python", "cuda", "driver")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """Where the combination was verified, seen from the queried GPU."""
+
+    kind: EvidenceKind
+    gpus: tuple[str, ...]  # the models, e.g. ("H200",)
+    text: str  # "verified on H200 (same architecture, sm_90)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """What the query asked that this combination needs otherwise."""
+
+    kind: ChangeKind
+    asked: str  # "3.11"
+    needed: str  # "3.12"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +127,14 @@ class Match:
     #: verdict for the same use and GPU, when that one is installable (verified, perhaps with
     #: a workaround); None otherwise
     replacement: Replacement | None = None
+    evidence: Evidence | None = None  # with a GPU: where it was verified
+    changes: tuple[Change, ...] = ()  # what must change to use it (a suggestion), best first
+    warnings: tuple[str, ...] = ()  # it runs, but short of full support (an older driver)
+
+    @property
+    def suggestion(self) -> str | None:
+        """How to reach this combination when the query asked otherwise."""
+        return suggestion(self.entry, self.changes) if self.changes else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,29 +219,109 @@ def _version_key(text: str | None) -> Version:
         return Version("0")
 
 
-def _rejections(entry: Entry, query: Query, cuda: str | None, arch: str | None) -> list[str]:
-    reasons = []
+RejectionKind = Literal["python", "arch", "driver", "cuda", "torch", "xformers", "gpu"]
+
+
+def _rejections(
+    entry: Entry, query: Query, cuda: str | None, arch: str | None
+) -> list[tuple[RejectionKind, str]]:
+    reasons: list[tuple[RejectionKind, str]] = []
     if query.python and entry.python != query.python:
-        reasons.append(f"Python {entry.python}, not {query.python}")
+        reasons.append(("python", f"Python {entry.python}, not {query.python}"))
     if arch and entry.arch != arch:
         implied = "" if query.arch else f" (a {query.gpu} host)"
-        reasons.append(f"built for {entry.arch} ({entry.platform}), not {arch}{implied}")
+        reasons.append(("arch", f"built for {entry.arch} ({entry.platform}), not {arch}{implied}"))
+    if query.no_gpu and entry.cuda_release is not None:
+        reasons.append(("gpu", f"a CUDA {entry.cuda_release} build, and no NVIDIA GPU here"))
     if (
         query.driver
         and entry.minimum_driver
         and not driver_satisfies(query.driver, entry.minimum_driver)
     ):
         reasons.append(
-            f"CUDA {entry.cuda_release} needs driver >= {entry.minimum_driver}, "
-            f"not {query.driver.strip()}"
+            (
+                "driver",
+                f"CUDA {entry.cuda_release} needs driver >= {entry.minimum_driver}, "
+                f"not {query.driver.strip()}",
+            )
         )
     if cuda and not _cuda_matches(cuda, entry):
-        reasons.append(f"CUDA {entry.cuda}, not {cuda}")
+        reasons.append(("cuda", f"CUDA {entry.cuda}, not {cuda}"))
     if query.torch and not _prefix(query.torch, entry.torch):
-        reasons.append(f"torch {entry.torch or 'none'}, not {query.torch}")
+        reasons.append(("torch", f"torch {entry.torch or 'none'}, not {query.torch}"))
     if query.xformers and not _prefix(query.xformers, entry.xformers):
-        reasons.append(f"xformers {entry.xformers or 'none'}, not {query.xformers}")
+        reasons.append(("xformers", f"xformers {entry.xformers or 'none'}, not {query.xformers}"))
     return reasons
+
+
+def _label(gpu: GpuVerdict) -> str:
+    return gpu_model(gpu.gpu) or gpu.gpu
+
+
+def evidence(entry: Entry, cc: str, name: str | None, use: Use | None) -> Evidence | None:
+    """Where *entry* is verified (for *use*), seen from a GPU of compute capability *cc*
+    (model *name* when known): on that model, on its architecture, or elsewhere only."""
+    good = [g for g in entry.gpus if _verdict(g, use).verdict in INSTALLABLE]
+    mine = [g for g in good if name and same_model(g.gpu, name)]
+    if mine:
+        labels = tuple(dict.fromkeys(_label(g) for g in mine))
+        return Evidence(kind="this-gpu", gpus=labels, text=f"verified on {', '.join(labels)}")
+    same = [g for g in good if g.compute_capability == cc]
+    if same:
+        labels = tuple(dict.fromkeys(_label(g) for g in same))
+        return Evidence(
+            kind="same-architecture",
+            gpus=labels,
+            text=f"verified on {', '.join(labels)} (same architecture, {sm(cc)})",
+        )
+    if good:
+        labels = tuple(dict.fromkeys(_label(g) for g in good))
+        where = ", ".join(
+            dict.fromkeys(f"{_label(g)} ({sm(g.compute_capability or '?')})" for g in good)
+        )
+        return Evidence(
+            kind="elsewhere", gpus=labels, text=f"verified elsewhere: on {where}, not on {sm(cc)}"
+        )
+    return None
+
+
+def suggestion(entry: Entry, changes: tuple[Change, ...]) -> str:
+    """What to change to reach *entry*, as commands: ``verified with Python 3.12: `uv venv
+    -p 3.12`, then `envbuilder install ID --python .venv```."""
+    kinds = {c.kind: c for c in changes}
+    parts: list[str] = []
+    steps: list[str] = []
+    if "python" in kinds:
+        parts.append(f"Python {entry.python}")
+    if "cuda" in kinds:
+        parts.append(f"CUDA {entry.cuda} (its wheels carry the runtime)")
+    if "driver" in kinds:
+        parts.append(f"driver >= {kinds['driver'].needed}")
+        steps.append("upgrade the NVIDIA driver")
+    install = f"envbuilder install {entry.id}"
+    if "python" in kinds:
+        steps.append(f"`uv venv -p {entry.python}`")
+        install += " --python .venv"
+    steps.append(f"`{install}`")
+    if len(steps) > 1:
+        steps[-1] = "then " + steps[-1]
+    return f"verified with {' and '.join(parts)}: {', '.join(steps)}"
+
+
+def _rank(match: Match) -> tuple[int, int, int]:
+    """(rank in the module's table, needs a change, evidence tier)."""
+    v = match.verdict.verdict
+    kind = match.evidence.kind if match.evidence is not None else None
+    if v in INSTALLABLE:
+        group = 0
+    elif v == "xformers-unusable":
+        group = 1
+    elif v == "unverified":
+        group = 2 if kind == "elsewhere" else 3
+    else:
+        group = 4 if v == "broken" else 5
+    tier = {"this-gpu": 0, "same-architecture": 1}.get(kind or "", 2)
+    return group, bool(match.changes), tier
 
 
 def replacement(
@@ -188,6 +335,14 @@ def replacement(
         return None
     verdict = _gpu_verdict(alone, cc, use) if cc else _verdict(alone, use)
     return Replacement(id=alone.id, verdict=verdict) if verdict.verdict in INSTALLABLE else None
+
+
+def _change(kind: ChangeKind, entry: Entry, query: Query, cuda: str | None) -> Change:
+    if kind == "python":
+        return Change(kind=kind, asked=query.python or "", needed=entry.python)
+    if kind == "cuda":
+        return Change(kind=kind, asked=cuda or "", needed=entry.cuda)
+    return Change(kind=kind, asked=(query.driver or "").strip(), needed=entry.minimum_driver or "")
 
 
 def answer(lock: CompatLock, query: Query) -> Answer:
@@ -206,10 +361,21 @@ def answer(lock: CompatLock, query: Query) -> Answer:
     rejected: list[Rejection] = []
     for entry in lock.combinations:
         reasons = _rejections(entry, query, cuda, arch)
-        if reasons:
-            rejected.append(Rejection(entry=entry, reasons=tuple(reasons)))
-            continue
         verdict = _gpu_verdict(entry, cc, query.use) if cc else _verdict(entry, query.use)
+        changes: tuple[Change, ...] = ()
+        # with a GPU, another Python, CUDA or driver is a suggestion where it reaches a
+        # combination verified on this architecture
+        if (
+            reasons
+            and query.suggest
+            and cc is not None
+            and verdict.verdict in INSTALLABLE
+            and all(kind in CHANGEABLE for kind, _ in reasons)
+        ):
+            changes = tuple(_change(kind, entry, query, cuda) for kind, _ in reasons)  # type: ignore[arg-type]
+        elif reasons:
+            rejected.append(Rejection(entry=entry, reasons=tuple(text for _, text in reasons)))
+            continue
         uses = tuple(
             UseVerdict(use=u, verdict=_gpu_verdict(entry, cc, u) if cc else _verdict(entry, u))
             for u in USES
@@ -227,10 +393,15 @@ def answer(lock: CompatLock, query: Query) -> Answer:
                 use=query.use,
                 uses=uses,
                 replacement=alternative,
+                evidence=evidence(entry, cc, query.gpu_name or query.gpu, query.use)
+                if cc
+                else None,
+                changes=changes,
             )
         )
     matches.sort(
         key=lambda m: (
+            *(_rank(m) if cc else ()),
             VERDICT_RANK[m.verdict.verdict],
             tuple(-p for p in _version_key(m.entry.torch).release),
             tuple(-p for p in _version_key(m.entry.xformers).release),
