@@ -348,6 +348,9 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(render(result, use=args.use, now=now, long=args.long, everything=args.all)))
     else:
         print(f"no combination in {path} matches", file=sys.stderr)
+    warned = _warning_lines(matches) if args.id is None else []
+    if warned:
+        print("\n".join(warned))
     if query.no_gpu:
         print("\n".join(_gpu_summary(lock)))
     if (host_query or not matches) and result.rejected:
@@ -359,6 +362,25 @@ def run(args: argparse.Namespace) -> int:
         if len(shown) < len(reason_lines):
             print(f"  … {len(reason_lines) - len(shown)} more lines (--all lists them)")
     return 0 if matches else 1
+
+
+def _warning_lines(matches: tuple[Match, ...]) -> list[str]:
+    """Each warning once, with how many listed rows it concerns, then the rules' sources."""
+    from envbuilder.lockfile.drivers import COMPATIBILITY_SOURCE, DRIVER_SOURCE
+
+    counts: dict[str, int] = {}
+    for m in matches:
+        for warning in m.warnings:
+            counts[warning] = counts.get(warning, 0) + 1
+    if not counts:
+        return []
+    lines = [
+        f"! {n} row{'s' if n != 1 else ''}: {warning}"[:SCREEN_COLUMNS]
+        for warning, n in counts.items()
+    ]
+    lines.append(f"  rule: {COMPATIBILITY_SOURCE}"[:SCREEN_COLUMNS])
+    lines.append(f"  full-support drivers: {DRIVER_SOURCE}"[:SCREEN_COLUMNS])
+    return lines
 
 
 def _rejection_lines(result: Answer, *, everything: bool) -> list[str]:

@@ -6,9 +6,12 @@ toolkit. The figures are the Linux "Toolkit Driver Version" of each release's GA
 in the table below; `envbuilder lock` copies the table and its source into the
 lockfile, and each combination records the release and minimum it needs.
 
-CUDA minor-version compatibility lets many CUDA 12.x programs start on an older
-12.x driver, but not those that JIT-compile PTX (``+PTX`` kernels on a newer GPU);
-the table is the floor at which everything in the toolkit works.
+The table is the *full-support* driver, recommended. NVIDIA's minor-version
+compatibility lets a build for any CUDA 12.x run on a driver from 525.60.13 (13.x:
+from 580.65.06, 11.x: from 450.80.02), unless it needs PTX JIT (``+PTX`` kernels
+compiled for a GPU newer than the build's architectures) or a feature of the
+newer toolkit; `compatible_driver` gives that floor. ``query --driver`` keeps a
+combination between the two with a warning naming the rule and its source.
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ from envbuilder.errors import InputError
 from envbuilder.target import CudaTag
 
 __all__ = [
+    "COMPATIBILITY_SOURCE",
     "DRIVER_SOURCE",
     "MINIMUM_DRIVER",
+    "MINOR_VERSION_COMPATIBILITY",
+    "compatible_driver",
     "cuda_release",
     "driver_satisfies",
     "driver_version",
@@ -49,6 +55,32 @@ MINIMUM_DRIVER: dict[str, str] = {
     "12.9": "575.51.03",
     "13.0": "580.65.06",
 }
+
+COMPATIBILITY_SOURCE = (
+    "NVIDIA CUDA Compatibility guide, 'Minor Version Compatibility': a CUDA X.y build runs "
+    "on the first driver of CUDA X.0's branch, unless it needs PTX JIT"
+)
+
+#: CUDA major -> the driver from which its minor-version compatibility holds
+#: (`COMPATIBILITY_SOURCE`; the table's X.0 rows, 11.x from 450.80.02).
+MINOR_VERSION_COMPATIBILITY: dict[int, str] = {
+    11: "450.80.02",
+    12: "525.60.13",
+    13: "580.65.06",
+}
+
+
+def compatible_driver(release: str | None) -> str | None:
+    """The oldest driver *release* (``12.4``) runs on by minor-version compatibility; None
+    for a major the table lacks."""
+    if release is None:
+        return None
+    try:
+        major = CudaTag.from_version(release).major
+    except ValueError:
+        return None
+    return MINOR_VERSION_COMPATIBILITY.get(major)
+
 
 _DRIVER = re.compile(r"\d+(\.\d+){0,2}")
 

@@ -33,7 +33,7 @@ from typing import Literal
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import InputError
-from envbuilder.lockfile.drivers import driver_satisfies, driver_version
+from envbuilder.lockfile.drivers import compatible_driver, driver_satisfies, driver_version
 from envbuilder.lockfile.gpus import (
     arch_covers,
     compute_capability,
@@ -222,8 +222,35 @@ def _version_key(text: str | None) -> Version:
 RejectionKind = Literal["python", "arch", "driver", "cuda", "torch", "xformers", "gpu"]
 
 
+def _ptx_only(entry: Entry, cc: str) -> bool:
+    """Whether xformers' kernels reach *cc* only by PTX JIT (``9.0+PTX`` on a 10.0 GPU)."""
+    arch = ((entry.xformers_build or {}).get("built_with") or {}).get("arch_list")
+    if not isinstance(arch, str) or not arch or not arch_covers(arch, cc):
+        return False
+    exact = " ".join(a.partition("+")[0] for a in arch.replace(";", " ").split())
+    return not arch_covers(exact, cc)
+
+
+def driver_warning(entry: Entry, driver: str, cc: str | None) -> str | None:
+    """Why *entry* runs on *driver* only by NVIDIA's minor-version compatibility (older than
+    its full-support driver, not older than its major's floor, no PTX JIT on *cc*); None
+    when the driver fully supports it, or when it cannot run there at all."""
+    need = entry.minimum_driver
+    if need is None or driver_satisfies(driver, need):
+        return None
+    floor = compatible_driver(entry.cuda_release)
+    if floor is None or not driver_satisfies(driver, floor) or (cc and _ptx_only(entry, cc)):
+        return None
+    major = (entry.cuda_release or "").split(".")[0]
+    return (
+        f"driver {driver.strip()} runs CUDA {major}.x builds by NVIDIA's minor-version "
+        f"compatibility (from {floor}) unless PTX JIT is needed; recommended for CUDA "
+        f"{entry.cuda_release}: {need} or newer"
+    )
+
+
 def _rejections(
-    entry: Entry, query: Query, cuda: str | None, arch: str | None
+    entry: Entry, query: Query, cuda: str | None, arch: str | None, cc: str | None = None
 ) -> list[tuple[RejectionKind, str]]:
     reasons: list[tuple[RejectionKind, str]] = []
     if query.python and entry.python != query.python:
@@ -237,12 +264,24 @@ def _rejections(
         query.driver
         and entry.minimum_driver
         and not driver_satisfies(query.driver, entry.minimum_driver)
+        and not driver_warning(entry, query.driver, cc)
     ):
+        floor = compatible_driver(entry.cuda_release)
+        have = query.driver.strip()
+        if floor and driver_satisfies(have, floor):  # only PTX JIT stands in the way
+            why = (
+                f"xformers reaches {sm(cc or '?')} only by PTX JIT, which minor-version "
+                "compatibility does not cover"
+            )
+        elif floor:
+            why = f"not even minor-version compatibility's {floor}"
+        else:
+            why = "no minor-version compatibility known for it"
         reasons.append(
             (
                 "driver",
-                f"CUDA {entry.cuda_release} needs driver >= {entry.minimum_driver}, "
-                f"not {query.driver.strip()}",
+                f"CUDA {entry.cuda_release} needs driver >= {entry.minimum_driver}, not {have} "
+                f"({why})",
             )
         )
     if cuda and not _cuda_matches(cuda, entry):
@@ -360,7 +399,7 @@ def answer(lock: CompatLock, query: Query) -> Answer:
     matches: list[Match] = []
     rejected: list[Rejection] = []
     for entry in lock.combinations:
-        reasons = _rejections(entry, query, cuda, arch)
+        reasons = _rejections(entry, query, cuda, arch, cc)
         verdict = _gpu_verdict(entry, cc, query.use) if cc else _verdict(entry, query.use)
         changes: tuple[Change, ...] = ()
         # with a GPU, another Python, CUDA or driver is a suggestion where it reaches a
@@ -397,6 +436,11 @@ def answer(lock: CompatLock, query: Query) -> Answer:
                 if cc
                 else None,
                 changes=changes,
+                warnings=tuple(
+                    w for w in [driver_warning(entry, query.driver or "", cc)] if w is not None
+                )
+                if query.driver
+                else (),
             )
         )
     matches.sort(

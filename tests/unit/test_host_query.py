@@ -228,7 +228,10 @@ def test_the_lockfile_records_arch_and_driver(compat: CompatLock) -> None:
 
 
 X86 = "built for x86_64 (manylinux_2_28_x86_64), not aarch64"
-OLD_DRIVER = "CUDA 12.4 needs driver >= 550.54.14, not 545.23.06"
+OLD_DRIVER = (
+    "CUDA 12.4 needs driver >= 550.54.14, not 470.82.01 (not even minor-version "
+    "compatibility's 525.60.13)"
+)
 
 
 @pytest.mark.parametrize(
@@ -250,14 +253,15 @@ OLD_DRIVER = "CUDA 12.4 needs driver >= 550.54.14, not 545.23.06"
                 )
             },
         ),
-        # a driver too old for CUDA 12.4 rules out every CUDA build, not the unsatisfiable one
+        # a driver too old for CUDA 12.x (below minor-version compatibility's floor) rules
+        # out every CUDA build, not the unsatisfiable one
         (
-            Query(python="3.13", driver="545.23.06"),
+            Query(python="3.13", driver="470.82.01"),
             [("py3.13-default-torch2.4.1-xformers0.0.28.post1", "unsatisfiable")],
             {},
         ),
         (
-            Query(python="3.11", driver="545.23.06", arch="x86_64"),
+            Query(python="3.11", driver="470.82.01", arch="x86_64"),
             [],
             {"py3.11-default-torch2.9.0": (OLD_DRIVER,)},
         ),
@@ -279,7 +283,8 @@ OLD_DRIVER = "CUDA 12.4 needs driver >= 550.54.14, not 545.23.06"
                 "py3.12-default-torch2.10.0-xformers0.0.34": (
                     "Python 3.12, not 3.11",
                     X86,
-                    "CUDA 12.4 needs driver >= 550.54.14, not 470",
+                    "CUDA 12.4 needs driver >= 550.54.14, not 470 (not even minor-version "
+                    "compatibility's 525.60.13)",
                 )
             },
         ),
