@@ -121,6 +121,17 @@ def publish(session: nox.Session) -> None:
     session.run("envbuilder", "publish", *session.posargs)
 
 
+@nox.session(python=PYTHON, default=False, tags=["pipeline"])
+def snapshot(session: nox.Session) -> None:
+    """Write the lockfile snapshot the wheel carries (envbuilder/data/): nox -s snapshot -- LOCKFILE|URL."""
+    if len(session.posargs) != 1:
+        session.error(
+            "Usage: nox -s snapshot -- LOCKFILE|URL (the published lockfile, e.g. site/compat.lock.json)"
+        )
+    _install_project(session)
+    session.run("python", "-m", "envbuilder.lockfile.snapshot", *session.posargs)
+
+
 @nox.session(python=PYTHON, tags=["check"])
 def lint(session: nox.Session) -> None:
     """Run ruff over the package, tests and noxfile, and actionlint over the workflows."""

@@ -11,6 +11,7 @@ arguments. Command-line options win over these (``--cache-dir`` over
 | ``ENVBUILDER_CACHE_DIR``      | ``cache_dir``     | the user cache directory        |
 | ``ENVBUILDER_WHEEL_CACHE``    | ``wheel_cache``   | ``wheels`` in the user cache    |
 | ``ENVBUILDER_LOCK``           | ``lockfile``      | ``./compat.lock.json`` (lockfile/) |
+| ``ENVBUILDER_LOCK_URL``       | ``lock_url``      | none: the wheel's snapshot      |
 | ``ENVBUILDER_SOURCE_REVISION``| ``revision``      | ``GITHUB_SHA``, else git asks   |
 
 The package index and the CA bundle come from pip's configuration
@@ -46,6 +47,7 @@ class Settings:
     cache_dir: Path = field(default_factory=_user_cache)
     wheel_cache: Path = field(default_factory=lambda: _user_cache() / "wheels")
     lockfile: Path | None = None
+    lock_url: str | None = None  # a published lockfile, downloaded at most once a day
     revision: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -58,6 +60,7 @@ class Settings:
             cache_dir=Path(cache) if cache else _user_cache(),
             wheel_cache=Path(wheels) if wheels else _user_cache() / "wheels",
             lockfile=Path(environ["ENVBUILDER_LOCK"]) if environ.get("ENVBUILDER_LOCK") else None,
+            lock_url=environ.get("ENVBUILDER_LOCK_URL") or None,
             revision=environ.get("ENVBUILDER_SOURCE_REVISION") or environ.get("GITHUB_SHA") or None,
             environ=dict(environ),
         )

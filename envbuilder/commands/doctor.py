@@ -59,10 +59,12 @@ def run(args: argparse.Namespace) -> int:
         summary,
     )
     from envbuilder.lockfile.interpreter import choose, parse_python
-    from envbuilder.lockfile.published import lockfile_argument
+    from envbuilder.lockfile.published import lockfile_choice
     from envbuilder.lockfile.read import load_lockfile
 
-    path = lockfile_argument(args.lock, args.settings)
+    path, source = lockfile_choice(args.lock, args.settings)
+    if source:
+        print(source, file=sys.stderr)
     lock = load_lockfile(path)
     chosen = choose(parse_python(args.python) if args.python else None)
     if chosen.executable.absolute() == Path(sys.executable).absolute():

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     from envbuilder.errors import InputError
     from envbuilder.files import write_atomic
-    from envbuilder.lockfile.published import lockfile_argument
+    from envbuilder.lockfile.published import lockfile_choice
 
     if args.out is not None and args.format == "pylock" and not is_valid_pylock_path(args.out):
         raise InputError(
@@ -56,7 +56,11 @@ def run(args: argparse.Namespace) -> int:
         )
     from envbuilder.lockfile.export import exported
 
-    lockfile = lockfile_argument(args.lock, args.settings, with_locks=True, combination=args.id)
+    lockfile, source = lockfile_choice(
+        args.lock, args.settings, with_locks=True, combination=args.id
+    )
+    if source:
+        print(source, file=sys.stderr)
     data = exported(lockfile, args.id, args.format, with_suite=args.with_suite)
     if args.out is None:
         sys.stdout.buffer.write(data)

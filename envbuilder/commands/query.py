@@ -286,12 +286,14 @@ def render(
 def run(args: argparse.Namespace) -> int:
     from envbuilder.lockfile.gpus import gpu_arch
     from envbuilder.lockfile.host import detect_host
-    from envbuilder.lockfile.published import lockfile_argument
+    from envbuilder.lockfile.published import lockfile_choice
     from envbuilder.lockfile.query import answer
     from envbuilder.lockfile.read import load_lockfile
 
     now = datetime.now(UTC)
-    path = lockfile_argument(args.lock, args.settings)
+    path, source = lockfile_choice(args.lock, args.settings)
+    if source:
+        print(source, file=sys.stderr)  # stdout stays one screen (or JSON)
     lock = load_lockfile(path)
     chosen, chosen_line = _interpreter(args) if args.here else (None, "")
     host = detect_host(python=chosen.version if chosen else "") if args.here else None

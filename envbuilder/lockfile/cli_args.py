@@ -22,7 +22,8 @@ def add_lock_argument(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE|URL",
         help="the compatibility lockfile, or the https URL of a published one (downloaded, "
-        "its content hash checked); default: $ENVBUILDER_LOCK or ./compat.lock.json",
+        "its content hash checked); default: $ENVBUILDER_LOCK, else $ENVBUILDER_LOCK_URL (fetched "
+        "at most daily), else ./compat.lock.json, else the snapshot this envbuilder carries",
     )
 
 

@@ -186,13 +186,15 @@ def install(args: argparse.Namespace) -> int:
     from envbuilder.files import write_atomic
     from envbuilder.lockfile.export import exported
     from envbuilder.lockfile.model import use_verdict
-    from envbuilder.lockfile.published import lockfile_argument
+    from envbuilder.lockfile.published import lockfile_choice
     from envbuilder.lockfile.query import Query, select
     from envbuilder.lockfile.read import load_lockfile
     from envbuilder.reporter import Reporter
 
     report = Reporter(verbose=args.verbose)
-    lockfile = lockfile_argument(args.lock, args.settings, with_locks=True)
+    lockfile, source = lockfile_choice(args.lock, args.settings, with_locks=True)
+    if source:
+        report.line(source)
     lock = load_lockfile(lockfile)
     use = f" for {args.use}" if args.use else ""
 

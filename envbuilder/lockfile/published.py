@@ -23,7 +23,10 @@ from envbuilder.lockfile.model import DEFAULT_LOCKFILE, CompatLock
 from envbuilder.lockfile.read import default_lockfile, load_lockfile
 from envbuilder.settings import Settings
 
-__all__ = ["is_url", "lockfile_argument"]
+__all__ = ["is_url", "lockfile_argument", "lockfile_choice"]
+
+#: how long a downloaded ``$ENVBUILDER_LOCK_URL`` lockfile is used before it is fetched again
+FRESH_SECONDS = 24 * 3600
 
 
 def is_url(value: str) -> bool:
@@ -73,6 +76,77 @@ def _fetch_locks(url: str, here: Path, lock: CompatLock, wanted: str | None, s: 
         _download(urljoin(url, entry.lock.path), here / relative, s)
 
 
+def _age(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{max(int(seconds // 60), 0)} min ago"
+    if seconds < 2 * 86400:
+        return f"{int(seconds // 3600)} h ago"
+    return f"{int(seconds // 86400)} days ago"
+
+
+def _configured(
+    url: str, settings: Settings, with_locks: bool, combination: str | None
+) -> tuple[Path, str]:
+    """``$ENVBUILDER_LOCK_URL``: the cached copy while it is fresh, else downloaded anew; an
+    unreachable URL falls back to a cached copy, saying how old it is."""
+    import time
+
+    _check_url(url, "$ENVBUILDER_LOCK_URL")
+    path = _cache(url, settings) / DEFAULT_LOCKFILE
+    age = time.time() - path.stat().st_mtime if path.is_file() else None
+    if age is not None and age < FRESH_SECONDS:
+        return path, f"lockfile: {url} (downloaded {_age(age)}; fetched again after a day)"
+    try:
+        got = lockfile_argument(
+            url,
+            settings,
+            with_locks=with_locks,
+            combination=combination,
+            option="$ENVBUILDER_LOCK_URL",
+        )
+    except IndexError_ as e:
+        if age is None:
+            raise
+        return path, f"lockfile: {url}, cached {_age(age)}: ! it could not be fetched again ({e})"
+    return got, f"lockfile: {url} (downloaded now)"
+
+
+def _cache(url: str, settings: Settings) -> Path:
+    return settings.cache_dir / "published" / hashlib.sha256(url.encode()).hexdigest()[:24]
+
+
+def lockfile_choice(
+    value: str | None,
+    settings: Settings,
+    *,
+    with_locks: bool = False,
+    combination: str | None = None,
+) -> tuple[Path, str | None]:
+    """The lockfile to read (see the module's order) and, unless it is a local file named
+    by the user, one line saying which it is and how old."""
+    if value is not None or settings.lockfile is not None:
+        path = lockfile_argument(value, settings, with_locks=with_locks, combination=combination)
+        return path, (f"lockfile: {value} (downloaded now)" if value and is_url(value) else None)
+    if settings.lock_url:
+        return _configured(settings.lock_url, settings, with_locks, combination)
+    local = default_lockfile(settings)
+    if local.exists():
+        return local, None
+    from envbuilder.lockfile.snapshot import embedded, newest_evidence
+
+    snapshot = embedded()
+    if snapshot is None:
+        return local, None  # reading it says it is missing and what to do
+    from datetime import UTC, date, datetime
+
+    day = newest_evidence(load_lockfile(snapshot))
+    old = f", {(datetime.now(UTC).date() - date.fromisoformat(day)).days} days old" if day else ""
+    return snapshot, (
+        f"lockfile: the snapshot this envbuilder carries (newest evidence {day or 'none'}{old});"
+        " --lock URL or $ENVBUILDER_LOCK_URL for the published one"
+    )
+
+
 def lockfile_argument(
     value: str | None,
     settings: Settings,
@@ -91,7 +165,7 @@ def lockfile_argument(
     if not is_url(value):
         return Path(value)
     _check_url(value, option)
-    here = settings.cache_dir / "published" / hashlib.sha256(value.encode()).hexdigest()[:24]
+    here = _cache(value, settings)
     path = here / DEFAULT_LOCKFILE
     _download(value, path, settings, option)
     try:
