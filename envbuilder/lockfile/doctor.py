@@ -337,6 +337,22 @@ def _probe_findings(entry: Entry | None, report: Mapping[str, Any]) -> Iterable[
         yield Finding(name=key.replace("_", "-"), status=status, detail=detail)
 
 
+def _runtime_hint(
+    entry: Entry | None, env: Installed, findings: Iterable[Finding]
+) -> Iterable[Finding]:
+    """A ``-cudart`` combination whose extension did not load: say the ``LD_LIBRARY_PATH``
+    (prepended) that lets it find the runtime the lock adds."""
+    from dataclasses import replace
+
+    from envbuilder.lockfile.install import runtime_line
+
+    for f in findings:
+        line = runtime_line(entry, env.prefix) if entry is not None else None
+        if f.name == "xformers-extension" and f.status == "fail" and line:
+            f = replace(f, detail=f"{f.detail}; {line.removeprefix('! ')}")
+        yield f
+
+
 def check_environment(
     lock: CompatLock,
     *,
@@ -380,7 +396,7 @@ def check_environment(
         else:
             findings.append(Finding(name="installed-files", status="skip", detail=NOT_HASHED))
     if probe is not None:
-        findings += _probe_findings(entry, probe)
+        findings += _runtime_hint(entry, env, _probe_findings(entry, probe))
     else:
         findings.append(Finding(name="probe", status="skip", detail=NOT_PROBED))
     return entry, findings

@@ -289,7 +289,10 @@ def install(args: argparse.Namespace) -> int:
         cmd = [str(python_exe), "-m", "pip", "install", "--require-hashes", "--no-deps"]
         cmd += ["--only-binary", ":all:", "-r", str(file)]
     report.command(cmd)
+    runtime = runtime_line(entry, _prefix(python_exe, args.venv)) if entry.extra_runtime else None
     if args.dry_run:
+        if runtime:
+            report.line(runtime)
         report.line("dry run: nothing installed; the commands above do it")
         return 0
     result = subprocess.run(cmd, check=False)
@@ -297,19 +300,37 @@ def install(args: argparse.Namespace) -> int:
         report.line(f"✕ installing {entry.id} failed (exit status {result.returncode})")
         return 1
     report.line(f"✓ installed {entry.id} into {python_exe}")
-    if entry.extra_runtime:
-        from envbuilder.docker.plan import library_path
-
-        prefix = subprocess.run(
-            [str(python_exe), "-c", "import sys; print(sys.prefix)"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        path = library_path(entry.extra_runtime, python=entry.python, venv=prefix)
-        if path:
-            report.line(
-                f"! {entry.id} adds a CUDA runtime for xformers' extension: before running, "
-                f"export LD_LIBRARY_PATH={path}"
-            )
+    if runtime:
+        report.line(runtime)
     return 0
+
+
+def _prefix(python_exe: Path, venv: Path | None) -> str:
+    """The environment's ``sys.prefix``: a venv's directory, else asked of the interpreter."""
+    if venv is not None:
+        return str(venv.absolute())
+    if (python_exe.parent.parent / "pyvenv.cfg").is_file():
+        return str(python_exe.parent.parent.absolute())
+    return subprocess.run(
+        [str(python_exe), "-c", "import sys; print(sys.prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def runtime_line(entry: Entry, prefix: str) -> str | None:
+    """For a combination that adds a CUDA runtime (``-cudart``): the ``LD_LIBRARY_PATH`` its
+    extension needs, prepended to what is there (never replacing it)."""
+    if not entry.extra_runtime:
+        return None
+    from envbuilder.docker.plan import library_path
+
+    path = library_path(entry.extra_runtime, python=entry.python, venv=prefix)
+    if not path:
+        return None
+    return (
+        f"! {entry.id} adds a CUDA runtime for xformers' extension: before running, "
+        f'export LD_LIBRARY_PATH="{path}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" '
+        "(prepended; `envbuilder doctor` checks that the extension loads)"
+    )
