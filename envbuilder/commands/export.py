@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from envbuilder.lockfile.cli_args import add_lock_argument
+from envbuilder.lockfile.cli_args import add_lock_argument, choice
 from envbuilder.lockfile.export import FORMATS
 
 HELP = (
@@ -19,7 +19,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", help="combination id (see `envbuilder query`)")
     parser.add_argument(
         "--format",
-        choices=FORMATS,
+        type=choice(FORMATS),
+        metavar="{" + ",".join(FORMATS) + "}",
         default="pylock",
         help="pylock (uv pip install -r), requirements (pip install --require-hashes -r) or "
         "constraints (pip/uv install -c FILE -r your-requirements.txt); default: pylock",

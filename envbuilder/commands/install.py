@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from envbuilder.lockfile.cli_args import add_lock_argument, add_selection_arguments
+from envbuilder.lockfile.cli_args import add_lock_argument, add_selection_arguments, choice
 
 HELP = "install a verified combination from the lockfile into this or another environment"
 
@@ -33,7 +33,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--allow-unverified", action="store_true", help="also install unverified or broken ones"
     )
     parser.add_argument(
-        "--installer", choices=["uv", "pip"], default="uv", help="installer to use (default: uv)"
+        "--installer",
+        type=choice(("uv", "pip")),
+        metavar="{uv,pip}",
+        default="uv",
+        help="installer to use (default: uv)",
     )
     parser.add_argument(
         "--with-suite",

@@ -3,10 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+from collections.abc import Callable, Sequence
 
 from envbuilder.lockfile.model import USES
 
-__all__ = ["PYTHON_HELP", "add_lock_argument", "add_python_argument", "add_selection_arguments"]
+__all__ = [
+    "PYTHON_HELP",
+    "add_lock_argument",
+    "add_python_argument",
+    "add_selection_arguments",
+    "choice",
+]
+
+
+def choice(options: Sequence[str]) -> Callable[[str], str]:
+    """An argparse ``type`` for a closed set that suggests the nearest value on a typo
+    (``invalid choice 'inferenc'; did you mean 'inference'?``)."""
+
+    def parse(value: str) -> str:
+        if value in options:
+            return value
+        near = difflib.get_close_matches(value, list(options), n=1, cutoff=0.5)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise argparse.ArgumentTypeError(
+            f"invalid choice {value!r}{hint} (choose from {', '.join(options)})"
+        )
+
+    parse.__name__ = "choice"
+    return parse
+
 
 #: ``--python`` means the same in every consumer command: a version or an interpreter.
 PYTHON_HELP = (
@@ -43,7 +69,8 @@ def add_selection_arguments(
     )
     parser.add_argument(
         "--use",
-        choices=USES,
+        type=choice(USES),
+        metavar="{" + ",".join(USES) + "}",
         help="judge by the verdict for this use instead of the worst over all four: eager "
         "inference, compiled inference, eager training, compiled training",
     )
