@@ -47,6 +47,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the lockfile to write (default: compat.lock.json)",
     )
     parser.add_argument(
+        "--build-records",
+        type=Path,
+        nargs="*",
+        action="extend",
+        default=None,
+        metavar="DIR",
+        help="directories holding build-record.<id>.json of source builds, first found wins; "
+        "repeatable (default: the resolution's directory, where build-wheel writes them, then "
+        "results/build-records/, where the records of measured wheels are committed)",
+    )
+    parser.add_argument(
         "--skip-rejected",
         action="store_true",
         help="write the lockfile even when results files are rejected (they are listed in it)",
@@ -97,12 +108,22 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"results path(s) not found: {', '.join(map(str, missing))}")
     files = sorted(set(find_results(paths)))  # a path named twice is one file
     previous = _previous(args.previous, args.settings)
+    records = args.build_records
+    if records is None:
+        from envbuilder.lockfile.sourcebuilds import BUILD_RECORDS_DIR
+
+        records = [args.resolution.parent, BUILD_RECORDS_DIR]
+    else:
+        missing = [p for p in records if not p.is_dir()]
+        if missing:
+            raise InputError(f"--build-records: no such directory: {', '.join(map(str, missing))}")
     merged = merge(
         resolution,
         resolution_path=args.resolution,
         results=files,
         out=args.out,
         previous=previous,
+        build_records=records,
     )
     lock, rejected = merged.lock, merged.rejected
     for r in rejected:
@@ -125,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
             report.line(f"  {'':<25} per use: {per_use}")
         if entry.stale_runs and not entry.runs and entry.last_verified:
             report.line(f"  {'':<25} stale evidence: {entry.last_verified.describe()}")
+        if entry.source_build is not None:
+            from envbuilder.lockfile.sourcebuilds import describe
+
+            report.line(f"  {'':<25} {describe(entry.source_build, entry.id)}")
         report.detail(entry.verdict.reason)
     for record in lock.retired:
         report.line(f"  {'retired':<25} {record.id}: {record.last_verified.describe()}")

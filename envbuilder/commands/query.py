@@ -163,6 +163,7 @@ def _match_json(m: Match, now: datetime) -> dict[str, object]:
         "changes": [asdict(c) for c in m.changes],
         "suggestion": m.suggestion,
         "warnings": list(m.warnings),
+        "source_build": m.entry.source_build.to_json() if m.entry.source_build else None,
     }
 
 
@@ -189,6 +190,10 @@ def _one_combination(lock: CompatLock, match: Match, use: Use | None, now: datet
 
     cc = match.compute_capability
     lines = [f"{match.entry.id}: {match.verdict.verdict} overall"]
+    if match.entry.source_build is not None:
+        from envbuilder.lockfile.sourcebuilds import describe
+
+        lines.append(describe(match.entry.source_build, match.entry.id))
     for u in match.uses:
         if use is not None and u.use != use:
             continue

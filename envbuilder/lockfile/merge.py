@@ -63,6 +63,7 @@ from envbuilder.lockfile.results import (
     run_identity,
     run_order,
 )
+from envbuilder.lockfile.sourcebuilds import source_build_entry
 from envbuilder.lockfile.verdicts import (
     combination_use_verdicts,
     combination_verdict,
@@ -152,6 +153,7 @@ def _entry(
     *,
     locks_base: Path,
     out_dir: Path,
+    build_records: Sequence[Path] = (),
 ) -> Entry:
     pointer: LockPointer | None = None
     pins: tuple[PackagePin, ...] = ()
@@ -214,6 +216,7 @@ def _entry(
         gpus=gpus,
         uses=uses,
         verdict=verdict,
+        source_build=source_build_entry(combo, build_records, relative_to=out_dir),
     )
 
 
@@ -304,13 +307,15 @@ def merge(
     results: Sequence[Path],
     out: Path,
     previous: CompatLock | None = None,
+    build_records: Sequence[Path] = (),
 ) -> Merged:
     """Merge *resolution*, the *results* files and the *previous* lockfile's runs into a
     lockfile to be written at *out* (the module's table says where each run goes).
 
     Pure apart from reading the inputs; the caller decides what rejections mean
     and writes the file. Paths inside are relative to *out*'s directory; a carried
-    run keeps the source its lockfile recorded.
+    run keeps the source its lockfile recorded. A source build's record is the first
+    ``build-record.<id>.json`` found in *build_records* (`sourcebuilds`).
     """
     out_dir = out.parent
     locks_base = resolution_path.parent.parent  # `lock` paths are relative to the output's parent
@@ -344,6 +349,7 @@ def merge(
                 sorted(stale, key=run_order),
                 locks_base=locks_base,
                 out_dir=out_dir,
+                build_records=build_records,
             )
         )
     retired: list[RetiredEntry] = []

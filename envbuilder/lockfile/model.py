@@ -37,6 +37,7 @@ __all__ = [
     "RetiredEntry",
     "Run",
     "Scalar",
+    "SourceBuildEntry",
     "Use",
     "UseVerdict",
     "Verdict",
@@ -58,7 +59,9 @@ __all__ = [
 #: resolved), ``last_verified`` on every entry with runs (a /2 reader took it for stale
 #: evidence) and each run's ``date``; and it tells workarounds that keep xformers from those
 #: that replace it: the verdict ``xformers-unusable`` (a /2 reader cannot rank it) and each
-#: verdict's ``options``.
+#: verdict's ``options``. An entry's optional ``source_build`` (xformers built from its sdist,
+#: and the build record of the wheel that was measured) came later within /3: a reader that
+#: does not know it installs nothing for such an entry (its lock holds no xformers wheel).
 COMPAT_SCHEMA = "envbuilder.compat/3"
 #: The schemas readers accept: a /2 file reads as a /3 one without retired combinations
 #: (its verdicts never say ``xformers-unusable``; regenerate it with ``nox -s lock``).
@@ -245,6 +248,68 @@ class LockPointer:
     path: str
     sha256: str
     requirements: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceBuildEntry:
+    """A combination whose xformers is built from its sdist, and the build that was measured.
+
+    A CUDA build is not byte-reproducible, so the record pins the one wheel that was built
+    (``envbuilder build-wheel``) and that the runs installed. Without a build record every
+    field after ``arch_list`` is None: the combination has not been built yet."""
+
+    sdist_sha256: str
+    arch_list: tuple[str, ...]
+    record: str | None = None  # the build record, relative to the lockfile
+    key: str | None = None  # the build key (sha256 of its inputs)
+    key_format: int | None = None  # the recipe's version the key was made with
+    mode: str | None = None  # "in-place" or "docker"
+    toolchain: str | None = None  # "host" (the host's nvcc) or "wheels" (the locked ones)
+    wheel_filename: str | None = None
+    wheel_sha256: str | None = None
+    wheel_size: int | None = None
+    cpp_lib: Mapping[str, Any] | None = None  # the wheel's xformers/cpp_lib.json
+
+    @property
+    def built(self) -> bool:
+        return self.key is not None and self.wheel_sha256 is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sdist_sha256": self.sdist_sha256,
+            "arch_list": list(self.arch_list),
+            "record": self.record,
+            "key": self.key,
+            "key_format": self.key_format,
+            "mode": self.mode,
+            "toolchain": self.toolchain,
+            "wheel": None
+            if self.wheel_sha256 is None
+            else {
+                "filename": self.wheel_filename,
+                "sha256": self.wheel_sha256,
+                "size": self.wheel_size,
+            },
+            "cpp_lib": None if self.cpp_lib is None else dict(self.cpp_lib),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SourceBuildEntry:
+        wheel = data.get("wheel") or {}
+        cpp_lib = data.get("cpp_lib")
+        return cls(
+            sdist_sha256=data["sdist_sha256"],
+            arch_list=tuple(data.get("arch_list", ())),
+            record=data.get("record"),
+            key=data.get("key"),
+            key_format=data.get("key_format"),
+            mode=data.get("mode"),
+            toolchain=data.get("toolchain"),
+            wheel_filename=wheel.get("filename"),
+            wheel_sha256=wheel.get("sha256"),
+            wheel_size=wheel.get("size"),
+            cpp_lib=dict(cpp_lib) if cpp_lib is not None else None,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -462,6 +527,8 @@ class Entry:
     gpus: tuple[GpuVerdict, ...]
     uses: tuple[UseVerdict, ...]  # per use the worst of the GPUs, in `USES` order
     verdict: Verdict  # the worst of `uses`
+    #: xformers built from its sdist; None (and absent from the JSON) for a wheel from an index
+    source_build: SourceBuildEntry | None = None
 
     @property
     def installable(self) -> bool:
@@ -470,6 +537,10 @@ class Entry:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["packages"] = [p.to_json() for p in self.packages]
+        if self.source_build is None:
+            del data["source_build"]  # entries of wheels from an index stay as they were
+        else:
+            data["source_build"] = self.source_build.to_json()
         return data
 
     @classmethod
@@ -502,6 +573,11 @@ class Entry:
             gpus=tuple(GpuVerdict.from_json(g) for g in data.get("gpus", ())),
             uses=use_verdicts_from_json(data["uses"]),
             verdict=Verdict.from_json(data["verdict"]),
+            source_build=(
+                SourceBuildEntry.from_json(data["source_build"])
+                if data.get("source_build") is not None
+                else None
+            ),
         )
 
 

@@ -328,11 +328,17 @@ def run_identity(combination: str, run: Run) -> RunIdentity:
 
 
 def find_results(paths: Iterable[Path]) -> list[Path]:
-    """Expand directories to the ``*.json`` files below them, sorted; keep files as given."""
+    """Expand directories to the ``*.json`` files below them, sorted; keep files as given.
+
+    A ``build-records`` directory below holds source builds' records, not results: skipped."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*.json") if p.is_file())
+            found += sorted(
+                p
+                for p in path.rglob("*.json")
+                if p.is_file() and "build-records" not in p.relative_to(path).parts[:-1]
+            )
         else:
             found.append(path)
     return found

@@ -117,6 +117,18 @@ def _per_use_sections(lock: CompatLock, now: datetime) -> list[str]:
     return (["", "### Per use: what to do and why", *lines]) if lines else []
 
 
+def _source_build_section(lock: CompatLock) -> list[str]:
+    """Combinations whose xformers is built from source: the measured build, or how to make one."""
+    from envbuilder.lockfile.sourcebuilds import describe
+
+    lines = [
+        f"- {_code(e.id)}: {_md(describe(e.source_build, e.id))}"
+        for e in lock.combinations
+        if e.source_build is not None
+    ]
+    return ["", "### Built from source", "", *lines] if lines else []
+
+
 def markdown_table(lock: CompatLock, content_sha256: str, now: datetime | None = None) -> str:
     """The lockfile as a Markdown table (README, GitHub step summary)."""
     now = now or datetime.now(UTC)
@@ -138,6 +150,7 @@ def markdown_table(lock: CompatLock, content_sha256: str, now: datetime | None =
             f"{_md(_gpus_text(e))} | {_md(_advice(lock, e, None, now))} |"
         )
     lines += _per_use_sections(lock, now)
+    lines += _source_build_section(lock)
     if lock.rejected_results:
         lines += ["", "Rejected results files:", ""]
         lines += [f"- {_code(r.file)}: {_md(r.reason)}" for r in lock.rejected_results]

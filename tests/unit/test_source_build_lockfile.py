@@ -1,0 +1,223 @@
+"""A source build in the lockfile: the build record of the wheel that was built and measured."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from envbuilder.cli import main
+from envbuilder.lockfile.read import load_lockfile
+from envbuilder.lockfile.sourcebuilds import BUILD_RECORDS_DIR, record_name
+from envbuilder.sourcebuild.cache import RECORD_SCHEMA
+from envbuilder.sourcebuild.key import KEY_FORMAT
+
+DATA = Path(__file__).parents[1] / "data"
+ROOT = Path(__file__).parents[2]
+SCHEMA = ROOT / "envbuilder" / "schemas" / "compat.schema.json"
+BUILT = "py3.12-default-torch2.11.0-xformers0.0.35"
+SDIST = "a" * 64
+KEY = "e608dfda6e02" + "0" * 52
+WHEEL = "bc57b70be871" + "1" * 52
+
+
+def record(**changes: Any) -> dict[str, Any]:
+    """A build record as `envbuilder build-wheel` writes it."""
+    data: dict[str, Any] = {
+        "schema": RECORD_SCHEMA,
+        "combination": BUILT,
+        "key": KEY,
+        "key_inputs": {"format": KEY_FORMAT, "sdist_sha256": SDIST, "arch_list": ["9.0"]},
+        "mode": "in-place",
+        "toolchain": "host",
+        "seconds": 63.3,
+        "wheel": {
+            "filename": "xformers-0.0.35-py39-none-linux_x86_64.whl",
+            "sha256": WHEEL,
+            "size": 1892866,
+        },
+        "cpp_lib": {"version": {"cuda": 1300, "torch": "2.11.0+cu130"}},
+    }
+    data.update(changes)
+    return data
+
+
+def write_record(directory: Path, data: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / record_name(BUILT)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The synthetic locks and results, with BUILT resolved as a source build."""
+    shutil.copytree(DATA / "locks", tmp_path / "locks")
+    shutil.copytree(DATA / "results", tmp_path / "results")
+    resolution = tmp_path / "locks" / "resolution.json"
+    data = json.loads(resolution.read_text())
+    for combo in data["combinations"]:
+        if combo["id"] == BUILT:
+            combo["source_build"] = {
+                "sdist": {
+                    "filename": "xformers-0.0.35.tar.gz",
+                    "url": "https://wheels.invalid/xformers-0.0.35.tar.gz",
+                    "sha256": SDIST,
+                    "size": 4200000,
+                },
+                "why": "no wheel fits: built for CUDA 12.4",
+                "cuda": "13.0",
+                "arch_list": ["9.0"],
+                "flags": ["TORCH_CUDA_ARCH_LIST=9.0"],
+                "build_requirements_in": ["setuptools>=64"],
+            }
+    resolution.write_text(json.dumps(data))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def lock(*extra: str) -> int:
+    return main(["lock", "--resolution", "locks/resolution.json", "--results", "results", *extra])
+
+
+def test_without_a_build_record_the_entry_says_how_to_build_it(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert lock() == 0
+    entries = load_lockfile(workdir / "compat.lock.json").by_id()
+    build = entries[BUILT].source_build
+    assert build is not None and not build.built
+    assert (build.sdist_sha256, build.arch_list, build.key, build.wheel_sha256) == (
+        SDIST,
+        ("9.0",),
+        None,
+        None,
+    )
+    # combinations of wheels from an index have no source_build, as before
+    raw = json.loads((workdir / "compat.lock.json").read_text())
+    assert [c["id"] for c in raw["combinations"] if "source_build" in c] == [BUILT]
+    text = f"xformers built from source: not built yet: envbuilder build-wheel {BUILT}"
+    assert text in capsys.readouterr().err  # lock reports on stderr
+    assert main(["query", BUILT]) == 0
+    assert text in capsys.readouterr().out.splitlines()
+
+
+def test_the_build_record_beside_the_locks_goes_into_the_entry(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_record(workdir / "locks", record())
+    assert lock() == 0
+    build = load_lockfile(workdir / "compat.lock.json").by_id()[BUILT].source_build
+    assert build is not None and build.built
+    assert build.record == f"locks/{record_name(BUILT)}"
+    assert (build.key, build.key_format, build.mode, build.toolchain) == (
+        KEY,
+        KEY_FORMAT,
+        "in-place",
+        "host",
+    )
+    assert (build.wheel_filename, build.wheel_sha256, build.wheel_size) == (
+        "xformers-0.0.35-py39-none-linux_x86_64.whl",
+        WHEEL,
+        1892866,
+    )
+    assert build.cpp_lib == {"version": {"cuda": 1300, "torch": "2.11.0+cu130"}}
+    text = "xformers built from source (key e608dfda6e02, wheel sha256 bc57b70be871)"
+    capsys.readouterr()
+    assert main(["query", BUILT]) == 0
+    assert text in capsys.readouterr().out.splitlines()
+    assert main(["query", BUILT, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["source_build"]["wheel"]["sha256"] == WHEEL and row["source_build"]["key"] == KEY
+    assert main(["publish", "--lock", "compat.lock.json", "-o", "site"]) == 0
+    assert f"- `{BUILT}`: {text}" in (workdir / "site" / "compat.md").read_text().splitlines()
+
+
+def test_the_lockfile_stays_deterministic_and_valid(workdir: Path) -> None:
+    write_record(workdir / "locks", record())
+    assert lock("-o", "a.json") == 0
+    assert lock("-o", "b.json") == 0
+    a = (workdir / "a.json").read_bytes()
+    assert a == (workdir / "b.json").read_bytes()
+    assert lock("-o", "a.json", "--check") == 0
+    jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(json.loads(a))
+    # the record changes: the lockfile is out of date
+    write_record(workdir / "locks", record(key="f" * 64))
+    assert lock("-o", "a.json", "--check") == 1
+
+
+def test_a_committed_record_is_found_and_never_read_as_results(workdir: Path) -> None:
+    write_record(workdir / BUILD_RECORDS_DIR, record())
+    assert lock() == 0  # nothing rejected: results/build-records/ holds no results
+    compat = load_lockfile(workdir / "compat.lock.json")
+    assert not compat.rejected_results
+    build = compat.by_id()[BUILT].source_build
+    assert (
+        build is not None and build.record == f"{BUILD_RECORDS_DIR.as_posix()}/{record_name(BUILT)}"
+    )
+    # the last build beside the locks comes first
+    write_record(workdir / "locks", record(key="f" * 64))
+    assert lock() == 0
+    build = load_lockfile(workdir / "compat.lock.json").by_id()[BUILT].source_build
+    assert build is not None and build.key == "f" * 64
+    # --build-records names where to look instead
+    assert lock("--build-records", str(BUILD_RECORDS_DIR)) == 0
+    build = load_lockfile(workdir / "compat.lock.json").by_id()[BUILT].source_build
+    assert build is not None and build.key == KEY
+
+
+def test_an_older_key_format_is_said(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inputs = {"format": 1, "sdist_sha256": SDIST, "arch_list": ["9.0"]}
+    write_record(workdir / "locks", record(key_inputs=inputs))
+    assert lock() == 0
+    capsys.readouterr()
+    assert main(["query", BUILT]) == 0
+    assert "; key format 1, made by an older recipe" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"key_inputs": {"format": 2, "sdist_sha256": "b" * 64, "arch_list": ["9.0"]}},
+            f"built from the sdist with sha256 '{'b' * 64}', not the locked xformers-0.0.35.tar.gz",
+        ),
+        (
+            {"key_inputs": {"format": 2, "sdist_sha256": SDIST, "arch_list": ["8.0"]}},
+            "built for the architectures ['8.0'], not the locked ['9.0']",
+        ),
+        ({"combination": "py3.11-default-torch2.9.0"}, "it is the build of 'py3.11-default"),
+        ({"schema": "envbuilder.source-build/9"}, "schema 'envbuilder.source-build/9'"),
+        ({"wheel": {"filename": "x.whl", "sha256": "nope"}}, "wheel.sha256 'nope' is not a sha256"),
+        ({"mode": "magic"}, "mode 'magic' is not one of in-place, docker"),
+    ],
+)
+def test_a_record_of_another_build_is_refused_with_nothing_written(
+    workdir: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], message: str
+) -> None:
+    path = write_record(workdir / "locks", record(**changes))
+    assert lock() == 2
+    err = capsys.readouterr().err
+    assert f"{path.relative_to(workdir)}: not a build record of {BUILT}" in err
+    assert message in err and f"build again: envbuilder build-wheel {BUILT}" in err
+    assert "Traceback" not in err
+    assert not (workdir / "compat.lock.json").exists()
+
+
+def test_an_unreadable_record_is_refused(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (workdir / "locks" / record_name(BUILT)).write_text("{not json")
+    assert lock() == 2
+    assert "cannot read the build record of" in capsys.readouterr().err
+
+
+def test_the_committed_h200_record_is_a_build_record_of_its_row() -> None:
+    (path,) = (ROOT / BUILD_RECORDS_DIR).glob("build-record.*.json")
+    data = json.loads(path.read_text())
+    assert path.name == record_name(data["combination"])
+    assert data["schema"] == RECORD_SCHEMA and data["wheel"]["filename"].endswith(".whl")
+    # made before the recipe normalised shared libraries: key format 1
+    assert data["key_inputs"]["format"] == 1 < KEY_FORMAT
