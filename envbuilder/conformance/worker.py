@@ -53,6 +53,7 @@ from envbuilder.conformance._record import (
     matches,
     read_jsonl,
 )
+from envbuilder.conformance._wheel import installed_libraries
 
 __all__ = [
     "EXIT_RESTART",
@@ -306,6 +307,7 @@ def runner_info(device: str | None) -> dict[str, Any]:
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "xformers": version("xformers"),
+        "xformers_libraries": installed_libraries("xformers"),
         "driver": driver_version() if gpus else None,
         "gpus": gpus,
         "device": device or _default_device(),

@@ -28,6 +28,11 @@ fact the run recorded                  must agree with
                                          of the CUDA chain (torch, triton,
                                          xformers, the ``nvidia-*``/``cuda-*``
                                          runtime packages)
+``runner.xformers_libraries``          on the current lock of a source build with a
+                                         build record: the sha256 of each compiled
+                                         library of the recorded wheel (its
+                                         ``RECORD``); a run without the fact is
+                                         not compared
 =====================================  ==============================================
 
 Packages outside the CUDA chain are not compared: a run made in place on a
@@ -107,6 +112,26 @@ def _gpu_problems(runner: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _build_problems(runner: Mapping[str, Any], built: Mapping[str, str] | None) -> list[str]:
+    """Whether the run's xformers libraries are those of the recorded build's wheel."""
+    found = runner.get("xformers_libraries")
+    if not built or found is None:
+        return []
+    if not isinstance(found, Mapping):
+        return [f"runner.xformers_libraries holds {found!r}, not an object"]
+    problems: list[str] = []
+    for path, sha256 in sorted(built.items()):
+        have = found.get(path)
+        if have != sha256:
+            problems.append(
+                f"xformers' {path} "
+                + (f"has sha256 {str(have)[:12]}…" if have else "is not installed")
+                + f", not the built wheel's {sha256[:12]}… (its build record): the run "
+                "measured another build; rebuild the record or run again with the recorded wheel"
+            )
+    return problems
+
+
 def _recorded_versions(checks: object) -> Mapping[str, Any]:
     if not isinstance(checks, list):
         return {}
@@ -122,11 +147,13 @@ def claim_problems(
     combo: ResolvedCombination,
     *,
     locked: Mapping[str, str] | None = None,
+    built: Mapping[str, str] | None = None,
 ) -> list[str]:
     """What in a results file's findings contradicts its combination (the module's table).
 
     ``locked`` maps the current lock's packages (normalised names) to their versions; give
-    it only for a run on the current lock. An empty list: nothing contradicts."""
+    it only for a run on the current lock. ``built`` maps the compiled libraries of a source
+    build's recorded wheel to their sha256, likewise. An empty list: nothing contradicts."""
     runner = data.get("runner")
     if not isinstance(runner, Mapping):
         return ["runner is not an object"]
@@ -170,6 +197,7 @@ def claim_problems(
     if machine is not None and ran_on is not None and ran_on != machine:
         problems.append(f"platform {platform!r}, not a {machine} machine ({combo.platform})")
     problems += _gpu_problems(runner)
+    problems += _build_problems(runner, built)
     if locked:
         recorded = _recorded_versions(data.get("checks"))
         for key, version in sorted(recorded.items()):

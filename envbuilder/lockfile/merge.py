@@ -52,6 +52,7 @@ from envbuilder.lockfile.model import (
     PackagePin,
     RetiredEntry,
     Run,
+    SourceBuildEntry,
     UseVerdict,
     Verdict,
 )
@@ -153,7 +154,7 @@ def _entry(
     *,
     locks_base: Path,
     out_dir: Path,
-    build_records: Sequence[Path] = (),
+    source_build: SourceBuildEntry | None = None,
 ) -> Entry:
     pointer: LockPointer | None = None
     pins: tuple[PackagePin, ...] = ()
@@ -216,7 +217,7 @@ def _entry(
         gpus=gpus,
         uses=uses,
         verdict=verdict,
-        source_build=source_build_entry(combo, build_records, relative_to=out_dir),
+        source_build=source_build,
     )
 
 
@@ -325,7 +326,11 @@ def merge(
         for c in combos.values()
         if c.status == "resolved" and c.lock
     }
-    accepted = accept(results, combos, base=out_dir, locked=locked)
+    builds = {
+        c.id: source_build_entry(c, build_records, relative_to=out_dir) for c in combos.values()
+    }
+    built = {cid: dict(b.wheel_libraries) for cid, b in builds.items() if b and b.wheel_libraries}
+    accepted = accept(results, combos, base=out_dir, locked=locked, built=built)
     known = _known(previous)
     carried = 0
     entries: list[Entry] = []
@@ -349,7 +354,7 @@ def merge(
                 sorted(stale, key=run_order),
                 locks_base=locks_base,
                 out_dir=out_dir,
-                build_records=build_records,
+                source_build=builds[combo.id],
             )
         )
     retired: list[RetiredEntry] = []

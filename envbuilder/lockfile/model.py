@@ -268,6 +268,9 @@ class SourceBuildEntry:
     wheel_filename: str | None = None
     wheel_sha256: str | None = None
     wheel_size: int | None = None
+    #: the sha256 of each compiled library in the wheel (``xformers/_C.so``), from its RECORD;
+    #: a run's ``runner.xformers_libraries`` must agree
+    wheel_libraries: Mapping[str, str] | None = None
     cpp_lib: Mapping[str, Any] | None = None  # the wheel's xformers/cpp_lib.json
 
     @property
@@ -289,6 +292,7 @@ class SourceBuildEntry:
                 "filename": self.wheel_filename,
                 "sha256": self.wheel_sha256,
                 "size": self.wheel_size,
+                "libraries": None if self.wheel_libraries is None else dict(self.wheel_libraries),
             },
             "cpp_lib": None if self.cpp_lib is None else dict(self.cpp_lib),
         }
@@ -308,6 +312,7 @@ class SourceBuildEntry:
             wheel_filename=wheel.get("filename"),
             wheel_sha256=wheel.get("sha256"),
             wheel_size=wheel.get("size"),
+            wheel_libraries=wheel.get("libraries"),
             cpp_lib=dict(cpp_lib) if cpp_lib is not None else None,
         )
 

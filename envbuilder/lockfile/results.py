@@ -440,6 +440,7 @@ def accept(
     *,
     base: Path,
     locked: Mapping[str, Mapping[str, str]] | None = None,
+    built: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Accepted:
     """Read every file and bind it (`bind`): runs per combination id, and the rejections.
 
@@ -447,7 +448,8 @@ def accept(
     it. Byte-identical files are merged once; a file that is another one's run
     (`run_identity`) with other content is rejected, naming both. A file whose
     findings contradict its combination (`envbuilder.lockfile.claims`) is rejected
-    with them; ``locked`` gives each combination's current lock (name -> version).
+    with them; ``locked`` gives each combination's current lock (name -> version) and
+    ``built`` each source build's recorded libraries (path -> sha256).
     """
     found: dict[Binding | Literal["retired"], dict[str, list[Run]]] = {
         "current": {},
@@ -474,7 +476,8 @@ def accept(
                 raise Rejected(path, str(e)) from e
             if combo is not None:
                 current = (locked or {}).get(combo_id) if binding == "current" else None
-                problems = claim_problems(results.data, combo, locked=current)
+                libraries = (built or {}).get(combo_id) if binding == "current" else None
+                problems = claim_problems(results.data, combo, locked=current, built=libraries)
                 if problems:
                     raise Rejected(
                         path,

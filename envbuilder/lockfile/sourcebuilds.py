@@ -89,6 +89,12 @@ def _problems(data: Any, combo: ResolvedCombination) -> list[str]:
         problems.append(f"wheel.sha256 {sha256!r} is not a sha256")
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
         problems.append(f"wheel.size {size!r} is not a size")
+    libraries = _field(data, "wheel", "libraries")
+    if libraries is not None and not (
+        isinstance(libraries, Mapping)
+        and all(isinstance(v, str) and _SHA256.match(v) for v in libraries.values())
+    ):
+        problems.append(f"wheel.libraries {libraries!r} does not map paths to sha256s")
     if data.get("mode") not in _MODES:
         problems.append(f"mode {data.get('mode')!r} is not one of {', '.join(_MODES)}")
     if data.get("toolchain") not in _TOOLCHAINS:
@@ -164,6 +170,7 @@ def source_build_entry(
         wheel_filename=str(data["wheel"]["filename"]),
         wheel_sha256=str(data["wheel"]["sha256"]),
         wheel_size=data["wheel"].get("size"),
+        wheel_libraries=data["wheel"].get("libraries"),
         cpp_lib=dict(cpp_lib) if isinstance(cpp_lib, Mapping) else None,
     )
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from envbuilder.conformance._wheel import record_libraries
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import LockedWheel, install_requirements
 from envbuilder.errors import EnvbuilderError, InputError
@@ -397,7 +398,11 @@ def _logged(run: _Run, argv: Sequence[str], env: Mapping[str, str]) -> None:
 
 def _record(run: _Run, key: BuildKey, wheel: Path, data: bytes, seconds: float) -> dict[str, Any]:
     cpp_lib: Any = None
+    libraries: dict[str, str] = {}
     with zipfile.ZipFile(wheel) as archive:
+        records = [n for n in archive.namelist() if n.endswith(".dist-info/RECORD")]
+        if records:
+            libraries = record_libraries(archive.read(records[0]).decode("utf-8", "replace"))
         if BUILD_RECORD_MEMBER in archive.namelist():
             try:
                 cpp_lib = json.loads(archive.read(BUILD_RECORD_MEMBER))
@@ -416,6 +421,7 @@ def _record(run: _Run, key: BuildKey, wheel: Path, data: bytes, seconds: float) 
             "filename": wheel.name,
             "sha256": hashlib.sha256(data).hexdigest(),
             "size": len(data),
+            "libraries": libraries,
         },
         "cpp_lib": cpp_lib,
     }

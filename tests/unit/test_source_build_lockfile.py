@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from envbuilder.cli import main
+from envbuilder.conformance._wheel import installed_libraries, record_libraries
 from envbuilder.lockfile.read import load_lockfile
 from envbuilder.lockfile.sourcebuilds import BUILD_RECORDS_DIR, record_name
 from envbuilder.sourcebuild.cache import RECORD_SCHEMA
@@ -221,3 +222,60 @@ def test_the_committed_h200_record_is_a_build_record_of_its_row() -> None:
     assert data["schema"] == RECORD_SCHEMA and data["wheel"]["filename"].endswith(".whl")
     # made before the recipe normalised shared libraries: key format 1
     assert data["key_inputs"]["format"] == 1 < KEY_FORMAT
+
+
+LIBRARY = "10452ccb0e4f41f4b2bbdf70991b63cbab740768508b87bcf3410be688dc85e7"
+RECORD_LINES = (
+    "xformers/__init__.py,sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU,0\n"
+    "xformers/_C.so,sha256=EEUsyw5PQfSyu99wmRtjy6t0B2hQi4e880EL5ojchec,7655840\n"
+    "xformers/_C_flashattention3.cpython-312-x86_64-linux-gnu.so.1,sha256=bad,3\n"
+    "xformers-0.0.35.dist-info/RECORD,,\n"
+)
+
+
+def test_the_record_names_each_compiled_library_by_its_sha256() -> None:
+    # the H200 wheel's RECORD line for _C.so; a hash that is no sha256 is left out
+    assert record_libraries(RECORD_LINES) == {"xformers/_C.so": LIBRARY}
+
+
+def test_the_installed_xformers_libraries_come_from_its_dist_info(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info = tmp_path / "xformers-0.0.35.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: xformers\nVersion: 0.0.35\n")
+    (info / "RECORD").write_text(RECORD_LINES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert installed_libraries("xformers") == {"xformers/_C.so": LIBRARY}
+    assert installed_libraries("no-such-project-here") is None
+
+
+def with_libraries(workdir: Path, libraries: object) -> Path:
+    path = workdir / "results" / f"{BUILT}.h100.json"
+    data = json.loads(path.read_text())
+    data["runner"]["xformers_libraries"] = libraries
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_run_of_another_build_than_the_record_is_rejected(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wheel = record()["wheel"] | {"libraries": {"xformers/_C.so": LIBRARY}}
+    write_record(workdir / "locks", record(wheel=wheel))
+    with_libraries(workdir, {"xformers/_C.so": LIBRARY})
+    assert lock() == 0  # the run measured the recorded wheel
+    build = load_lockfile(workdir / "compat.lock.json").by_id()[BUILT].source_build
+    assert build is not None and build.wheel_libraries == {"xformers/_C.so": LIBRARY}
+    path = with_libraries(workdir, {"xformers/_C.so": "9" * 64})
+    (workdir / "compat.lock.json").unlink()
+    assert lock() == 2
+    err = capsys.readouterr().err
+    assert f"{path.name}" in err and (
+        f"xformers' xformers/_C.so has sha256 999999999999…, not the built wheel's "
+        f"{LIBRARY[:12]}… (its build record): the run measured another build"
+    ) in " ".join(err.split())
+    assert not (workdir / "compat.lock.json").exists()
+    # a run that did not record its libraries (an older suite) is not compared
+    with_libraries(workdir, None)
+    assert lock() == 0
