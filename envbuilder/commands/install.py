@@ -51,6 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="make every check, write the lock and print the commands to paste; install nothing",
     )
     add_lock_argument(parser)
+    from envbuilder.lockfile.sourcebuilds import add_install_arguments
+
+    add_install_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

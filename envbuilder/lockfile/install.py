@@ -23,7 +23,8 @@ for a ``--venv`` to create, a directory that is absent or empty and a base
 Python of the entry's version. A missing Python or pip is named with how to
 provide it. ``--dry-run`` makes the same checks and prints the commands the
 real run would run, the exported lock kept at a printed path, so that they can
-be pasted.
+be pasted. A combination whose xformers is built from source also needs the
+wheel its build record pins (`sourcebuilds`), installed after the lock's files.
 """
 
 from __future__ import annotations
@@ -250,6 +251,11 @@ def install(args: argparse.Namespace) -> int:
                 f"! verified only with the workaround {workaround!r}: apply it in your code"
             )
 
+    from envbuilder.lockfile.sourcebuilds import recorded_wheel, staged_wheel
+    from envbuilder.lockfile.sourcebuilds import wheel_install_command as built_command
+
+    cache = args.build_cache or args.settings.cache_dir / "source-builds"
+    built = recorded_wheel(entry, wheel=args.wheel, build_cache=cache)
     fmt = "pylock" if args.installer == "uv" else "requirements"
     # the lock and the interpreter are verified before the disk is touched, dry run or not
     data = exported(lockfile, entry.id, fmt, with_suite=args.with_suite)
@@ -289,6 +295,12 @@ def install(args: argparse.Namespace) -> int:
         cmd = [str(python_exe), "-m", "pip", "install", "--require-hashes", "--no-deps"]
         cmd += ["--only-binary", ":all:", "-r", str(file)]
     report.command(cmd)
+    then = None  # a source build's wheel goes in after the lock's files
+    if built is not None:
+        uv = _uv() if args.installer == "uv" else None
+        staged = staged_wheel(entry, built, file.parent)
+        then = built_command(staged, python_exe, args.installer, uv)
+        report.command(then)
     runtime = runtime_line(entry, _prefix(python_exe, args.venv)) if entry.extra_runtime else None
     if args.dry_run:
         if runtime:
@@ -296,6 +308,8 @@ def install(args: argparse.Namespace) -> int:
         report.line("dry run: nothing installed; the commands above do it")
         return 0
     result = subprocess.run(cmd, check=False)
+    if result.returncode == 0 and then is not None:
+        result = subprocess.run(then, check=False)
     if result.returncode != 0:
         report.line(f"✕ installing {entry.id} failed (exit status {result.returncode})")
         return 1

@@ -22,18 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.errors import InputError
-from envbuilder.lockfile.model import SourceBuildEntry
+from envbuilder.lockfile.model import Entry, SourceBuildEntry
 from envbuilder.model import ResolvedCombination
 from envbuilder.sourcebuild.cache import RECORD_SCHEMA
 from envbuilder.sourcebuild.key import KEY_FORMAT
 
 __all__ = [
     "BUILD_RECORDS_DIR",
+    "add_install_arguments",
     "build_command",
     "describe",
     "find_build_record",
     "record_name",
+    "recorded_wheel",
     "source_build_entry",
+    "wheel_install_command",
 ]
 
 #: where records of measured wheels are committed (``locks/`` is not)
@@ -186,3 +189,117 @@ def describe(build: SourceBuildEntry, combination: str) -> str:
     if build.key_format is not None and build.key_format < KEY_FORMAT:
         text += f"; key format {build.key_format}, made by an older recipe"
     return text
+
+
+def add_install_arguments(parser: Any) -> None:
+    """``install``'s options for a source build's wheel."""
+    parser.add_argument(
+        "--wheel",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="a source build's xformers wheel (its sha256 must be the lockfile's build "
+        "record's); default: the build cache",
+    )
+    parser.add_argument(
+        "--build-cache",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="built wheels by build key, as build-wheel writes them (default: source-builds "
+        "in the user cache)",
+    )
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _how_to_get(entry: Entry, build: SourceBuildEntry) -> str:
+    return (
+        f"pass --wheel PATH of the recorded wheel {build.wheel_filename} (sha256 "
+        f"{build.wheel_sha256}; the GPU matrix run publishes it beside the lockfile), or build "
+        f"one with `{build_command(entry.id)}`: a CUDA build is not byte-reproducible, so a new "
+        "build is another wheel, to be locked (`envbuilder lock`) and measured before it is "
+        "verified. Nothing was installed"
+    )
+
+
+def recorded_wheel(entry: Entry, *, wheel: Path | None, build_cache: Path) -> Path | None:
+    """The built xformers wheel *entry* installs after its lock (None: not a source build).
+
+    ``--wheel`` or the build cache's entry under the record's key, its sha256 checked
+    against the lockfile's build record; anything else is an `InputError` that says how
+    to fetch or build it. Reads only: called before anything is installed or created."""
+    build = entry.source_build
+    if build is None:
+        if wheel is not None:
+            raise InputError(
+                f"--wheel {wheel}: {entry.id} installs xformers from its lock, not from a "
+                "source build; leave --wheel out"
+            )
+        return None
+    if not build.built:
+        raise InputError(
+            f"{entry.id} builds xformers from source, and the lockfile records no build of it "
+            f"(not built yet): build it with `{build_command(entry.id)}`, then "
+            "`envbuilder lock` records it; nothing was installed"
+        )
+    assert build.key is not None and build.wheel_filename is not None
+    path = wheel if wheel is not None else build_cache / build.key / build.wheel_filename
+    where = f"--wheel {wheel}" if wheel is not None else f"the build cache ({path})"
+    if not path.is_file():
+        raise InputError(
+            f"{entry.id} installs xformers built from source (key {build.key[:12]}), and "
+            f"{where} holds no such wheel: {_how_to_get(entry, build)}"
+        )
+    digest = _sha256(path)
+    if digest != build.wheel_sha256:
+        raise InputError(
+            f"{where} has sha256 {digest}, not the {build.wheel_sha256} that the lockfile's "
+            f"build record of {entry.id} pins: {_how_to_get(entry, build)}"
+        )
+    return path
+
+
+def wheel_install_command(
+    wheel: Path, python_exe: Path, installer: str, uv: str | None
+) -> list[str]:
+    """The command that installs the built *wheel* alone (its dependencies are the lock's)."""
+    if installer == "uv":
+        assert uv is not None
+        return [
+            uv,
+            "pip",
+            "install",
+            "--python",
+            str(python_exe),
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ]
+    return [str(python_exe), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)]
+
+
+def staged_wheel(entry: Entry, wheel: Path, directory: Path) -> Path:
+    """*wheel* copied into *directory* and checked again: what is installed is what was
+    checked, even if the original changes meanwhile."""
+    import shutil
+
+    build = entry.source_build
+    assert build is not None and build.wheel_sha256 is not None
+    copy = directory / wheel.name
+    shutil.copyfile(wheel, copy)
+    digest = _sha256(copy)
+    if digest != build.wheel_sha256:
+        raise InputError(
+            f"{wheel} changed while it was installed (sha256 {digest}, not "
+            f"{build.wheel_sha256}); run this again"
+        )
+    return copy

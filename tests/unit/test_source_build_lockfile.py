@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -279,3 +280,87 @@ def test_a_run_of_another_build_than_the_record_is_rejected(
     # a run that did not record its libraries (an older suite) is not compared
     with_libraries(workdir, None)
     assert lock() == 0
+
+
+def fake_wheel(directory: Path, content: bytes = b"a built xformers wheel") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "xformers-0.0.35-py39-none-linux_x86_64.whl"
+    path.write_bytes(content)
+    return path
+
+
+def locked_with_wheel(workdir: Path, wheel: Path) -> None:
+    """A lockfile whose BUILT entry records *wheel* as its build."""
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    data = record()
+    data["wheel"] = {"filename": wheel.name, "sha256": digest, "size": wheel.stat().st_size}
+    write_record(workdir / "locks", data)
+    assert lock() == 0
+
+
+def install(*args: str) -> int:
+    argv = ["install", BUILT, "--allow-unverified", "--lock", "compat.lock.json", *args]
+    return main([*argv, "--build-cache", "cache"])
+
+
+def test_install_puts_the_recorded_wheel_in_after_the_lock(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wheel = fake_wheel(workdir / "cache" / KEY)
+    locked_with_wheel(workdir, wheel)
+    capsys.readouterr()
+    assert install("--dry-run", "--installer", "pip") == 0
+    commands = [line for line in capsys.readouterr().err.splitlines() if "pip install" in line]
+    assert len(commands) == 2 and "--require-hashes" in commands[0]
+    assert "-m pip install --no-deps --no-index " in commands[1]
+    assert commands[1].endswith(f"/{wheel.name}")  # a checked copy of it
+    # --wheel names it anywhere
+    elsewhere = fake_wheel(workdir / "downloads")
+    assert install("--dry-run", "--installer", "pip", "--wheel", str(elsewhere)) == 0
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("missing", "holds no such wheel: pass --wheel PATH of the recorded wheel"),
+        ("other", "not the {sha} that the lockfile's build record of"),
+    ],
+)
+def test_install_without_the_recorded_wheel_says_how_to_get_it_and_creates_nothing(
+    workdir: Path, capsys: pytest.CaptureFixture[str], where: str, message: str
+) -> None:
+    wheel = fake_wheel(workdir / "cache" / KEY)
+    locked_with_wheel(workdir, wheel)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if where == "missing":
+        wheel.unlink()
+    else:
+        wheel.write_bytes(b"a rebuild: other bytes")
+    capsys.readouterr()
+    assert install("--venv", "env") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert message.format(sha=sha) in err
+    assert f"or build one with `envbuilder build-wheel {BUILT}`" in err
+    assert "Nothing was installed" in err
+    assert not (workdir / "env").exists()
+
+
+def test_install_of_a_source_build_never_built_says_to_build_it(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert lock() == 0
+    capsys.readouterr()
+    assert install("--venv", "env") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"not built yet): build it with `envbuilder build-wheel {BUILT}`" in err
+    assert not (workdir / "env").exists()
+
+
+def test_a_wheel_for_a_combination_without_a_source_build_is_refused(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert lock() == 0
+    wheel = fake_wheel(workdir / "downloads")
+    argv = ["install", "py3.11-default-torch2.5.1-xformers0.0.28.post3", "--dry-run"]
+    assert main([*argv, "--lock", "compat.lock.json", "--wheel", str(wheel)]) == 2
+    assert "not from a source build; leave --wheel out" in capsys.readouterr().err
