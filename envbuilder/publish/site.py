@@ -189,7 +189,7 @@ def _stale(entry: Entry) -> str:
         return ""
     return (
         f'<span class="last-verified" title="suite {escape(last.suite_version)}, lock '
-        f'{escape(last.lock_sha256)}">{escape(last.describe())}</span>'
+        f'{escape(last.lock_sha256 or "none")}">{escape(last.describe())}</span>'
     )
 
 

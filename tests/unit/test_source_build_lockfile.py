@@ -57,7 +57,17 @@ def write_record(directory: Path, data: dict[str, Any]) -> Path:
 
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The synthetic locks and results, with BUILT resolved as a source build."""
+    """The synthetic locks and results, with BUILT resolved as a source build, and an active
+    Python 3.12 venv with pip as its files show it (what `install` reads without running it)."""
+    venv = tmp_path / "user-venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch(mode=0o755)
+    (venv / "pyvenv.cfg").write_text("include-system-site-packages = false\nversion = 3.12.4\n")
+    (venv / "lib" / "python3.12" / "site-packages" / "pip").mkdir(parents=True)
+    (venv / "lib" / "python3.12" / "site-packages" / "pip" / "__init__.py").touch()
+    monkeypatch.setenv("VIRTUAL_ENV", str(venv))
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    monkeypatch.setenv("ENVBUILDER_CACHE_DIR", str(tmp_path / "envbuilder-cache"))
     shutil.copytree(DATA / "locks", tmp_path / "locks")
     shutil.copytree(DATA / "results", tmp_path / "results")
     resolution = tmp_path / "locks" / "resolution.json"
