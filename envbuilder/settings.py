@@ -9,7 +9,7 @@ arguments. Command-line options win over these (``--cache-dir`` over
 |-------------------------------|-------------------|---------------------------------|
 | ``ENVBUILDER_DEBUG``          | ``debug``         | off (``--debug`` turns it on)   |
 | ``ENVBUILDER_CACHE_DIR``      | ``cache_dir``     | the user cache directory        |
-| ``ENVBUILDER_WHEEL_CACHE``    | ``wheel_cache``   | ``wheels`` in the user cache    |
+| ``ENVBUILDER_WHEEL_CACHE``    | ``wheel_cache``   | ``wheels`` in ``cache_dir``     |
 | ``ENVBUILDER_LOCK``           | ``lockfile``      | ``./compat.lock.json`` (lockfile/) |
 | ``ENVBUILDER_LOCK_URL``       | ``lock_url``      | none: the wheel's snapshot      |
 | ``ENVBUILDER_SOURCE_REVISION``| ``revision``      | ``GITHUB_SHA``, else git asks   |
@@ -55,10 +55,11 @@ class Settings:
     def from_environment(cls, environ: Mapping[str, str], *, debug: bool = False) -> Settings:
         cache = environ.get("ENVBUILDER_CACHE_DIR")
         wheels = environ.get("ENVBUILDER_WHEEL_CACHE")
+        cache_dir = Path(cache) if cache else _user_cache()
         return cls(
             debug=debug or environ.get("ENVBUILDER_DEBUG", "") not in ("", "0"),
-            cache_dir=Path(cache) if cache else _user_cache(),
-            wheel_cache=Path(wheels) if wheels else _user_cache() / "wheels",
+            cache_dir=cache_dir,
+            wheel_cache=Path(wheels) if wheels else cache_dir / "wheels",
             lockfile=Path(environ["ENVBUILDER_LOCK"]) if environ.get("ENVBUILDER_LOCK") else None,
             lock_url=environ.get("ENVBUILDER_LOCK_URL") or None,
             revision=environ.get("ENVBUILDER_SOURCE_REVISION") or environ.get("GITHUB_SHA") or None,

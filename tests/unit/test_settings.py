@@ -39,6 +39,19 @@ def test_the_caches_default_to_the_user_cache_directory() -> None:
 
 
 @pytest.mark.parametrize(
+    ("environ", "wheel_cache"),
+    [
+        ({"ENVBUILDER_CACHE_DIR": "/c"}, Path("/c/wheels")),  # the wheels move with the cache
+        ({"ENVBUILDER_CACHE_DIR": "/c", "ENVBUILDER_WHEEL_CACHE": "/w"}, Path("/w")),
+    ],
+)
+def test_the_wheel_cache_lies_in_the_cache_directory_unless_named(
+    environ: dict[str, str], wheel_cache: Path
+) -> None:
+    assert Settings.from_environment(environ).wheel_cache == wheel_cache
+
+
+@pytest.mark.parametrize(
     ("environ", "lockfile"),
     [({}, Path("compat.lock.json")), ({"ENVBUILDER_LOCK": "/l.json"}, Path("/l.json"))],
 )
