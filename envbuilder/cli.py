@@ -13,9 +13,11 @@ import difflib
 import importlib
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Sequence
+from types import FrameType
 
 from envbuilder import __version__
 from envbuilder.credentials import RedactingFilter, redact_text
@@ -151,10 +153,30 @@ def _main(argv: Sequence[str] | None) -> int:
     streams = sys.stdout, sys.stderr
     if args.command not in _OWN_ESCAPES:
         sys.stdout, sys.stderr = PrintableStream(sys.stdout), PrintableStream(sys.stderr)
+    on_term = _terminate_as_interrupt()
     try:
         return _run(args, debug)
     finally:
         sys.stdout, sys.stderr = streams
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (CI cancelling a job, `timeout`): cleaned up after like Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
+def _terminate_as_interrupt() -> signal._HANDLER | None:
+    """Make SIGTERM raise `Terminated` (so every cleanup that Ctrl-C runs runs); the
+    handler it replaces, or None where signals cannot be handled (not the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    return signal.SIG_DFL if previous is None else previous
 
 
 def describe_os_error(error: OSError) -> str:
@@ -207,7 +229,8 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
             raise
         print(f"envbuilder {args.command}: error: {describe_os_error(e)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        code = 128 + signal.SIGTERM if isinstance(e, Terminated) else 130
         print("envbuilder: interrupted; nothing more was written", file=sys.stderr)
         main_thread = threading.main_thread()
         if any(t is not main_thread and not t.daemon for t in threading.enumerate()):
@@ -216,6 +239,6 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
             # atomically, so none is left half-written.
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(130)
-        return 130
+            os._exit(code)
+        return code
     return rc

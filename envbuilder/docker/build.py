@@ -32,14 +32,18 @@ inputs; otherwise it is made again.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
 import logging
+import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -102,6 +106,9 @@ DOCKER_DIR = Path(__file__).resolve().with_name("recipe")
 LABEL_PREFIX = "io.envbuilder"
 VENV = "/opt/venv"
 _API_TIMEOUT_S = 3600  # loading a torch layer can take minutes without output
+#: For the ping and the calls that answer at once (inspect, list, create): a daemon that
+#: accepts the connection and never answers is an error after this, not a hang.
+_QUICK_TIMEOUT_S = 60
 #: Debian packages of the ``compiler`` layer: ``gcc`` for triton's launcher (``cc``), ``g++``
 #: for inductor's CPU kernels (with OpenMP from libgcc), the C library's headers for both.
 COMPILER_PACKAGES: tuple[str, ...] = ("gcc", "g++", "libc6-dev")
@@ -130,22 +137,43 @@ class Manifest:
     files: int
 
 
-def docker_client(client: Any = None) -> Any:
-    """The given client, or one from the environment that answers a ping."""
+def docker_client(client: Any = None, *, quick_timeout_s: float | None = None) -> Any:
+    """The given client, or one from the environment that answers a ping within
+    ``quick_timeout_s`` (default `_QUICK_TIMEOUT_S`; a daemon that accepts the connection and never answers is an
+    error, not a hang). Its other calls may wait `_API_TIMEOUT_S`; `_quick` shortens them."""
     if client is not None:
         return client
+    quick_timeout_s = _QUICK_TIMEOUT_S if quick_timeout_s is None else quick_timeout_s
+    import requests
     from docker.client import DockerClient
     from docker.errors import DockerException
 
     try:
-        found = DockerClient.from_env(timeout=_API_TIMEOUT_S)
+        found = DockerClient.from_env(timeout=quick_timeout_s)
         found.ping()
-    except DockerException as e:
+    except (DockerException, requests.exceptions.RequestException) as e:
         raise MissingToolError(
-            f"no Docker daemon answered ({e}); start one with `sudo bash .ci/setup` "
-            "(installs and starts Docker) or run `dockerd` yourself, or point DOCKER_HOST at one"
+            f"no Docker daemon answered within {quick_timeout_s:g} s ({e}); start one with "
+            "`sudo bash .ci/setup` (installs and starts Docker) or run `dockerd` yourself, "
+            "or point DOCKER_HOST at one"
         ) from e
+    found.api.timeout = _API_TIMEOUT_S
     return found
+
+
+@contextmanager
+def _quick(client: Any) -> Iterator[None]:
+    """Calls inside give up after `_QUICK_TIMEOUT_S` (inspect, list: the daemon answers at once)."""
+    api = getattr(client, "api", None)
+    before = getattr(api, "timeout", None)
+    if not isinstance(before, (int, float)) or before <= _QUICK_TIMEOUT_S:
+        yield
+        return
+    api.timeout = _QUICK_TIMEOUT_S  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        api.timeout = before  # type: ignore[union-attr]
 
 
 def source_revision(configured: str | None = None) -> str:
@@ -240,20 +268,48 @@ def base_image_for(template: str | None, python: str) -> str | None:
 
 
 def inputs_digest(
-    *, lock_sha256: str, base_id: str, recipe: str, library_path: str, suite_sha256: str = ""
+    *,
+    lock_sha256: str,
+    base_id: str,
+    recipe: str,
+    library_path: str,
+    settings: Mapping[str, Any],
+    suite_sha256: str = "",
 ) -> str:
     """sha256 of everything an image is made from: the lock, the suite lock, the base
-    image (by id) and the recipe. A label of the image, for people; reuse checks the image
+    image (by id), the recipe and the image's settings (`image_settings`: user, working
+    directory, command, labels). A label of the image, for people; reuse checks the image
     itself (``ensure_image``)."""
-    document = {
+    document: dict[str, Any] = {
         "lock": lock_sha256,
         "base": base_id,
         "recipe": recipe,
         "library-path": library_path,
+        "image": dict(settings),
     }
     if suite_sha256:
         document["suite"] = suite_sha256
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+#: Who runs an image's command, where, and what it runs by default.
+IMAGE_USER = "10001:10001"
+IMAGE_WORKDIR = "/home/envbuilder"
+IMAGE_CMD: tuple[str, ...] = ("python",)
+
+
+def image_settings(labels: Mapping[str, str]) -> dict[str, Any]:
+    """The image's own settings, as its config holds them and `inputs_digest` takes them."""
+    return {"user": IMAGE_USER, "workdir": IMAGE_WORKDIR, "cmd": list(IMAGE_CMD), "labels": dict(labels)}  # fmt: skip
+
+
+def base_labels(base: BaseImage) -> dict[str, str]:
+    """What the image says of its base: the OCI ``base.digest`` (a manifest digest, only
+    where the base came from a registry) and the base image's id."""
+    labels = {f"{LABEL_PREFIX}.base.id": base.id}
+    if base.digest:
+        labels["org.opencontainers.image.base.digest"] = base.digest
+    return labels
 
 
 def ensure_image(
@@ -312,15 +368,20 @@ def ensure_image(
         base=base,
         lock_sha256=lock_sha256,
         recipe=recipe,
+        inputs="",
+        library_path=library,
+        revision=revision,
+    )
+    what = dataclasses.replace(
+        what,
         inputs=inputs_digest(
             lock_sha256=lock_sha256,
             base_id=base.id,
             recipe=recipe,
             library_path=library,
+            settings=image_settings(_labels(what, None)),
             suite_sha256=suite_sha256,
         ),
-        library_path=library,
-        revision=revision,
     )
     if not force:
         found = _image_id(client, tag)
@@ -421,7 +482,8 @@ def _suite_wheels(
 
 def inspect_base(client: Any, ref: str) -> BaseImage:
     """The base image's id, layers, config and history, from the daemon."""
-    return BaseImage.from_inspect(ref, client.api.inspect_image(ref), client.api.history(ref))
+    with _quick(client):
+        return BaseImage.from_inspect(ref, client.api.inspect_image(ref), client.api.history(ref))
 
 
 #: Every layer envbuilder adds, bottom to top: the compiler (shared by every image of a
@@ -446,6 +508,53 @@ def check_python(client: Any, base: BaseImage, python: str, *, log: IO[str]) -> 
         )
 
 
+#: Labels of the containers a build runs: which process made it (`owner_token`), and
+#: what for. A later build removes those whose process is gone (`sweep_leftovers`).
+OWNER_LABEL = f"{LABEL_PREFIX}.build.owner"
+ROLE_LABEL = f"{LABEL_PREFIX}.build.role"
+#: The file in a stage directory that names the process that made it.
+_STAGE_OWNER = "owner"
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc), "" where unknown: with the
+    pid it names one process, not a later one that got the same pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    fields = stat.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def owner_token(pid: int | None = None) -> str:
+    """``<host>:<pid>:<start time>`` of this process (or ``pid``)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid)}"
+
+
+def owner_gone(token: str) -> bool:
+    """Whether the process ``token`` names has ended. A process of another host, or a
+    token that cannot be read, is taken as alive: only this host can tell."""
+    parts = token.split(":")
+    if len(parts) != 3:
+        return False
+    host, pid_text, start = parts
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if Path("/proc/self/stat").exists():
+        now = _start_time(pid)
+        return now == "" or (start != "" and now != start)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def run_container(
     client: Any,
     image: str,
@@ -455,18 +564,32 @@ def run_container(
     volumes: Mapping[str, Mapping[str, str]] | None = None,
     reporter: Reporter | None = None,
     network: str = "none",
+    role: str = "check",
 ) -> tuple[int, str]:
     """Run ``command`` as root in a container of ``image`` (without network unless told);
-    its exit status and output (also written to ``log``). The container is removed."""
-    container = client.containers.run(
-        image,
-        command[1:],
-        entrypoint=command[:1],
-        user="0:0",
-        network_mode=network,
-        volumes=dict(volumes or {}),
-        detach=True,
-    )
+    its exit status and output (also written to ``log``). The container is removed, also
+    when the build is interrupted (SIGINT, SIGTERM); one removed from outside while it
+    runs is a `BuildFailed` that says so, and a failed removal never hides the error that
+    ended the run. What it writes into the read-write ``volumes`` is given to the user
+    who runs envbuilder (their uid:gid), who can then remove it."""
+    volumes = dict(volumes or {})
+    writable = [v["bind"] for v in volumes.values() if v.get("mode") == "rw"]
+    entrypoint, arguments = command[:1], command[1:]
+    if writable:
+        owner = f"{os.getuid()}:{os.getgid()}"
+        script = f'"$@"; status=$?; chown -R {owner} {" ".join(writable)} || exit 125; exit $status'
+        entrypoint, arguments = ["sh", "-c", script, "sh"], command
+    with _quick(client):
+        container = client.containers.run(
+            image,
+            arguments,
+            entrypoint=entrypoint,
+            user="0:0",
+            network_mode=network,
+            volumes=volumes,
+            labels={OWNER_LABEL: owner_token(), ROLE_LABEL: role},
+            detach=True,
+        )
     lines: list[str] = []
     try:
         for chunk in container.logs(stream=True, follow=True):
@@ -479,11 +602,109 @@ def run_container(
                         reporter.line(f"    {line.split(': ', 1)[-1]}")
                     elif line.strip():
                         reporter.detail(line)
-        status = int(container.wait()["StatusCode"])
-    finally:
-        container.remove(force=True)
+        status = _wait(container)
+    except BaseException:
+        problem = _discard(container)
+        if problem and problem != _GONE:
+            log.write(f"{problem}\n")
+        raise
+    problem = _discard(container)
+    if problem == _GONE:
+        raise BuildFailed(_removed_outside(container, f"it exited {status}"))
+    if problem:
+        raise BuildFailed(problem)
     log.flush()
     return status, "".join(lines)
+
+
+def _removed_outside(container: Any, detail: object) -> str:
+    return (
+        f"the container {container.short_id} was removed by someone else while it ran "
+        f"(`docker rm`, a prune?); nothing is built from it ({detail})"
+    )
+
+
+def _wait(container: Any) -> int:
+    from docker.errors import NotFound
+
+    try:
+        return int(container.wait()["StatusCode"])
+    except NotFound as e:
+        raise BuildFailed(_removed_outside(container, e.explanation or e)) from e
+
+
+#: What `_discard` says of a container that someone else removed (or is removing).
+_GONE = "gone"
+
+
+def _discard(container: Any) -> str | None:
+    """Remove ``container``: None when done, `_GONE` when someone else removed it or is
+    removing it, else what went wrong. Never raises: the error that ended the run stays
+    the one the user sees."""
+    from docker.errors import APIError, NotFound
+
+    try:
+        container.remove(force=True)
+    except NotFound:
+        return _GONE
+    except APIError as e:
+        if e.status_code == 409 and "in progress" in str(e):
+            return _GONE
+        return f"could not remove the container {container.short_id}: {e}"
+    return None
+
+
+def remove_stage(client: Any, stage: Path, *, image: str) -> None:
+    """Remove the stage directory ``stage``. What a container killed before it could hand
+    its files over left (root's files) is removed by root in a container of ``image``."""
+    shutil.rmtree(stage, ignore_errors=True)
+    if not stage.exists() or os.geteuid() == 0:
+        return
+    from docker.errors import DockerException
+
+    try:
+        client.containers.run(
+            image,
+            ["-c", "rm -rf /stage/* /stage/.[!.]* 2>/dev/null; true"],
+            entrypoint=["sh"],
+            user="0:0",
+            network_mode="none",
+            volumes={str(stage): {"bind": "/stage", "mode": "rw"}},
+            labels={OWNER_LABEL: owner_token(), ROLE_LABEL: "cleanup"},
+            remove=True,
+        )
+    except DockerException as e:
+        logger.warning("cannot remove %s with a container: %s", stage, e)
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def sweep_leftovers(client: Any, stages: Path, *, image: str, reporter: Reporter) -> None:
+    """Remove what builds killed before they could clean up (SIGKILL, a lost machine) left:
+    their containers (by `OWNER_LABEL`) and stage directories under ``stages``, where the
+    process that made them is gone. Others' builds, running or not ours, are left alone."""
+    with _quick(client):
+        found = client.containers.list(all=True, filters={"label": OWNER_LABEL})
+    for container in found:
+        token = str((container.labels or {}).get(OWNER_LABEL, ""))
+        if not owner_gone(token):
+            continue
+        problem = _discard(container)
+        what = f"the container {container.short_id} of an ended build ({token})"
+        if problem in (None, _GONE):
+            reporter.detail(f"removed {what}")
+        else:
+            reporter.line(f"    {what} stays: {problem}")
+    for stage in sorted(stages.glob("envbuilder-build-*")) if stages.is_dir() else ():
+        try:
+            token = (stage / _STAGE_OWNER).read_text(encoding="utf-8").strip()
+        except OSError:
+            continue  # not ours to judge (made before owners were recorded, or not a stage)
+        if owner_gone(token):
+            remove_stage(client, stage, image=image)
+            if stage.exists():
+                reporter.line(f"    the stage directory {stage} of an ended build stays; remove it")
+            else:
+                reporter.detail(f"removed the stage directory {stage} of an ended build ({token})")
 
 
 def build_error(output: str) -> str:
@@ -544,12 +765,13 @@ def _daemon_chains(client: Any) -> set[str]:
     from docker.errors import ImageNotFound
 
     chains: set[str] = set()
-    for listed in client.api.images(all=True, quiet=True):
-        try:  # another build may remove an image between the list and this look
-            attrs = client.api.inspect_image(listed)
-        except ImageNotFound:
-            continue
-        chains.update(chain_ids((attrs.get("RootFS") or {}).get("Layers") or ()))
+    with _quick(client):
+        for listed in client.api.images(all=True, quiet=True):
+            try:  # another build may remove an image between the list and this look
+                attrs = client.api.inspect_image(listed)
+            except ImageNotFound:
+                continue
+            chains.update(chain_ids((attrs.get("RootFS") or {}).get("Layers") or ()))
     return chains
 
 
@@ -562,33 +784,41 @@ def _layer_keys(inputs: Inputs) -> dict[str, str]:
     }
 
 
-def _config(inputs: Inputs, records: Mapping[str, LayerRecord]) -> bytes:
-    """The image config of ``inputs`` over these layers: what the build loads, byte for byte."""
-    plan, base = inputs.plan, inputs.base
-    manifest = manifest_of(records[name].entries for name in LAYERS)
+def _labels(inputs: Inputs, records: Mapping[str, LayerRecord] | None) -> dict[str, str]:
+    """The image's labels; without ``records``, those that the built layers do not decide
+    (the manifest's and the compiler's are left out): what `inputs_digest` takes."""
+    manifest = Manifest(sha256="", files=0)
+    if records is not None:
+        manifest = manifest_of(records[name].entries for name in LAYERS)
     labels = image_labels(
         inputs.resolved,
         lock_sha256=inputs.lock_sha256,
         manifest=manifest,
-        base_image=base.ref,
-        plan=plan,
+        base_image=inputs.base.ref,
+        plan=inputs.plan,
         revision=source_revision(inputs.revision),
         recipe=inputs.recipe,
-        compiler=records["compiler"].facts,
+        compiler=records["compiler"].facts if records is not None else None,
         suite=inputs.suite,
         suite_sha256=inputs.suite_sha256,
-    ) | {
-        f"{LABEL_PREFIX}.inputs.sha256": inputs.inputs,
-        "org.opencontainers.image.base.digest": base.id,
-    }
+    ) | base_labels(inputs.base)
+    if records is None:
+        return {k: v for k, v in labels.items() if not k.startswith(f"{LABEL_PREFIX}.manifest.")}
+    return labels | {f"{LABEL_PREFIX}.inputs.sha256": inputs.inputs}
+
+
+def _config(inputs: Inputs, records: Mapping[str, LayerRecord]) -> bytes:
+    """The image config of ``inputs`` over these layers: what the build loads, byte for byte."""
+    base = inputs.base
+    settings = image_settings(_labels(inputs, records))
     return image_config(
         base,
         [(_describe(name, inputs), records[name].layer) for name in LAYERS],
         env=image_env(base.config.get("Env") or [], venv=VENV, library_path=inputs.library_path),
-        labels=labels,
-        user="10001:10001",
-        workdir="/home/envbuilder",
-        cmd=["python"],
+        labels=settings["labels"],
+        user=settings["user"],
+        workdir=settings["workdir"],
+        cmd=settings["cmd"],
     )
 
 
@@ -658,7 +888,9 @@ def _make_image(
         else:
             records[name] = record
     cache.root.mkdir(parents=True, exist_ok=True)
+    sweep_leftovers(client, cache.root, image=base.id, reporter=reporter)
     work = Path(tempfile.mkdtemp(prefix="envbuilder-build-", dir=cache.root))
+    (work / _STAGE_OWNER).write_text(owner_token() + "\n", encoding="utf-8")
     layer_files: dict[str, Path] = {}
     try:
         if needed:
@@ -688,6 +920,7 @@ def _make_image(
                 },
                 log=log,
                 reporter=reporter,
+                role="install",
             )
             if status != 0:
                 raise BuildFailed(
@@ -735,7 +968,7 @@ def _make_image(
         return made
     finally:
         if not keep_stages:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_stage(client, work, image=base.id)
 
 
 def _install_compiler(
@@ -755,6 +988,7 @@ def _install_compiler(
             log=log,
             reporter=reporter,
             network=_COMPILER_NETWORK,
+            role="compiler",
         )  # fmt: skip
     if status != 0:
         raise BuildFailed(
@@ -818,7 +1052,8 @@ def _image_id(client: Any, ref: str) -> str | None:
     from docker.errors import ImageNotFound
 
     try:
-        return str(client.images.get(ref).id)
+        with _quick(client):
+            return str(client.images.get(ref).id)
     except ImageNotFound:
         return None
 

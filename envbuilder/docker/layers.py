@@ -62,6 +62,9 @@ class BaseImage:
     os: str
     architecture: str
     history: tuple[Mapping[str, Any], ...]
+    #: the manifest digest of the base in its repository (``sha256:…``); "" for an image
+    #: that was built or imported here, which no registry names
+    digest: str = ""
 
     @classmethod
     def from_inspect(
@@ -78,7 +81,18 @@ class BaseImage:
             os=str(attrs.get("Os") or "linux"),
             architecture=str(attrs.get("Architecture") or "amd64"),
             history=_base_history(ref, history, len(diff_ids)),
+            digest=_repo_digest(ref, attrs.get("RepoDigests") or ()),
         )
+
+
+def _repo_digest(ref: str, repo_digests: Sequence[str]) -> str:
+    """The manifest digest of ``ref``'s repository among ``RepoDigests``, else the first."""
+    repository = ref.split("@", 1)[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]
+    pairs = [str(d).partition("@")[::2] for d in repo_digests if "@" in str(d)]
+    ours = [digest for name, digest in pairs if name == repository]
+    return (ours or [digest for _, digest in pairs] or [""])[0]
 
 
 def _base_history(

@@ -16,6 +16,7 @@ import pytest
 from envbuilder.docker.build import (
     BuildFailed,
     LayerGone,
+    base_labels,
     build_error,
     inputs_digest,
     load_image,
@@ -171,12 +172,51 @@ def test_the_archive_carries_only_the_layers_given(tmp_path: Path) -> None:
     assert read["001/layer.tar"] == b"layer bytes"
 
 
-def test_the_inputs_of_an_image_include_the_base_and_the_recipe() -> None:
-    same = dict(lock_sha256="a" * 64, base_id="sha256:1", recipe="r", library_path="")
+SETTINGS: dict[str, Any] = {"user": "10001:10001", "workdir": "/home/envbuilder", "cmd": ["python"], "labels": {"a": "1"}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"base_id": "sha256:2"},
+        {"recipe": "s"},
+        {"lock_sha256": "b" * 64},
+        {"library_path": "/x"},
+        {"settings": SETTINGS | {"user": "0:0"}},
+        {"settings": SETTINGS | {"workdir": "/"}},
+        {"settings": SETTINGS | {"cmd": ["bash"]}},
+        {"settings": SETTINGS | {"labels": {"a": "2"}}},
+    ],
+)
+def test_the_inputs_of_an_image_include_the_base_the_recipe_and_its_settings(
+    change: dict[str, Any],
+) -> None:
+    same: dict[str, Any] = dict(lock_sha256="a" * 64, base_id="sha256:1", recipe="r", library_path="", settings=SETTINGS)  # fmt: skip
     digest = inputs_digest(**same)
     assert digest == inputs_digest(**same)
-    for change in ({"base_id": "sha256:2"}, {"recipe": "s"}, {"lock_sha256": "b" * 64}, {"library_path": "/x"}):  # fmt: skip
-        assert inputs_digest(**(same | change)) != digest
+    assert inputs_digest(**(same | change)) != digest
+
+
+@pytest.mark.parametrize(
+    ("repo_digests", "labels"),
+    [
+        (  # pulled: the manifest digest of the base's own repository
+            ["other@sha256:" + "e" * 64, "base@sha256:" + "d" * 64],
+            {"org.opencontainers.image.base.digest": "sha256:" + "d" * 64},
+        ),
+        (
+            ["other@sha256:" + "e" * 64],
+            {"org.opencontainers.image.base.digest": "sha256:" + "e" * 64},
+        ),
+        ([], {}),  # built or imported here: no manifest digest to name
+    ],
+)
+def test_the_base_digest_label_is_a_manifest_digest_never_the_image_id(
+    repo_digests: list[str], labels: dict[str, str]
+) -> None:
+    attrs = {"Id": "sha256:" + "f" * 64, "RepoDigests": repo_digests, "RootFS": {"Layers": [D1]}}
+    base = BaseImage.from_inspect("base:1", attrs, [{"CreatedBy": "x", "Size": 1}])
+    assert base_labels(base) == labels | {"io.envbuilder.base.id": "sha256:" + "f" * 64}
 
 
 PIP_HASH_ERROR = """\
