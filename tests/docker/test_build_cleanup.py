@@ -252,17 +252,19 @@ def test_a_daemon_that_never_answers_is_an_error_not_a_hang(
 #: What the process that builds as another user imports while it is still root: the test's
 #: interpreter lies under /root, which that user cannot enter.
 _AS_USER = """
-import os, sys
+import importlib, os, pkgutil, sys
 import docker, docker.errors, docker.types, docker.models.containers, requests, platformdirs
-import tempfile, tarfile, zipfile, json, hashlib, email.parser, encodings.idna
-import envbuilder.cli, envbuilder.commands.build, envbuilder.docker.build, envbuilder.docker.cache
-import envbuilder.model, envbuilder.reporter, envbuilder.resolve.matrix, envbuilder.index.http
+import configparser, tempfile, tarfile, zipfile, json, hashlib, email.parser, encodings.idna
+import envbuilder
+for module in pkgutil.walk_packages(envbuilder.__path__, "envbuilder."):
+    if not module.name.startswith("envbuilder.conformance"):
+        importlib.import_module(module.name)
 uid, gid, groups = int(sys.argv[1]), int(sys.argv[2]), [int(g) for g in sys.argv[3].split(",")]
 os.setgroups(groups)
 os.setgid(gid)
 os.setuid(uid)
 os.environ["HOME"] = sys.argv[4]
-sys.exit(envbuilder.cli.main(sys.argv[5:]))
+sys.exit(importlib.import_module("envbuilder.cli").main(sys.argv[5:]))
 """
 
 
