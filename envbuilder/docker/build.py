@@ -42,6 +42,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -512,6 +513,7 @@ def check_python(client: Any, base: BaseImage, python: str, *, log: IO[str]) -> 
 #: what for. A later build removes those whose process is gone (`sweep_leftovers`).
 OWNER_LABEL = f"{LABEL_PREFIX}.build.owner"
 ROLE_LABEL = f"{LABEL_PREFIX}.build.role"
+_RUN_LABEL = f"{LABEL_PREFIX}.build.run"  # one container of the build
 #: The file in a stage directory that names the process that made it.
 _STAGE_OWNER = "owner"
 
@@ -579,19 +581,27 @@ def run_container(
         owner = f"{os.getuid()}:{os.getgid()}"
         script = f'"$@"; status=$?; chown -R {owner} {" ".join(writable)} || exit 125; exit $status'
         entrypoint, arguments = ["sh", "-c", script, "sh"], command
-    with _quick(client):
-        container = client.containers.run(
-            image,
-            arguments,
-            entrypoint=entrypoint,
-            user="0:0",
-            network_mode=network,
-            volumes=volumes,
-            labels={OWNER_LABEL: owner_token(), ROLE_LABEL: role},
-            detach=True,
-        )
+    run = uuid.uuid4().hex
+    try:
+        with _quick(client):
+            container = client.containers.create(
+                image,
+                arguments,
+                entrypoint=entrypoint,
+                user="0:0",
+                network_mode=network,
+                volumes=volumes,
+                labels={OWNER_LABEL: owner_token(), ROLE_LABEL: role, _RUN_LABEL: run},
+            )
+    except BaseException:  # interrupted while the daemon made it: find it by its label
+        with _quick(client):
+            for made in client.api.containers(all=True, filters={"label": f"{_RUN_LABEL}={run}"}):
+                client.api.remove_container(made["Id"], force=True)
+        raise
     lines: list[str] = []
     try:
+        with _quick(client):
+            container.start()
         for chunk in container.logs(stream=True, follow=True):
             text = chunk.decode("utf-8", "replace")
             log.write(text)

@@ -71,17 +71,25 @@ def start_build(root: Path, locks: Path) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def install_container(client: Any, root: Path, process: subprocess.Popen[str]) -> Any:
+def install_container(client: Any, root: Path, process: subprocess.Popen[str]) -> str:
     """The container that installs the wheels: the one of the build that mounts ``root``."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
-        for container in client.containers.list(all=True):
-            mounts = container.attrs.get("Mounts") or []
-            if any(str(m.get("Source", "")).startswith(str(root)) for m in mounts):
-                return container
+        for found in mounting(client, root):
+            return found
         time.sleep(0.2)
     _, err = process.communicate(timeout=60) if process.poll() is not None else ("", "")
     pytest.fail(f"no install container appeared (build exit {process.poll()}): {err[-2000:]}")
+
+
+def mounting(client: Any, root: Path) -> list[str]:
+    """The ids of the containers that mount something under ``root`` (the daemon is shared:
+    the list is read in one call, as others' containers come and go)."""
+    return [
+        str(c["Id"])
+        for c in client.api.containers(all=True)
+        if any(str(m.get("Source", "")).startswith(str(root)) for m in c.get("Mounts") or [])
+    ]
 
 
 def container_exists(client: Any, container_id: str) -> bool:
@@ -101,26 +109,26 @@ def build_root(docker_client: Any) -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="envbuilder-cleanup-test-"))
     root.chmod(0o755)
     yield root
-    for container in docker_client.containers.list(all=True):
-        mounts = container.attrs.get("Mounts") or []
-        if any(str(m.get("Source", "")).startswith(str(root)) for m in mounts):
-            container.remove(force=True)
+    for container in mounting(docker_client, root):
+        docker_client.api.remove_container(container, force=True)
     for image in docker_client.images.list(name=f"envbuilder/{COMBINATION}"):
         docker_client.images.remove(image.id, force=True)
     shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.parametrize("after_s", [0, 3], ids=["as-it-starts", "while-it-runs"])
 def test_sigterm_removes_the_install_container_and_the_stage(
-    docker_client: Any, base_image: str, build_root: Path
+    docker_client: Any, base_image: str, build_root: Path, after_s: float
 ) -> None:
     locks = cli_locks(build_root, base_image, seed=71)
     process = start_build(build_root, locks)
     container = install_container(docker_client, build_root, process)
+    time.sleep(after_s)
     process.send_signal(signal.SIGTERM)  # what `timeout` and a cancelled CI job send
     _, err = process.communicate(timeout=300)
     assert process.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert "interrupted" in err
-    assert not container_exists(docker_client, container.id)
+    assert not container_exists(docker_client, container)
     assert list((build_root / "cache" / "wheels").glob("envbuilder-build-*")) == []
 
 
@@ -134,7 +142,7 @@ def test_the_next_build_sweeps_what_a_killed_build_left(
     process.wait(timeout=60)
     stages = list((build_root / "cache" / "wheels").glob("envbuilder-build-*"))
     assert len(stages) == 1
-    assert container_exists(docker_client, container.id)
+    assert container_exists(docker_client, container)
 
     from envbuilder.model import load_resolution
 
@@ -147,7 +155,7 @@ def test_the_next_build_sweeps_what_a_killed_build_left(
         cache=WheelCache(build_root / "cache" / "wheels"),
         reporter=Reporter(io.StringIO()),
     )
-    assert not container_exists(docker_client, container.id)
+    assert not container_exists(docker_client, container)
     assert not stages[0].exists()
 
 
@@ -181,10 +189,10 @@ def test_a_container_removed_from_outside_is_the_error_not_the_cleanup(
     def remove_it() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            for container in docker_client.containers.list(filters={"ancestor": base_image}):
-                if marker in " ".join(container.attrs.get("Args") or []):
-                    docker_client.api.remove_container(container.id, force=True)
-                    removed.append(container.id)
+            for container in docker_client.api.containers(filters={"ancestor": base_image}):
+                if marker in str(container.get("Command")):
+                    docker_client.api.remove_container(container["Id"], force=True)
+                    removed.append(container["Id"])
                     return
             time.sleep(0.1)
 
