@@ -299,6 +299,9 @@ def test_a_user_of_the_docker_group_builds_and_owns_what_the_build_left(
     docker_client: Any, base_image: str, build_root: Path, docker_user: pwd.struct_passwd
 ) -> None:
     locks = cli_locks(build_root, base_image, seed=73)
+    # envbuilder's source, where that user can read it (the checkout may be private)
+    source = build_root / "src"
+    shutil.copytree(REPO / "envbuilder", source / "envbuilder", ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     for path in [build_root, *build_root.rglob("*")]:
         os.chown(path, docker_user.pw_uid, docker_user.pw_gid)
     groups = [docker_user.pw_gid, grp.getgrnam("docker").gr_gid]
@@ -308,7 +311,7 @@ def test_a_user_of_the_docker_group_builds_and_owns_what_the_build_left(
          "build", COMBINATION, "--locks", str(locks),
          "--wheel-cache", str(build_root / "cache" / "wheels"), "--log-dir", str(build_root / "logs")],
         capture_output=True, text=True, timeout=1200, cwd=str(build_root),
-        env={**os.environ, "PYTHONPATH": str(REPO), "ENVBUILDER_CACHE_DIR": str(build_root / "cache")},
+        env={**os.environ, "PYTHONPATH": str(source), "PYTHONDONTWRITEBYTECODE": "1", "ENVBUILDER_CACHE_DIR": str(build_root / "cache")},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     foreign = [p for p in build_root.rglob("*") if p.lstat().st_uid != docker_user.pw_uid]
