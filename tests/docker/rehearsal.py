@@ -12,12 +12,21 @@ workspace; ``$GITHUB_OUTPUT``, ``$GITHUB_ENV``, ``$GITHUB_PATH`` and
 - ``actions/upload-artifact`` / ``download-artifact``: a directory shared by the run's jobs
   and kept across its attempts (as for a re-run of failed jobs; stricter than a re-run of
   all jobs, which starts afresh): a second upload under one name fails unless it overwrites;
-- ``actions/upload-pages-artifact`` / ``deploy-pages``: the site goes to ``published/pages``.
+- ``actions/upload-pages-artifact`` / ``deploy-pages``: the site goes to ``published/pages``;
+- ``actions/attest-build-provenance``: the sha256 of every file its ``subject-path`` globs
+  match is recorded under ``published/attestations`` (what ``gh attestation verify`` would
+  find); no match fails, as does a job without ``id-token: write`` (GitHub gives such a job
+  no OIDC token to sign with).
 
 Tools a hosted runner has preinstalled are given the same way: ``gh`` is
 ``runner_tools/gh`` (releases are written under ``published/releases``) and ``docker``
 is the host's client and daemon. Nothing else is installed: a step that needs
 something no earlier step installed fails, as it would on the real runner.
+
+The job's workspace, ``RUNNER_TEMP``, ``HOME`` and ``TMPDIR`` lie in a fresh host directory
+mounted at its own path, as on a runner whose Docker daemon is local: a path the job hands
+the daemon (a bind mount of the suite, of a build's wheels, of a scratch directory for
+results) names the same files there.
 
 ``${{ }}`` expressions are evaluated by :func:`evaluate` (the operators and functions
 the workflows use); jobs run in the order of ``needs:``, with ``if:`` honoured.
@@ -50,7 +59,6 @@ __all__ = [
 ]
 
 RUNNER_TOOLS = Path(__file__).resolve().parent / "runner_tools"
-WORKSPACE = "/home/runner/work/repo"
 TOOLCACHE = "/opt/hostedtoolcache"
 MACHINE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -400,6 +408,44 @@ rm -rf /published/pages && mv /published/pages.new /published/pages
 echo "page_url=file:///published/pages/" >> "$GITHUB_OUTPUT"
 """,
     ),
+    "actions/attest-build-provenance": (
+        {"subject-path": "", "show-summary": "true"},
+        """\
+if [ -z "${ACTIONS_ID_TOKEN_REQUEST_URL:-}" ]; then
+  echo "attest-build-provenance: Error: Unable to get ACTIONS_ID_TOKEN_REQUEST_URL env variable" \\
+    "(the job needs permissions: id-token: write)" >&2
+  exit 1
+fi
+python3 - <<'EOF'
+import glob, hashlib, json, os, pathlib, sys
+patterns = [p.strip() for line in os.environ["INPUT_SUBJECT_PATH"].splitlines()
+            for p in line.split(",") if p.strip()]
+subjects = sorted({f for p in patterns for f in glob.glob(p, recursive=True) if os.path.isfile(f)})
+if not subjects:
+    sys.exit(f"attest-build-provenance: Error: could not find subject at path(s) {patterns}")
+store = pathlib.Path("/published/attestations")
+store.mkdir(parents=True, exist_ok=True)
+for name in subjects:
+    digest = hashlib.sha256(pathlib.Path(name).read_bytes()).hexdigest()
+    record = {
+        "subject": {"name": os.path.basename(name), "path": name, "digest": {"sha256": digest}},
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "repository": os.environ["GITHUB_REPOSITORY"],
+        "workflow_ref": os.environ["GITHUB_WORKFLOW_REF"],
+        "run_id": os.environ["GITHUB_RUN_ID"],
+        "run_attempt": os.environ["GITHUB_RUN_ATTEMPT"],
+        "sha": os.environ["GITHUB_SHA"],
+    }
+    (store / f"sha256-{digest}.json").write_text(json.dumps(record, indent=2))
+    print(f"attested {name} sha256:{digest}")
+with open(os.environ["GITHUB_OUTPUT"], "a") as out:
+    out.write(f"bundle-path={store}\\n")
+if os.environ.get("INPUT_SHOW_SUMMARY") == "true":
+    with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as summary:
+        summary.write(f"Attested {len(subjects)} subject(s)\\n")
+EOF
+""",
+    ),
 }
 
 
@@ -433,6 +479,7 @@ class RunSettings:
     event_name: str
     inputs: Mapping[str, Any] = field(default_factory=dict)
     variables: Mapping[str, str] = field(default_factory=dict)
+    secrets: Mapping[str, str] = field(default_factory=dict)
     run_number: int = 1
     run_attempt: int = 1
     repository: str = "rehearsal/envbuilder"
@@ -498,7 +545,8 @@ class Rehearsal:
             "sha": sha,
             "ref": "refs/heads/main",
             "token": "rehearsal-token",
-            "workspace": WORKSPACE,
+            "workflow_ref": f"{settings.repository}/.github/workflows/"
+            f"{self.workflow_path.name}@refs/heads/main",
         }
         results: dict[str, JobResult] = {}
         for name in job_order(self.workflow):
@@ -515,6 +563,7 @@ class Rehearsal:
                 "github": github,
                 "inputs": inputs,
                 "vars": dict(settings.variables),
+                "secrets": dict(settings.secrets),
                 "needs": needs,
                 "env": {},
             }
@@ -591,6 +640,11 @@ class Rehearsal:
         started = time.monotonic()
         runner_dir.mkdir(parents=True)
         (runner_dir / "summary.md").touch()
+        # the job's own files, at the same path for the job and for the Docker daemon
+        machine = runner_dir.resolve() / "machine"
+        for directory in ("work/repo", "temp", "home", "tmp"):
+            (machine / directory).mkdir(parents=True)
+        (machine / "tmp").chmod(0o1777)
         volumes = {
             str(self.clone): {"bind": "/clone", "mode": "ro"},
             str(runner_dir.parent.parent / "artifacts"): {"bind": "/artifacts", "mode": "rw"},
@@ -599,6 +653,7 @@ class Rehearsal:
             str(RUNNER_TOOLS / "gh"): {"bind": "/usr/local/bin/gh", "mode": "ro"},
             # pip's download cache, shared by the run's jobs: it saves downloads, not installs
             str(self.pip_cache): {"bind": "/cache/pip", "mode": "rw"},
+            str(machine): {"bind": str(machine), "mode": "rw"},
         }
         docker_cli = shutil.which("docker")
         if docker_cli is not None:
@@ -614,16 +669,16 @@ class Rehearsal:
             volumes=volumes,
             environment={
                 "PATH": MACHINE_PATH,
-                "HOME": "/root",
+                "HOME": str(machine / "home"),
+                "TMPDIR": str(machine / "tmp"),
                 "PIP_CACHE_DIR": "/cache/pip",
                 **self.machine_env,
             },
         )
         result = JobResult(name=label, result="success")
         try:
-            container.exec_run(["mkdir", "-p", WORKSPACE])
             timeout = 60 * int(job.get("timeout-minutes", 360))
-            result = self._run_steps(container, label, job, contexts, runner_dir, timeout)
+            result = self._run_steps(container, label, job, contexts, runner_dir, machine, timeout)
         finally:
             container.remove(force=True)
         result.seconds = time.monotonic() - started
@@ -637,9 +692,11 @@ class Rehearsal:
         job: Mapping[str, Any],
         contexts: dict[str, Any],
         runner_dir: Path,
+        machine: Path,
         timeout: int,
     ) -> JobResult:
         result = JobResult(name=label, result="success")
+        workspace = str(machine / "work" / "repo")
         shell = ((self.workflow.get("defaults") or {}).get("run") or {}).get("shell", "bash")
         if shell != "bash":
             raise ValueError(f"the rehearsal runs bash steps only, not {shell!r}")
@@ -647,22 +704,25 @@ class Rehearsal:
         added_env: dict[str, str] = {}
         added_path: list[str] = []
         contexts = {**contexts, "steps": steps}
+        contexts["github"] = {**contexts["github"], "workspace": workspace}
         base_env = {
             "CI": "true",
             "GITHUB_ACTIONS": "true",
-            "GITHUB_WORKSPACE": WORKSPACE,
+            "GITHUB_WORKSPACE": workspace,
             "GITHUB_EVENT_NAME": contexts["github"]["event_name"],
             "GITHUB_RUN_NUMBER": contexts["github"]["run_number"],
             "GITHUB_RUN_ATTEMPT": contexts["github"]["run_attempt"],
             "GITHUB_REPOSITORY": contexts["github"]["repository"],
             "GITHUB_SHA": contexts["github"]["sha"],
             "GITHUB_REF": contexts["github"]["ref"],
+            "GITHUB_WORKFLOW_REF": contexts["github"]["workflow_ref"],
+            "GITHUB_RUN_ID": contexts["github"]["run_id"],
             "GITHUB_STEP_SUMMARY": "/runner/summary.md",
             "RUNNER_OS": "Linux",
-            "RUNNER_TEMP": "/runner/temp",
+            "RUNNER_TEMP": str(machine / "temp"),
             "TOOLCACHE": TOOLCACHE,
+            **self._oidc(job),
         }
-        container.exec_run(["mkdir", "-p", "/runner/temp"])
         failed = False
         for number, step in enumerate(job.get("steps", []), start=1):
             name = str(
@@ -710,7 +770,7 @@ class Rehearsal:
                 ["timeout", "--signal=KILL", str(timeout), "bash", "--noprofile", "--norc",
                  "-eo", "pipefail", f"/runner/step-{number}.sh"],
                 environment=full_env,
-                workdir=WORKSPACE,
+                workdir=workspace,
             )  # fmt: skip
             seconds = time.monotonic() - started
             log = output.decode("utf-8", "replace")
@@ -736,6 +796,19 @@ class Rehearsal:
         for key, raw in (job.get("outputs") or {}).items():
             result.outputs[key] = to_text(_value(raw, final))
         return result
+
+    def _oidc(self, job: Mapping[str, Any]) -> dict[str, str]:
+        """What GitHub gives a job that may ask for an OIDC token (``id-token: write``)."""
+        permissions = job.get("permissions", self.workflow.get("permissions"))
+        granted = permissions == "write-all" or (
+            isinstance(permissions, Mapping) and permissions.get("id-token") == "write"
+        )
+        if not granted:
+            return {}
+        return {
+            "ACTIONS_ID_TOKEN_REQUEST_URL": "http://localhost/rehearsal/oidc",
+            "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "rehearsal-oidc",
+        }
 
     @staticmethod
     def _env(scope: Mapping[str, Any], contexts: Mapping[str, Any]) -> dict[str, str]:
