@@ -7,12 +7,19 @@ The GPU matrix is rehearsed with one CPU combination (the CPU build of torch fro
 find-links) and ``--in-place --allow-cpu --quick``: the conformance job installs that lock
 and runs the suite's CPU checks. Twice: between the runs a dependency of torch gets a new
 release; the second run (a re-run of the first) starts from the published locks, keeps
-them because their inputs hold, and publishes without colliding.
+them because their inputs hold, merges into the lockfile the first run published, and
+publishes without colliding.
+
+Then the path a scheduled run takes: the image is built from the lock on the runner, the
+suite runs in a container of it (on the CPU: compiled checks and the model group), and the
+results are merged into the last published lockfile, which holds another combination's runs
+and a retired combination's; the new lockfile keeps both, and is published and attested.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -22,7 +29,7 @@ import sys
 import tarfile
 import tomllib
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +37,7 @@ import pytest
 import yaml
 
 from envbuilder.index.pipconfig import pip_config_value
+from envbuilder.model import Resolution
 from tests.docker.rehearsal import (
     ExpressionError,
     JobResult,
@@ -63,6 +71,8 @@ PIP_SETTINGS = ("index-url", "find-links", "cert")
 
 CONTEXTS: dict[str, Any] = {
     "inputs": {"suite-args": "--in-place --quick", "upgrade": False, "publish": True},
+    "secrets": {},
+    "vars": {"PIP_INDEX_URL": "https://mirror.example/simple"},
     "github": {"event_name": "schedule", "event": {"schedule": "17 3 1 * *"}},
     "needs": {"resolve": {"result": "success", "outputs": {"count": "0", "matrix": '{"a": 1}'}}},
     "matrix": {"id": "py3.11-x", "gpu": None},
@@ -84,6 +94,8 @@ CONTEXTS: dict[str, Any] = {
         ("always()", True),
         ("(inputs.publish && 'yes') || 'no'", "yes"),
         ("needs['resolve'].outputs.count", "0"),
+        ("secrets.PIP_INDEX_URL || vars.PIP_INDEX_URL", "https://mirror.example/simple"),
+        ("secrets.PYTORCH_INDEX_URL || vars.PYTORCH_INDEX_URL", None),
     ],
 )
 def test_expressions(expression: str, value: Any) -> None:
@@ -94,7 +106,7 @@ def test_expressions(expression: str, value: Any) -> None:
 @pytest.mark.parametrize(
     ("expression", "problem"),
     [
-        ("secrets.TOKEN", "no context 'secrets'"),
+        ("runner.os", "no context 'runner'"),
         ("hashFiles('x')", "no function hashFiles()"),
         ("inputs.a ==", "ends early"),
         ("inputs.a inputs.b", "unexpected"),
@@ -124,12 +136,40 @@ def torch_wheels() -> Path:
     pytest.skip(f"no CPU wheel of torch {TORCH_VERSION} for cp311 in pip's find-links")
 
 
-def rehearsal_matrix(torch_wheels: Path) -> str:
+#: A combination the rehearsal's index cannot resolve (no such torch in its directory of
+#: wheels), and one that is in no matrix any more: the committed results of each, measured
+#: on an H200, are the runs of a lockfile published earlier.
+OTHER = "py3.12-cu130-torch2.11.0"
+RETIRED = "py3.12-cu130-torch2.11.0-xformers0.0.35"
+OTHER_ROW = """
+[[combinations]]
+python = "3.12"
+cuda = "cu130"
+torch = "2.11.0"
+index = "torch-cpu"
+"""
+#: The scheduled run's suite, cut to fit a CPU: compiled attention (forward and backward)
+#: and compiled dropout, which need the image's compiler, and the model group, which needs
+#: the image's suite layer (diffusers).
+SCHEDULED_CHECKS = (
+    "compile.sdpa.causal.dynamic.fullgraph.fp32.*",
+    "compile.sdpa.dropout",
+    "model.diffusers.qwenimage.sdpa.*",
+)
+DIFFUSERS = "0.42.1"
+
+
+def rehearsal_matrix(torch_wheels: Path, *, scheduled: bool = False) -> str:
+    # A scheduled run builds images: from the base image made here (nothing can be pulled),
+    # with the suite's own dependencies as a layer of their own.
+    extra = 'base-image = "envbuilder-test/python:{python}"\n' if scheduled else ""
+    suite = f'[suite]\nrequirements = ["diffusers=={DIFFUSERS}"]\n' if scheduled else ""
+    other = OTHER_ROW if scheduled else ""
     return f"""\
 # The rehearsal's matrix: one CPU combination, its torch from a local directory of wheels.
 [defaults]
 platform = "manylinux_2_28_x86_64"
-
+{extra}
 [indexes.torch-cpu]
 url = "{torch_wheels.as_uri()}"
 kind = "find-links"
@@ -141,12 +181,13 @@ python = ["3.11"]
 [runners]
 default = ["ubuntu-24.04"]
 
+{suite}
 [[combinations]]
 python = "3.11"
 cuda = "cpu"
 torch = "{TORCH_VERSION}"
 index = "torch-cpu"
-"""
+{other}"""
 
 
 def clean_clone(target: Path, edit: Callable[[Path], None]) -> Path:
@@ -175,15 +216,40 @@ def clean_clone(target: Path, edit: Callable[[Path], None]) -> Path:
     return target
 
 
-def for_this_machine(torch_wheels: Path) -> Callable[[Path], None]:
+def for_this_machine(torch_wheels: Path, *, scheduled: bool = False) -> Callable[[Path], None]:
     """The rehearsal's own matrix; the committed results (of the real matrix's locks) go."""
 
     def edit(clone: Path) -> None:
-        (clone / "matrix.toml").write_text(rehearsal_matrix(torch_wheels), encoding="utf-8")
+        matrix = rehearsal_matrix(torch_wheels, scheduled=scheduled)
+        (clone / "matrix.toml").write_text(matrix, encoding="utf-8")
         for result in (clone / "results").glob("*.json"):
             result.unlink()
 
     return edit
+
+
+def cpu_suite_for_the_schedule(torch_wheels: Path) -> Callable[[Path], None]:
+    """The scheduled run's matrix, and the suite's arguments a CPU needs in place of the
+    schedule's (none: a GPU runner runs the whole suite): ``--allow-cpu`` and a few checks.
+    The one edit of the workflow the rehearsal makes; every step runs as written."""
+
+    def edit(clone: Path) -> None:
+        for_this_machine(torch_wheels, scheduled=True)(clone)
+        path = clone / ".github" / "workflows" / "gpu-matrix.yml"
+        text = path.read_text(encoding="utf-8")
+        line = "SUITE_ARGS: ${{ inputs.suite-args }}"
+        assert text.count(line) == 1, f"gpu-matrix.yml: expected one {line!r}"
+        args = " ".join(["--allow-cpu", *(f"--checks {c}" for c in SCHEDULED_CHECKS)])
+        path.write_text(text.replace(line, f'SUITE_ARGS: "{args}"'), encoding="utf-8")
+
+    return edit
+
+
+def repository_variables() -> dict[str, str]:
+    """The repository variables the workflow reads: the default index is this machine's
+    (a step's ``secrets.X || vars.X`` that comes out empty would hide it)."""
+    index_url = pip_config_value("index-url")
+    return {"PIP_INDEX_URL": index_url} if index_url else {}
 
 
 def runner_machine() -> tuple[dict[str, str], list[str]]:
@@ -252,6 +318,23 @@ def released_locks(release: Path) -> dict[str, bytes]:
         }
 
 
+def published_lockfile(release: Path) -> dict[str, Any]:
+    return dict(json.loads((release / "assets" / "compat.lock.json").read_text()))
+
+
+def entry_of(lockfile: Mapping[str, Any], combination: str) -> dict[str, Any]:
+    return dict(next(e for e in lockfile["combinations"] if e["id"] == combination))
+
+
+def assert_attested(home: Path, release: Path) -> None:
+    """Every asset of the release has an attestation of its very bytes."""
+    for asset in sorted((release / "assets").iterdir()):
+        digest = hashlib.sha256(asset.read_bytes()).hexdigest()
+        record = home / "published" / "attestations" / f"sha256-{digest}.json"
+        assert record.is_file(), f"{asset.name} of {release.name} is not attested"
+        assert json.loads(record.read_text())["subject"]["name"] == asset.name
+
+
 def locked_version(pylock: bytes, project: str) -> str:
     packages = tomllib.loads(pylock.decode())["packages"]
     return str(next(p["version"] for p in packages if p["name"] == project))
@@ -269,6 +352,13 @@ def images_kept(docker_client: Any) -> Iterator[None]:
     for number, (_, image) in enumerate(kept):
         image.tag("envbuilder-test/kept", str(number))
     yield
+    made = {
+        tag
+        for image in docker_client.images.list(name=f"envbuilder/{COMBINATION}")
+        for tag in image.tags
+    } - {tag for tag, _ in kept}
+    for tag in sorted(made):  # images the rehearsal built
+        docker_client.images.remove(tag)
     for number, (tag, image) in enumerate(kept):
         repository, _, name = tag.rpartition(":")
         image.tag(repository, name)
@@ -310,8 +400,13 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
     old_image = f"envbuilder/{COMBINATION}:000000000000"
     docker_client.images.get(runner_image).tag(f"envbuilder/{COMBINATION}", "000000000000")
     inputs = {"suite-args": SUITE_ARGS, "publish": True}
+    variables = repository_variables()
 
-    first = run.run(RunSettings(event_name="workflow_dispatch", inputs=inputs, run_number=7))
+    first = run.run(
+        RunSettings(
+            event_name="workflow_dispatch", inputs=inputs, variables=variables, run_number=7
+        )
+    )
     expected = {
         "resolve": "success",
         "conformance": "success",
@@ -321,7 +416,9 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
     }
     assert results_of(first) == expected
     start = "Start from the locks of the latest published lockfile"
+    previous = "Start from the last published lockfile"
     assert "No published lockfile yet" in step_log(first["resolve"], start)
+    assert "No published lockfile yet" in step_log(first["aggregate"], previous)
     assert json.loads(first["resolve"].outputs["matrix"])["include"][0]["id"] == COMBINATION
     results = json.loads(
         (home / "run-7" / "artifacts" / f"results-{COMBINATION}" / f"{COMBINATION}.json")
@@ -339,6 +436,9 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
     releases = home / "published" / "releases"
     assert sorted(p.name for p in releases.iterdir()) == [f"compat-{day}-7.1"]
     first_locks = released_locks(releases / f"compat-{day}-7.1")
+    assert_attested(home, releases / f"compat-{day}-7.1")
+    first_runs = entry_of(published_lockfile(releases / f"compat-{day}-7.1"), COMBINATION)["runs"]
+    assert len(first_runs) == 1
     pylock = next(name for name in first_locks if name.endswith(".toml"))
     old_filelock = locked_version(first_locks[pylock], "filelock")
 
@@ -354,13 +454,30 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
     assert locked_version(moved, "filelock") == "99.0.0"
 
     # Re-run all jobs (attempt 2): it starts from the published locks and keeps them (their
-    # inputs hold), so the evidence stays bound to the current locks; it publishes beside
-    # the first release, and Pages is replaced.
+    # inputs hold), so the evidence stays bound to the current locks; it merges into the
+    # published lockfile, so the first attempt's run is kept beside its own; it publishes
+    # beside the first release, and Pages is replaced.
     second = run.run(
-        RunSettings(event_name="workflow_dispatch", inputs=inputs, run_number=7, run_attempt=2)
+        RunSettings(
+            event_name="workflow_dispatch",
+            inputs=inputs,
+            variables=variables,
+            run_number=7,
+            run_attempt=2,
+        )
     )
     assert results_of(second) == expected
     assert f"Starting from the locks of compat-{day}-7.1" in step_log(second["resolve"], start)
+    assert f"Merging into the lockfile of compat-{day}-7.1" in step_log(
+        second["aggregate"], previous
+    )
+    merged = step_log(second["aggregate"], "Merge the results into the compatibility lockfile")
+    assert "1 run(s) kept from" in merged, merged
+    second_lockfile = published_lockfile(releases / f"compat-{day}-7.2")
+    second_runs = entry_of(second_lockfile, COMBINATION)["runs"]
+    assert len(second_runs) == 2, second_runs
+    assert first_runs[0] in second_runs  # the earlier evidence, as it was published
+    assert_attested(home, releases / f"compat-{day}-7.2")
     assert sorted(p.name for p in releases.iterdir()) == [f"compat-{day}-7.1", f"compat-{day}-7.2"]
     second_locks = released_locks(releases / f"compat-{day}-7.2")
     assert second_locks[pylock] == first_locks[pylock]
@@ -386,7 +503,9 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
         only=["resolve"],
     )
     upgrade = resolve_only.run(
-        RunSettings(event_name="schedule", schedule=monthly["cron"], run_number=8)
+        RunSettings(
+            event_name="schedule", schedule=monthly["cron"], variables=variables, run_number=8
+        )
     )
     assert upgrade["resolve"].result == "success"
     assert "Upgrade run" in step_log(upgrade["resolve"], start)
@@ -397,6 +516,126 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
             print(f"=== run {number}, {job}: the job summary\n{done[job].summary}")
     for job in ("resolve", "conformance", "aggregate", "pages", "release"):
         print(f"{job}: run 1 {first[job].seconds:.0f} s, run 2 {second[job].seconds:.0f} s")
+
+
+def earlier_lockfile(tmp_path: Path) -> Path:
+    """A lockfile published before this runner's matrix: the committed H200 runs of OTHER and
+    RETIRED, merged by `envbuilder lock` (neither is in its resolution: both retired)."""
+    out = tmp_path / "earlier"
+    (out / "locks").mkdir(parents=True)
+    resolution = Resolution(matrix="matrix.toml", matrix_sha256="0" * 64, combinations=())
+    (out / "locks" / "resolution.json").write_text(json.dumps(resolution.to_json()))
+    files = [
+        REPO / "results" / f"{combination}.h200.quick.json" for combination in (OTHER, RETIRED)
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "envbuilder", "lock", "--resolution", "locks/resolution.json",
+         "--results", *map(str, files), "-o", "compat.lock.json"],
+        cwd=out, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out / "compat.lock.json"
+
+
+def publish_release(home: Path, tag: str, assets: list[Path]) -> Path:
+    """A release as the runners' gh keeps it (made before the run: the newest one)."""
+    releases = home / "published" / "releases"
+    release = releases / tag
+    (release / "assets").mkdir(parents=True)
+    for asset in assets:
+        shutil.copyfile(asset, release / "assets" / asset.name)
+    order = len(list(releases.iterdir()))
+    record = {"tag": tag, "target": "0" * 40, "title": tag, "notes": "", "latest": True}
+    (release / "release.json").write_text(json.dumps({**record, "order": order}))
+    return release
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.usefixtures("images_kept")
+def test_a_scheduled_run_builds_the_image_runs_the_suite_in_it_and_keeps_earlier_evidence(
+    docker_client: Any,
+    runner_image: str,
+    base_image: str,
+    torch_wheels: Path,
+    tmp_path: Path,
+    pip_cache: Path,
+) -> None:
+    clone = clean_clone(tmp_path / "clone", cpu_suite_for_the_schedule(torch_wheels))
+    home = tmp_path / "home"
+    earlier = earlier_lockfile(tmp_path)
+    earlier_tag = "compat-20261201-5.1"
+    publish_release(home, earlier_tag, [earlier])
+    kept_before = {
+        e["id"]: e["runs"] for e in json.loads(earlier.read_text())["retired"]
+    }  # fmt: skip
+    run = rehearsal(docker_client, runner_image, clone, "gpu-matrix.yml", home, pip_cache=pip_cache)
+    weekly = load_workflow(clone / ".github" / "workflows" / "gpu-matrix.yml")["on"]["schedule"][0]
+
+    done = run.run(
+        RunSettings(
+            event_name="schedule",
+            schedule=weekly["cron"],
+            variables=repository_variables(),
+            run_number=9,
+        )
+    )
+
+    assert results_of(done) == {
+        "resolve": "success",
+        "conformance": "success",
+        "aggregate": "success",
+        "pages": "success",
+        "release": "success",
+    }
+    # only the resolvable combination gets a job; its image is built from its lock here
+    assert [e["id"] for e in json.loads(done["resolve"].outputs["matrix"])["include"]] == [
+        COMBINATION
+    ]
+    image_step = "Pull the image from the registry, or build it from the lock"
+    assert [s.outcome for s in done["conformance"].steps if s.name == image_step] == ["success"]
+    results = json.loads(
+        (home / "run-9" / "artifacts" / f"results-{COMBINATION}" / f"{COMBINATION}.json")
+        .read_text()
+    )  # fmt: skip
+    assert results["runner"]["cc"] == "/usr/bin/gcc"  # the image's compiler, not the runner's
+    built = docker_client.images.get(f"envbuilder/{COMBINATION}:{results['lock_sha256'][:12]}")
+    assert built.labels["io.envbuilder.suite.diffusers"] == DIFFUSERS
+    # merged into the last published lockfile
+    previous = step_log(done["aggregate"], "Start from the last published lockfile")
+    assert f"Merging into the lockfile of {earlier_tag}" in previous
+    merged = step_log(done["aggregate"], "Merge the results into the compatibility lockfile")
+    assert "2 run(s) kept from" in merged, merged
+    assert re.search(rf"retired\s+{re.escape(RETIRED)}: last verified", merged), merged
+    day = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d")
+    releases = home / "published" / "releases"
+    assert sorted(p.name for p in releases.iterdir()) == sorted([earlier_tag, f"compat-{day}-9.1"])
+    release = releases / f"compat-{day}-9.1"
+    lockfile = published_lockfile(release)
+    assert_attested(home, release)
+    # this run's evidence: compiled checks and the model group, measured in the image
+    (measured,) = entry_of(lockfile, COMBINATION)["runs"]
+    statuses = {c["name"]: c["status"] for c in measured["checks"]}
+    compiled = sorted(n for n in statuses if n.startswith("compile.sdpa."))
+    model = sorted(n for n in statuses if n.startswith("model.diffusers."))
+    assert len(compiled) == 3 and len(model) == 4, statuses
+    assert {statuses[n] for n in compiled} == {"pass"}, statuses
+    assert {statuses[n] for n in model} <= {"pass", "fail"}, statuses  # none skipped
+    # the other combination's runs are kept (as stale evidence: its lock is not this run's)
+    other = entry_of(lockfile, OTHER)
+    assert other["status"] == "unsatisfiable" and other["runs"] == []
+    assert [r["started"] for r in other["stale_runs"]] == [r["started"] for r in kept_before[OTHER]]
+    assert other["last_verified"]["date"] == kept_before[OTHER][0]["date"]
+    # the retired combination stays retired, with its runs
+    assert [(r["id"], len(r["runs"])) for r in lockfile["retired"]] == [(RETIRED, 1)]
+    for entry in lockfile["combinations"]:
+        if entry["runs"] or entry["stale_runs"]:
+            assert entry["last_verified"]["date"], entry["id"]
+    print(f"=== the scheduled run's merge\n{merged}")
+    for job in ("conformance", "aggregate"):
+        print(f"=== the scheduled run, {job}: the job summary\n{done[job].summary}")
+    for job in ("resolve", "conformance", "aggregate", "pages", "release"):
+        print(f"{job}: {done[job].seconds:.0f} s")
 
 
 @pytest.mark.docker
