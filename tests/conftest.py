@@ -3,12 +3,21 @@ the network, start subprocesses or talk to Docker (they raise instead)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+with contextlib.suppress(ImportError):  # setuptools is in every test environment we make
+    # setuptools replaces the standard library's distutils when it is first imported, and
+    # asserts that nobody imported the standard one before it. Tests import in one process
+    # what torch's inductor, builds and benchmarks import in many; importing setuptools
+    # first keeps one distutils for the whole run (inductor failed with "AssertionError:
+    # …/python3.11/distutils/core.py" after other tests had run).
+    import setuptools  # type: ignore[import-untyped, import-not-found, unused-ignore]  # noqa: F401
 
 _MARKER_BY_DIR = {
     "integration": "integration",

@@ -69,7 +69,7 @@ def wheel_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server.shutdown()
 
 
-def results_file(combination: str, lock_sha256: str) -> dict[str, object]:
+def results_file(combination: str, lock_sha256: str, python: str = PY) -> dict[str, object]:
     check = {
         "group": "attention",
         "name": "attention.cpu.sdpa",
@@ -91,7 +91,7 @@ def results_file(combination: str, lock_sha256: str) -> dict[str, object]:
         "runner": {
             "hostname": "h",
             "platform": "Linux",
-            "python": PY,
+            "python": python,  # the combination's: lock checks a run against its claim
             "torch": "none",
             "torch_cuda": None,
             "xformers": None,
@@ -150,7 +150,9 @@ def make_repo(
             }
         )
         if cid in verified:
-            (root / "results" / f"{cid}.json").write_text(json.dumps(results_file(cid, sha)))
+            (root / "results" / f"{cid}.json").write_text(
+                json.dumps(results_file(cid, sha, python))
+            )
     (root / "locks" / "resolution.json").write_text(
         json.dumps(
             {

@@ -97,7 +97,10 @@ def test_query_here(app: Path, synthetic: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "this machine: Python 3.11" in done.stdout
     assert "580.65.06" in done.stdout
-    assert done.stdout.splitlines()[1].split()[:2] == ["verified", SYNTHETIC]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("interpreter: ")  # the user's, named first
+    header = next(i for i, line in enumerate(lines) if line.startswith("verdicts "))
+    assert lines[header + 1].split()[:2] == ["verified", SYNTHETIC]  # ranked first
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
