@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY
+from envbuilder.lockfile.host import ARCHES, platform_arch
 from envbuilder.model import ResolvedCombination
 
 __all__ = ["claim_problems", "cuda_chain"]
@@ -71,13 +72,6 @@ def _major_minor(version: object) -> str | None:
         return None
     parts = version.split(".")
     return ".".join(parts[:2]) if len(parts) >= 2 else None
-
-
-def _machine(platform_tag: str) -> str | None:
-    for machine in ("x86_64", "aarch64", "arm64", "ppc64le", "s390x"):
-        if platform_tag.endswith(machine):
-            return "aarch64" if machine == "arm64" else machine
-    return None
 
 
 def _named_machine(platform: str) -> str | None:
@@ -192,9 +186,9 @@ def claim_problems(
     elif wanted is not None and xformers is not None and _public(str(xformers)) != _public(wanted):
         problems.append(f"xformers {xformers}, not {wanted}")
     platform = str(runner.get("platform", ""))
-    machine = _machine(combo.platform)
+    machine = platform_arch(combo.platform)
     ran_on = _named_machine(platform)
-    if machine is not None and ran_on is not None and ran_on != machine:
+    if machine in ARCHES and ran_on is not None and ran_on != machine:
         problems.append(f"platform {platform!r}, not a {machine} machine ({combo.platform})")
     problems += _gpu_problems(runner)
     problems += _build_problems(runner, built)
