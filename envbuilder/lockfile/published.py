@@ -132,11 +132,13 @@ def lockfile_choice(
     local = default_lockfile(settings)
     if local.exists():
         return local, None
-    from envbuilder.lockfile.snapshot import embedded, newest_evidence
+    from envbuilder.lockfile.snapshot import embedded, newest_evidence, require_locks
 
     snapshot = embedded()
     if snapshot is None:
         return local, None  # reading it says it is missing and what to do
+    if with_locks:
+        require_locks(snapshot, combination)
     from datetime import UTC, date, datetime
 
     day = newest_evidence(load_lockfile(snapshot))

@@ -1,12 +1,21 @@
 """The lockfile snapshot the wheel carries, so that ``pip install gpu-envbuilder`` then
 ``envbuilder query`` answers without building anything.
 
-``envbuilder/data/`` holds a published lockfile and the pylocks it names (at their
-paths relative to it, as the site publishes them). It is generated, never edited:
-``nox -s snapshot -- LOCKFILE|URL`` runs ``python -m envbuilder.lockfile.snapshot``,
-which checks the lockfile (its content hash) and each pylock (its sha256) and
-replaces the directory as a whole. The release builds the wheel after it. The
-lockfile's own content hash makes any edit by hand fail on read.
+``envbuilder/data/`` holds a published lockfile and, with ``--with-locks``, the
+pylocks it names (at their paths relative to it, as the site publishes them). It is
+generated, never edited: ``nox -s snapshot -- LOCKFILE|URL`` runs ``python -m
+envbuilder.lockfile.snapshot``, which checks the lockfile (its content hash) and each
+pylock (its sha256) and replaces the directory as a whole. The release builds the
+wheel after it. The lockfile's own content hash makes any edit by hand fail on read.
+
+The snapshot is committed, and the repository names no package index: pylocks name
+their index's host in every file URL, so the committed snapshot is the lockfile only
+(``query`` and ``doctor`` answer from it; ``install`` and ``export`` say that the
+locks come from the published site and which option fetches them). Every file
+written is searched for URL hosts first; a host other than the reserved test names
+(``*.invalid``, ``*.example``, ``*.test``, loopback), the links torch prints inside
+measured messages (`ALLOWED_HOSTS`) and those passed with ``--allow-host`` stops the
+snapshot before anything is replaced.
 
 The snapshot's date is that of the newest run it holds (the lockfile carries no
 clock of its own: the same inputs give the same bytes).
@@ -14,6 +23,9 @@ clock of its own: the same inputs give the same bytes).
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import re
 import shutil
 import sys
 import tempfile
@@ -24,7 +36,14 @@ from pathlib import Path, PurePosixPath
 
 from envbuilder.lockfile.model import DEFAULT_LOCKFILE, CompatLock
 
-__all__ = ["embedded", "newest_evidence", "write_snapshot"]
+__all__ = [
+    "ALLOWED_HOSTS",
+    "embedded",
+    "foreign_hosts",
+    "newest_evidence",
+    "require_locks",
+    "write_snapshot",
+]
 
 #: the package directory of the snapshot
 DATA = "data"
@@ -34,12 +53,58 @@ README = (
     " from a published lockfile and its locks; never edit these files by hand (the lockfile's"
     " content hash and the locks' sha256 are checked on every read).\n"
 )
+#: hosts a snapshot may name besides reserved and loopback ones: the pages torch's own
+#: graph-break messages link to, which the lockfile keeps verbatim as measured evidence
+ALLOWED_HOSTS = frozenset({"meta-pytorch.github.io"})
+_RESERVED = (".invalid", ".example", ".test", ".localhost")
+_URL_HOST = re.compile(
+    rb"[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#@\s\"'<>]*@)?(\[[^\]]*\]|[^/?#:\s\"'<>\\|]+)"
+)
 
 
 def embedded() -> Path | None:
     """The snapshot's lockfile inside the installed package, when the wheel carries one."""
     path = Path(str(resources.files("envbuilder").joinpath(DATA, DEFAULT_LOCKFILE)))
     return path if path.is_file() else None
+
+
+def _allowed(host: str, extra: frozenset[str]) -> bool:
+    host = host.strip("[]").lower().rstrip(".")
+    if host in ALLOWED_HOSTS or host in extra or host == "localhost":
+        return True
+    if host.endswith(_RESERVED) or host in {s.lstrip(".") for s in _RESERVED}:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def foreign_hosts(data: bytes, allow: frozenset[str] = frozenset()) -> list[str]:
+    """The URL hosts in *data* that a committed snapshot may not name, sorted."""
+    found = {m.group(1).decode("ascii", "replace") for m in _URL_HOST.finditer(data)}
+    return sorted(h for h in found if not _allowed(h, allow))
+
+
+def require_locks(snapshot: Path, combination: str | None) -> None:
+    """Stop, saying where the locks come from, when *snapshot* carries the lockfile only."""
+    from envbuilder.errors import InputError
+    from envbuilder.lockfile.read import load_lockfile
+
+    lock = load_lockfile(snapshot)
+    wanted = [
+        e
+        for e in lock.combinations
+        if e.lock is not None and (combination is None or e.id == combination)
+    ]
+    if all((snapshot.parent / e.lock.path).is_file() for e in wanted if e.lock is not None):
+        return
+    raise InputError(
+        "the snapshot this envbuilder carries holds the lockfile only, not the locks it "
+        "names; the locks come from the published site: pass --lock URL (the site's "
+        "compat.lock.json, e.g. --lock https://SITE/compat.lock.json) or set "
+        "ENVBUILDER_LOCK_URL=URL once, and they are downloaded and checked against it"
+    )
 
 
 def newest_evidence(lock: CompatLock) -> str | None:
@@ -54,9 +119,17 @@ def newest_evidence(lock: CompatLock) -> str | None:
     return max(days, default=None)
 
 
-def write_snapshot(lockfile: Path, out: Path) -> list[Path]:
-    """Copy *lockfile* and every pylock it names into *out*, replacing what was there;
-    both are checked first, nothing is changed on a failure. Returns the files written."""
+def write_snapshot(
+    lockfile: Path,
+    out: Path,
+    *,
+    with_locks: bool = False,
+    allow_hosts: frozenset[str] = frozenset(),
+) -> list[Path]:
+    """Copy *lockfile* (and, *with_locks*, every pylock it names) into *out*, replacing
+    what was there; all are checked first (hashes, then URL hosts against
+    `ALLOWED_HOSTS` and *allow_hosts*), nothing is changed on a failure. Returns the
+    files written."""
     from envbuilder.errors import InputError
     from envbuilder.lockfile.export import locate_pylock
     from envbuilder.lockfile.read import load_lockfile
@@ -64,10 +137,26 @@ def write_snapshot(lockfile: Path, out: Path) -> list[Path]:
     lock = load_lockfile(lockfile)
     files: dict[str, Path] = {DEFAULT_LOCKFILE: lockfile}
     for entry in lock.combinations:
-        if entry.lock is not None:
+        if with_locks and entry.lock is not None:
             files[str(PurePosixPath(entry.lock.path))] = locate_pylock(lockfile, entry)
+    allow = frozenset(h.lower() for h in allow_hosts)
+    for name, source in files.items():
+        hosts = foreign_hosts(source.read_bytes(), allow)
+        if hosts:
+            raise InputError(
+                f"{source}: names the host(s) {', '.join(hosts)}; a snapshot is committed "
+                f"and the repository names no package index, so {name} cannot go into it"
+                + (
+                    " (leave out --with-locks: the locks come from the published site)"
+                    if name != DEFAULT_LOCKFILE
+                    else " (pass --allow-host HOST only for a host that is no index)"
+                )
+            )
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".snapshot-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    staging.chmod(0o777 & ~umask)  # mkdtemp's 0700 would go into the wheel and the repository
     try:
         for name, source in files.items():
             target = staging / name
@@ -87,23 +176,43 @@ def write_snapshot(lockfile: Path, out: Path) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m envbuilder.lockfile.snapshot LOCKFILE|URL [OUT]`` (``nox -s snapshot``)."""
-    import os
+    """``python -m envbuilder.lockfile.snapshot LOCKFILE|URL [OUT] [--with-locks]
+    [--allow-host HOST]...`` (``nox -s snapshot``)."""
+    import argparse
 
     from envbuilder.errors import EnvbuilderError
     from envbuilder.lockfile.published import lockfile_argument
     from envbuilder.lockfile.read import load_lockfile
     from envbuilder.settings import Settings
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not 1 <= len(args) <= 2:
-        print("usage: python -m envbuilder.lockfile.snapshot LOCKFILE|URL [OUT]", file=sys.stderr)
-        return 2
-    out = Path(args[1]) if len(args) == 2 else Path(__file__).parents[1] / DATA
+    parser = argparse.ArgumentParser(
+        prog="python -m envbuilder.lockfile.snapshot",
+        description="Write the lockfile snapshot the wheel carries (envbuilder/data/).",
+    )
+    parser.add_argument("lockfile", metavar="LOCKFILE|URL", help="the published lockfile")
+    parser.add_argument(
+        "out", nargs="?", type=Path, help="the directory to replace (default: envbuilder/data)"
+    )
+    parser.add_argument(
+        "--with-locks",
+        action="store_true",
+        help="carry the pylocks too (refused when they name a package index's host)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a URL host the files may name besides the reserved ones (repeatable)",
+    )
+    ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    out = ns.out if ns.out is not None else Path(__file__).parents[1] / DATA
     try:
         settings = Settings.from_environment(os.environ)
-        lockfile = lockfile_argument(args[0], settings, with_locks=True)
-        written = write_snapshot(lockfile, out)
+        lockfile = lockfile_argument(ns.lockfile, settings, with_locks=ns.with_locks)
+        written = write_snapshot(
+            lockfile, out, with_locks=ns.with_locks, allow_hosts=frozenset(ns.allow_host)
+        )
         day = newest_evidence(load_lockfile(lockfile)) or "no runs"
     except EnvbuilderError as e:
         print(f"snapshot: error: {e}", file=sys.stderr)

@@ -1,10 +1,10 @@
 """Right after ``pip install gpu-envbuilder``, outside any checkout, ``envbuilder query``
-answers from the lockfile snapshot the wheel carries.
+answers from the lockfile snapshot the wheel carries, and ``export`` says where the locks
+come from (the snapshot is the lockfile only: pylocks name their index's host).
 
-The snapshot is written as the release writes it (``python -m envbuilder.lockfile.snapshot``,
-what ``nox -s snapshot`` runs) from the synthetic lockfile into a copy of the source; the
-wheel is built from that copy and installed with pip, with its dependencies, into a fresh
-venv. Slow: it builds and installs a wheel.
+The wheel is built from a copy of the source with the committed snapshot
+(``envbuilder/data/``, what ``nox -s snapshot`` wrote) and installed with pip, with its
+dependencies, into a fresh venv. Slow: it builds and installs a wheel.
 """
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.cli import main
+from envbuilder.lockfile.read import load_lockfile
+from envbuilder.lockfile.snapshot import newest_evidence
+from tests.integration.test_published_lock import site
+
+__all__ = ["site"]  # the fixture used here
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "data"
 UV = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
-VERIFIED = "py3.11-default-torch2.5.1-xformers0.0.28.post3"
+COMMITTED = ROOT / "envbuilder" / "data" / "compat.lock.json"
+SYNTHETIC = "py3.11-default-torch2.5.1-xformers0.0.28.post3"
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -40,28 +44,17 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not Path(UV).exists():
         pytest.skip(f"uv (to build the wheel) is not installed beside {sys.executable}")
     tmp = tmp_path_factory.mktemp("embedded")
-    shutil.copytree(DATA / "locks", tmp / "pipeline" / "locks")
-    lockfile = tmp / "pipeline" / "compat.lock.json"
-    argv = ["lock", "--resolution", str(tmp / "pipeline" / "locks" / "resolution.json")]
-    assert main([*argv, "--results", str(DATA / "results"), "-o", str(lockfile)]) == 0
-
     src = tmp / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "data")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "envbuilder", src / "envbuilder", ignore=ignore)
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, src / name)
-    subprocess.run(
-        [sys.executable, "-m", "envbuilder.lockfile.snapshot", str(lockfile)],
-        check=True,
-        cwd=tmp,
-        env=_clean_env(PYTHONPATH=str(src)),
-    )
     build = [UV, "build", "--wheel", "--no-build-isolation", "--python", sys.executable]
     subprocess.run([*build, "--out-dir", str(tmp / "dist"), str(src)], check=True)
     (wheel,) = (tmp / "dist").glob("gpu_envbuilder-*-py3-none-any.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "envbuilder/data/compat.lock.json" in names
-    assert f"envbuilder/data/locks/pylock.{VERIFIED}.toml" in names
+    assert not [n for n in names if n.startswith("envbuilder/data/locks/")]
 
     venv = tmp / "user-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -82,19 +75,40 @@ def _run(bin_dir: Path, cwd: Path, *argv: str) -> subprocess.CompletedProcess[st
     )
 
 
-def test_query_answers_from_the_embedded_lockfile(installed: Path, tmp_path: Path) -> None:
+def test_query_answers_from_the_embedded_lockfile_with_its_date(
+    installed: Path, tmp_path: Path
+) -> None:
+    lock = load_lockfile(COMMITTED)
+    day = newest_evidence(lock)
+    assert day is not None
     proc = _run(installed, tmp_path, "query")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.startswith(
-        "lockfile: the snapshot this envbuilder carries (newest evidence 2026-"
+        f"lockfile: the snapshot this envbuilder carries (newest evidence {day}, "
     )
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("verdicts (the worst of the four uses): ")
-    assert lines[1].split()[:2] == ["verified", VERIFIED]
+    verified = [e.id for e in lock.combinations if e.verdict.verdict == "verified"]
+    assert lines[1].split()[:2] == ["verified", verified[0]]
 
 
-def test_export_reads_the_embedded_locks(installed: Path, tmp_path: Path) -> None:
-    proc = _run(installed, tmp_path, "export", VERIFIED, "--format", "requirements")
+def test_export_says_the_locks_come_from_the_published_site(
+    installed: Path, tmp_path: Path
+) -> None:
+    wanted = next(e.id for e in load_lockfile(COMMITTED).combinations if e.lock is not None)
+    proc = _run(installed, tmp_path, "export", wanted, "--format", "requirements")
+    assert proc.returncode == 2, proc.stderr
+    assert "holds the lockfile only" in proc.stderr
+    assert "the locks come from the published site: pass --lock URL" in proc.stderr
+    assert "ENVBUILDER_LOCK_URL" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_export_fetches_the_locks_from_the_site_named(
+    installed: Path, tmp_path: Path, site: tuple[str, Path]
+) -> None:
+    url = site[0] + "compat.lock.json"
+    proc = _run(installed, tmp_path, "export", SYNTHETIC, "--format", "requirements", "--lock", url)
     assert proc.returncode == 0, proc.stderr
     assert "--hash=sha256:" in proc.stdout
 
