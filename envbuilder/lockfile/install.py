@@ -36,6 +36,7 @@ from pathlib import Path
 
 from envbuilder.lockfile.interpreter import Interpreter
 from envbuilder.lockfile.model import INSTALLABLE, CompatLock, Entry, Use, Verdict
+from envbuilder.lockfile.runtime_path import announce
 from envbuilder.settings import Settings
 
 __all__ = ["install"]
@@ -304,7 +305,7 @@ def install(args: argparse.Namespace) -> int:
     runtime = runtime_line(entry, _prefix(python_exe, args.venv)) if entry.extra_runtime else None
     if args.dry_run:
         if runtime:
-            report.line(runtime)
+            report.line(announce(entry, _prefix(python_exe, args.venv), apply=False) or runtime)
         report.line("dry run: nothing installed; the commands above do it")
         return 0
     result = subprocess.run(cmd, check=False)
@@ -315,7 +316,7 @@ def install(args: argparse.Namespace) -> int:
         return 1
     report.line(f"✓ installed {entry.id} into {python_exe}")
     if runtime:
-        report.line(runtime)
+        report.line(announce(entry, _prefix(python_exe, args.venv), apply=True) or runtime)
     return 0
 
 

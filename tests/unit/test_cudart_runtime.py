@@ -65,3 +65,67 @@ def test_doctor_names_the_runtime_path_when_the_extension_does_not_load(
     assert found.status == "fail"
     assert found.detail.startswith("libcudart.so.12: cannot open shared object file; ")
     assert 'LD_LIBRARY_PATH="/home/me/env/lib/python3.12/site-packages/nvidia/' in found.detail
+
+
+def test_the_dry_run_says_which_mechanism_finds_the_runtime(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["install", CUDART, "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert f"runtime path: {CUDART} will find its added CUDA runtime" in err
+    assert "prepend it on activation (deactivate restores it)" in err
+    assert not (workdir / "venv" / "bin" / "activate").exists()  # a dry run writes nothing
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> Path:
+    """A real venv (no pip), its activate scripts as the standard library writes them."""
+    import venv as stdlib_venv
+
+    stdlib_venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "env")
+    return tmp_path / "env"
+
+
+LIBDIR = "/env/lib/python3.12/site-packages/nvidia/cuda_runtime/lib"
+
+
+def test_every_activate_script_of_a_venv_is_hooked_once(venv: Path) -> None:
+    from envbuilder.lockfile.runtime_path import BEGIN, hook_environment, unhook_text
+
+    before = {
+        n: (venv / "bin" / n).read_text() for n in ("activate", "activate.fish", "activate.csh")
+    }
+    hook = hook_environment(venv, LIBDIR)
+    assert hook is not None
+    assert sorted(f.name for f in hook.files) == sorted(before)
+    hook_environment(venv, LIBDIR)  # installing again replaces the hook
+    for name, text in before.items():
+        hooked = (venv / "bin" / name).read_text()
+        assert hooked.count(LIBDIR) == (2 if name == "activate.csh" else 1), name  # if/else
+        assert hooked.count(BEGIN) == (1 if name == "activate.csh" else 2), name
+        assert unhook_text(hooked) == text, name  # nothing else changed
+    csh = (venv / "bin" / "activate.csh").read_text()
+    assert "alias deactivate 'test $?_ENVBUILDER_OLD_LD_LIBRARY_PATH != 0 && setenv" in csh
+
+
+def test_a_conda_environment_gets_activate_d_scripts(tmp_path: Path) -> None:
+    from envbuilder.lockfile.runtime_path import hook_environment
+
+    (tmp_path / "conda-meta").mkdir()
+    hook = hook_environment(tmp_path, LIBDIR)
+    assert hook is not None and "activate.d/deactivate.d" in hook.mechanism
+    on, off = hook.files
+    assert on == tmp_path / "etc/conda/activate.d/envbuilder-cuda-runtime.sh"
+    assert (
+        f'export LD_LIBRARY_PATH="{LIBDIR}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"'
+        in on.read_text()
+    )
+    assert "unset LD_LIBRARY_PATH" in off.read_text()
+
+
+def test_an_environment_without_activation_gets_none(tmp_path: Path) -> None:
+    from envbuilder.lockfile.runtime_path import hook_environment
+
+    assert hook_environment(tmp_path, LIBDIR) is None
+    assert list(tmp_path.iterdir()) == []
