@@ -24,5 +24,6 @@ def add_matrix_argument(
         "--matrix",
         type=Path,
         default=default,
+        metavar="FILE",
         help=help or "matrix file (default: %(default)s)",
     )

@@ -17,6 +17,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--locks",
         type=Path,
         default=Path("locks"),
+        metavar="DIR",
         help="output of `envbuilder resolve` (default: %(default)s)",
     )
     add_matrix_argument(
@@ -44,18 +45,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--log-dir",
         type=Path,
         default=None,
+        metavar="DIR",
         help="one build log per combination (default: LOCKS/build-logs)",
     )
     parser.add_argument(
         "--base-image",
         default=None,
+        metavar="IMAGE",
         help="base image for every selected combination (default: base-image in the matrix)",
     )
     parser.add_argument(
         "--wheel-cache",
         type=Path,
         default=None,
-        help="content-addressed wheel cache (default: ENVBUILDER_WHEEL_CACHE or the user cache)",
+        metavar="DIR",
+        help="content-addressed wheel cache (default: $ENVBUILDER_WHEEL_CACHE or the user cache)",
     )
 
 

@@ -18,6 +18,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--locks",
         type=Path,
         default=Path("locks"),
+        metavar="DIR",
         help="output of `envbuilder resolve` (default: %(default)s)",
     )
     parser.add_argument(
@@ -35,26 +36,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--python",
         default=None,
+        metavar="PATH",
         help="with --in-place: the interpreter to build with (default: this one)",
     )
     parser.add_argument(
         "--builder-image",
         default=None,
+        metavar="IMAGE",
         help="image with python3 (venv) and a C++ compiler to build in (default: python:{python})",
     )
     parser.add_argument(
-        "--jobs", type=int, default=None, help="MAX_JOBS for the compiler (default: CPU count)"
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="MAX_JOBS for the compiler (default: CPU count)",
     )
     parser.add_argument(
         "--wheel-cache",
         type=Path,
         default=None,
-        help="where locked files are fetched to (default: ENVBUILDER_WHEEL_CACHE or the user cache)",
+        metavar="DIR",
+        help="where locked files are fetched to (default: $ENVBUILDER_WHEEL_CACHE or the user cache)",
     )
     parser.add_argument(
         "--build-cache",
         type=Path,
         default=None,
+        metavar="DIR",
         help="built wheels by build key (default: source-builds in the user cache)",
     )
     parser.add_argument(

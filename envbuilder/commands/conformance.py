@@ -52,16 +52,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="the smaller run (about 2 minutes per GPU)"
     )
-    parser.add_argument("--checks", action="append", default=[], metavar="PATTERN")
+    parser.add_argument(
+        "--checks",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="run only the checks whose name matches PATTERN (a glob); repeatable",
+    )
     parser.add_argument(
         "--jobs",
         type=int,
         metavar="N",
         help="check processes run at once (default: 8 on a GPU, 1 on the CPU)",
     )
-    parser.add_argument("--locks", type=Path, default=Path("locks"), help="default: locks/")
     parser.add_argument(
-        "--matrix", type=Path, help="default: the matrix the locks were resolved from"
+        "--locks",
+        type=Path,
+        default=Path("locks"),
+        metavar="DIR",
+        help="output of `envbuilder resolve` (default: locks/)",
+    )
+    parser.add_argument(
+        "--matrix",
+        type=Path,
+        metavar="FILE",
+        help="matrix file (default: the one the locks were resolved from)",
     )
     parser.add_argument(
         "--allow-cpu",

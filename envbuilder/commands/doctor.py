@@ -29,10 +29,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_lock_argument(parser)
     add_python_argument(
         parser,
-        "the environment to check: a Python version (3.12) or an interpreter "
-        "(.venv/bin/python, a venv directory, python3.12 on PATH); default: $VIRTUAL_ENV, "
-        "else $CONDA_PREFIX, else the first python3 on PATH. envbuilder need not be "
-        "installed there",
+        "the environment to check, where envbuilder need not be installed: a Python version "
+        "(3.12) or an interpreter (.venv/bin/python, a venv directory, python3.12 on PATH) "
+        "(default: $VIRTUAL_ENV, else $CONDA_PREFIX, else the first python3 on PATH)",
     )
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.add_argument(

@@ -16,14 +16,14 @@ HELP = (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("id", help="combination id (see `envbuilder query`)")
+    parser.add_argument("id", metavar="ID", help="combination id (see `envbuilder query`)")
     parser.add_argument(
         "--format",
         type=choice(FORMATS),
         metavar="{" + ",".join(FORMATS) + "}",
         default="pylock",
         help="pylock (uv pip install -r), requirements (pip install --require-hashes -r) or "
-        "constraints (pip/uv install -c FILE -r your-requirements.txt); default: pylock",
+        "constraints (pip/uv install -c FILE -r your-requirements.txt) (default: pylock)",
     )
     parser.add_argument(
         "-o",
@@ -31,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="file to write (default: stdout); uv needs a pylock named pylock.toml or pylock.<name>.toml",
+        help="file to write; uv needs a pylock named pylock.toml or pylock.<name>.toml (default: stdout)",
     )
     parser.add_argument(
         "--with-suite",

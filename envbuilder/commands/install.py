@@ -14,13 +14,15 @@ HELP = "install a verified combination from the lockfile into this or another en
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("id", nargs="?", help="combination id; or choose with the options below")
+    parser.add_argument(
+        "id", nargs="?", metavar="ID", help="combination id; or choose with the options below"
+    )
     add_selection_arguments(
         parser,
-        python_help="the interpreter to install into: a Python version (3.12) or an "
-        "interpreter (.venv/bin/python, a venv directory, python3.12 on PATH); default: "
-        "$VIRTUAL_ENV, else $CONDA_PREFIX, else the first python3 on PATH. With --venv: "
-        "what to create the venv from",
+        python_help="the interpreter to install into, or with --venv what to create the venv "
+        "from: a Python version (3.12) or an interpreter (.venv/bin/python, a venv directory, "
+        "python3.12 on PATH) (default: $VIRTUAL_ENV, else $CONDA_PREFIX, else the first "
+        "python3 on PATH)",
     )
     parser.add_argument(
         "--venv",

@@ -19,6 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--resolution",
         type=Path,
         default=Path("locks/resolution.json"),
+        metavar="FILE",
         help="the resolver's output (default: locks/resolution.json)",
     )
     parser.add_argument(
@@ -44,6 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         default=Path("compat.lock.json"),
+        metavar="FILE",
         help="the lockfile to write (default: compat.lock.json)",
     )
     parser.add_argument(

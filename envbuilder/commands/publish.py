@@ -13,7 +13,12 @@ HELP = "write the static site: lockfile, JSON Schema, Markdown table and HTML pa
 def configure(parser: argparse.ArgumentParser) -> None:
     add_lock_argument(parser)
     parser.add_argument(
-        "-o", "--out", type=Path, default=Path("site"), help="site directory (default: site/)"
+        "-o",
+        "--out",
+        type=Path,
+        default=Path("site"),
+        metavar="DIR",
+        help="site directory (default: site/)",
     )
 
 

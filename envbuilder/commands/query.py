@@ -41,10 +41,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_lock_argument(parser)
     add_selection_arguments(parser)
     parser.add_argument(
-        "--arch", help="CPU architecture of the host: x86_64 or aarch64 (amd64, arm64 accepted)"
+        "--arch",
+        metavar="ARCH",
+        help="CPU architecture of the host: x86_64 or aarch64 (amd64, arm64 accepted)",
     )
     parser.add_argument(
         "--driver",
+        metavar="VERSION",
         help="the host's NVIDIA driver version, e.g. 550.54.15: combinations whose CUDA "
         "release needs a newer one are rejected",
     )

@@ -33,7 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=str,
         default=None,
         metavar="FILE",
-        help="script to write (default: stdout); a directory gets repro_<check>.py in it",
+        help="script to write; a directory gets repro_<check>.py in it (default: stdout)",
     )
     parser.add_argument(
         "--force",

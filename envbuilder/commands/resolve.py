@@ -36,7 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--cache-dir",
         type=Path,
         default=None,
-        help="HTTP and uv cache (default: ENVBUILDER_CACHE_DIR or the user cache)",
+        metavar="DIR",
+        help="HTTP and uv cache (default: $ENVBUILDER_CACHE_DIR or the user cache)",
     )
     parser.add_argument(
         "--offline",
@@ -52,8 +53,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--jobs",
         type=int,
         default=8,
-        help="combinations decided at once (default: %(default)s); each torch/xformers"
-        " pairing's uv resolution starts as soon as it is decided, up to 16 at once",
+        metavar="N",
+        help="combinations decided at once; each torch/xformers pairing's uv resolution"
+        " starts as soon as it is decided, up to 16 at once (default: %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object with the list `combinations` on stdout")  # fmt: skip
 

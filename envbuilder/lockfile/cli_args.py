@@ -37,8 +37,8 @@ def choice(options: Sequence[str]) -> Callable[[str], str]:
 #: ``--python`` means the same in every consumer command: a version or an interpreter.
 PYTHON_HELP = (
     "a Python version (3.12) or an interpreter (.venv/bin/python, a venv directory, "
-    "python3.12 on PATH); default: $VIRTUAL_ENV, else $CONDA_PREFIX, else the first python3 "
-    "on PATH"
+    "python3.12 on PATH) (default: $VIRTUAL_ENV, else $CONDA_PREFIX, else the first python3 "
+    "on PATH)"
 )
 
 
@@ -48,8 +48,9 @@ def add_lock_argument(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE|URL",
         help="the compatibility lockfile, or the https URL of a published one (downloaded, "
-        "its content hash checked); default: $ENVBUILDER_LOCK, else $ENVBUILDER_LOCK_URL (fetched "
-        "at most daily), else ./compat.lock.json, else the snapshot this envbuilder carries",
+        "its content hash checked) (default: $ENVBUILDER_LOCK, else $ENVBUILDER_LOCK_URL, "
+        "fetched at most daily, else ./compat.lock.json, else the snapshot this envbuilder "
+        "carries)",
     )
 
 
@@ -61,11 +62,17 @@ def add_selection_arguments(
     parser: argparse.ArgumentParser, *, python_help: str = PYTHON_HELP
 ) -> None:
     add_python_argument(parser, python_help)
-    parser.add_argument("--cuda", help="CUDA version: 12.1, cu121, cpu or default")
-    parser.add_argument("--torch", help="torch version or prefix, e.g. 2.5 or 2.5.1")
-    parser.add_argument("--xformers", help="xformers version or prefix")
     parser.add_argument(
-        "--gpu", help="GPU: compute capability (sm90, 9.0) or a model name (H100, H200, A100)"
+        "--cuda", metavar="VERSION", help="CUDA version: 12.1, cu121, cpu or default"
+    )
+    parser.add_argument(
+        "--torch", metavar="VERSION", help="torch version or prefix, e.g. 2.5 or 2.5.1"
+    )
+    parser.add_argument("--xformers", metavar="VERSION", help="xformers version or prefix")
+    parser.add_argument(
+        "--gpu",
+        metavar="GPU",
+        help="GPU: compute capability (sm90, 9.0) or a model name (H100, H200, A100)",
     )
     parser.add_argument(
         "--use",
