@@ -2,7 +2,8 @@
 // The ranking is the lockfile's (query.answer, embedded per GPU and use); this only drops
 // what the choices rule out and says why. Then the grid's filters: each
 // <select class="filter" data-key=K> keeps the rows (and plot figures) whose data-K
-// attribute lists the chosen value; "" keeps everything.
+// attribute lists the chosen value; "" keeps everything. The picker sets the grid's
+// filters to its own choices, so the grid below shows what the answer was chosen from.
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("picker-data").textContent);
@@ -38,6 +39,58 @@
     return why;
   }
   function text(id, value) { $(id).textContent = value; }
+  var USES = ["inference", "inference-compiled", "training", "training-compiled"];
+
+  // the rows of data.ranked[gpu|use] that the choices leave, with counts of the rest
+  function fitting(gpu, use, choice) {
+    var ranked = data.ranked[gpu + "|" + use] || [];
+    var fits = [], out = 0, lockless = 0, reasons = {};
+    ranked.forEach(function (row) {
+      var entry = data.entries[row[0]];
+      var why = ruledOut(entry, choice);
+      why.forEach(function (w) { reasons[w] = (reasons[w] || 0) + 1; });
+      if (why.length) { out += 1; }
+      else if (!entry.installable) { lockless += 1; }
+      else { fits.push(row); }
+    });
+    return { fits: fits, out: out, lockless: lockless, reasons: reasons };
+  }
+
+  function perUse(gpu, choice) {
+    var list = $("answer-uses");
+    if (!list) { return; }
+    list.innerHTML = "";
+    USES.forEach(function (use) {
+      var best = fitting(gpu, use, choice).fits[0];
+      var li = document.createElement("li");
+      li.setAttribute("data-use", use);
+      li.innerHTML = '<span class="use-name"></span> <span class="verdict-badge"></span> <span class="uid"></span>';
+      li.querySelector(".use-name").textContent = use;
+      var badge = li.querySelector(".verdict-badge");
+      badge.className = "verdict-badge v-" + (best ? best[1] : "unsatisfiable");
+      badge.textContent = best ? best[1] : "nothing fits";
+      li.querySelector(".uid").textContent = best ? best[0] : "";
+      list.appendChild(li);
+    });
+  }
+
+  // the grid's filters follow the picker: Python, CUDA (as its tag), GPU and use
+  function followGrid(choice, gpu, use) {
+    var wanted = {
+      python: choice.python,
+      cuda: choice.cuda ? "cu" + choice.cuda.replace(".", "") : "",
+      gpu: gpu ? "sm_" + gpu.replace(".", "") : "",
+      uses: use
+    };
+    Object.keys(wanted).forEach(function (key) {
+      var select = $("filter-" + key);
+      if (!select) { return; }
+      var has = Array.prototype.some.call(select.options, function (o) { return o.value === wanted[key]; });
+      select.value = has ? wanted[key] : "";
+    });
+    if (typeof applyFilters === "function") { applyFilters(); }
+  }
+  var applyFilters = null;
 
   function pick() {
     var gpu = $("pick-gpu");
@@ -50,17 +103,11 @@
       driver: validDriver ? driver : "",
       arch: option ? option.getAttribute("data-arch") || "" : ""
     };
-    var ranked = data.ranked[gpu.value + "|" + $("pick-use").value] || [];
     // a combination without a lock (unsatisfiable, a resolver error) installs nothing
-    var fits = [], out = 0, lockless = 0, reasons = {};
-    ranked.forEach(function (row) {
-      var entry = data.entries[row[0]];
-      var why = ruledOut(entry, choice);
-      why.forEach(function (w) { reasons[w] = (reasons[w] || 0) + 1; });
-      if (why.length) { out += 1; }
-      else if (!entry.installable) { lockless += 1; }
-      else { fits.push(row); }
-    });
+    var found = fitting(gpu.value, $("pick-use").value, choice);
+    var fits = found.fits, out = found.out, lockless = found.lockless, reasons = found.reasons;
+    perUse(gpu.value, choice);
+    followGrid(choice, gpu.value, $("pick-use").value);
     var answer = $("answer");
     if (!fits.length) {
       answer.innerHTML = '<p class="answer-head"><span id="answer-verdict" class="verdict-badge v-unsatisfiable">nothing fits</span> <span id="answer-id"></span></p>' +
@@ -87,6 +134,7 @@
     text("answer-verdict", verdict);
     text("answer-id", best[0]);
     if (installable) { text("answer-cmd", command); }
+    text("step-install", installable ? command : "envbuilder query --here");
     text("answer-why", data.reasons[best[2]]);
     var more = (fits.length - 1) + " more fit" + (out ? ", " + out + " ruled out by your choices" : "") +
       (lockless ? ", " + lockless + " without a lock" : "");
@@ -97,7 +145,8 @@
     $(id).addEventListener("change", pick);
   });
   $("pick-driver").addEventListener("input", pick);
-  pick();
+  var lockUrl = new URL("compat.lock.json", window.location.href).href;
+  if ($("step-lock")) { text("step-lock", "--lock " + lockUrl); }
 
   var selects = Array.prototype.slice.call(document.querySelectorAll("select.filter"));
   var items = Array.prototype.slice.call(document.querySelectorAll("[data-filtered]"));
@@ -116,5 +165,6 @@
     count.textContent = shownRows + " of " + rows + " combinations shown";
   }
   selects.forEach(function (s) { s.addEventListener("change", apply); });
-  apply();
+  applyFilters = apply;
+  pick();
 })();

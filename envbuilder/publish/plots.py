@@ -15,7 +15,7 @@ from typing import Literal
 
 from envbuilder.lockfile.model import Entry
 
-__all__ = ["Bench", "benchmarks", "natural_key", "ratio_words", "svg_chart"]
+__all__ = ["CHART_WIDTH", "Bench", "benchmarks", "natural_key", "ratio_words", "svg_chart"]
 
 #: Number keys read for the plots, first found wins (the conformance suite's names first).
 TIME_KEYS = ("fwd_bwd_ms_median", "fwd_ms_median", "compiled_step_ms_median", "median_ms", "ms")
@@ -96,16 +96,23 @@ def benchmarks(entry: Entry, keys: Sequence[str], *, compile_time: bool = False)
     ]
 
 
+#: The chart's own width (px): a phone's column (360 px) holds it at full size; wider boxes
+#: show it as is, narrower ones scale it down (viewBox, ``max-width: 100%`` in the page).
+CHART_WIDTH = 360
+
+
 def svg_chart(
     title: str, unit: str, benches: Sequence[Bench], kind: Literal["time", "memory"] = "time"
 ) -> str:
-    """Horizontal grouped bars, one group per (benchmark, GPU), each saying in words how
-    xformers compares with SDPA."""
+    """Horizontal grouped bars, one group per (benchmark, GPU): its label, the two bars with
+    their numbers, and in words how xformers compares with SDPA; 360 px wide."""
     if not benches:
         return ""
-    bar, gap, left, width, values, words = 12, 10, 200, 200, 56, 260
-    height = 28 + len(benches) * (2 * bar + gap) + 18
-    full = left + width + values + words
+    bar, line, gap, left, values = 12, 14, 8, 4, 60
+    width = CHART_WIDTH - left - values
+    group = line + 2 * bar + line + gap
+    height = 28 + len(benches) * group + 30
+    full = CHART_WIDTH
     top = max(max(b.values.values()) for b in benches) or 1.0
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" role="img" width="{full}" '
@@ -116,10 +123,8 @@ def svg_chart(
     y = 28
     for b in benches:
         gpu = b.gpu.replace("NVIDIA ", "")
-        parts.append(
-            f'<text x="{left - 6}" y="{y + bar + 4}" text-anchor="end">'
-            f"{escape(b.label)} · {escape(gpu)}</text>"
-        )
+        parts.append(f'<text x="{left}" y="{y + 10}">{escape(b.label)} · {escape(gpu)}</text>')
+        y += line
         for impl in ("xformers", "sdpa"):
             value = b.values[impl]
             w = max(1.0, width * value / top)
@@ -130,13 +135,11 @@ def svg_chart(
             parts.append(f'<text x="{left + w + 4:.1f}" y="{y + bar - 2}">{value:g}</text>')
             y += bar
         said = ratio_words(b.values["xformers"], b.values["sdpa"], kind)
-        parts.append(
-            f'<text x="{left + width + values}" y="{y - bar + 4}" class="ratio">'
-            f"{escape(said)}</text>"
-        )
-        y += gap
+        parts.append(f'<text x="{left}" y="{y + 11}" class="ratio">{escape(said)}</text>')
+        y += line + gap
     parts.append(
-        f'<text x="4" y="{height - 4}" class="legend">upper bar xformers (blue), lower bar '
-        f"SDPA (orange); shorter is better</text></svg>"
+        f'<text x="4" y="{height - 18}" class="legend">upper bar xformers (blue), lower bar '
+        f'SDPA (orange);</text><text x="4" y="{height - 5}" class="legend">shorter is better'
+        "</text></svg>"
     )
     return "".join(parts)

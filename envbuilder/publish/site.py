@@ -26,6 +26,7 @@ from envbuilder.lockfile.model import (
     CompatLock,
     Entry,
     Use,
+    Verdict,
     use_verdict,
 )
 from envbuilder.lockfile.query import Match, Query, answer, replacement
@@ -204,10 +205,12 @@ def _row(
 ) -> str:
     v = entry.verdict
     ccs = sorted({_cc(g.compute_capability) for g in entry.gpus})
+    advice = _advice(lock, entry, None, now)
     cells = [
         f'<td class="id">{escape(entry.id)}</td>',
         f'<td class="verdict v-{v.verdict}">{escape(v.verdict)}{_stale(entry)}'
-        f'<span class="reason">{escape(_advice(lock, entry, None, now))}</span></td>',
+        f'<span class="reason" title="{escape(advice)}">{escape(advice)}</span>'
+        f"{_causes_details(entry, v)}</td>",
         f'<td class="python">{escape(entry.python)}</td>',
         f'<td class="cuda">{escape(" / ".join(_cuda_values(entry)))}</td>',
         f'<td class="torch">{escape(entry.torch or "–")}</td>',
@@ -218,25 +221,29 @@ def _row(
             f'<td class="use v-{u.verdict.verdict}" data-use="{u.use}" '
             f'title="{escape(_use_title(lock, entry, u.use, now))}">{escape(u.verdict.verdict)}</td>'
         )
+    gpus = []
     for name, cc in gpu_columns:
         mine = [g for g in entry.gpus if (g.gpu, g.compute_capability) == (name, cc)]
         if not mine:
-            cells.append('<td class="gpu">–</td>')
             continue
         g = mine[0]
         flag = (
             ' <span class="conflict" title="runs disagree">⚠ conflict</span>' if g.conflict else ""
         )
-        cells.append(
-            f'<td class="gpu v-{g.verdict.verdict}" title="{escape(g.verdict.reason)}">'
-            f"{escape(g.verdict.verdict)} ({len(g.runs)} run{'s' if len(g.runs) != 1 else ''}){flag}</td>"
+        runs = f"{len(g.runs)} run{'s' if len(g.runs) != 1 else ''}"
+        gpus.append(
+            f'<span class="gpu-run v-{g.verdict.verdict}" title="{escape(g.verdict.reason)}">'
+            f"{escape(name.replace('NVIDIA ', ''))} {_cc(cc)}: {escape(g.verdict.verdict)} "
+            f"({runs}){flag}</span>"
         )
+    cells.append(f'<td class="gpu">{"".join(gpus) or "–"}</td>')
     if v.verdict in INSTALLABLE and entry.lock is not None:
         cells.append(
-            f'<td class="install"><code class="cmd">envbuilder install {escape(entry.id)}</code><br>'
+            '<td class="install"><details><summary>install</summary>'
+            f'<code class="cmd">envbuilder install {escape(entry.id)}</code><br>'
             f'<code class="cmd">envbuilder export {escape(entry.id)} -o pylock.toml '
             f"&amp;&amp; uv pip install -r pylock.toml</code> "
-            f'(<a href="{escape(entry.lock.path)}">download</a>)</td>'
+            f'(<a href="{escape(entry.lock.path)}">download</a>)</details></td>'
         )
     else:
         cells.append('<td class="install">–</td>')
@@ -247,6 +254,21 @@ def _row(
         f'data-uses="{" ".join(_verified_uses(entry))}"'
     )
     return f"<tr {attrs}>{''.join(cells)}</tr>"
+
+
+def _causes_details(entry: Entry, verdict: Verdict) -> str:
+    """The failing checks grouped by cause, folded: a row stays one glance tall however
+    many checks failed (the counts in the summary, the lines behind it)."""
+    found = causes(entry, verdict)
+    if not found:
+        return ""
+    checks = sum(len(c.checks) for c in found)
+    summary = (
+        f"{checks} failing check{'s' if checks != 1 else ''}, "
+        f"{len(found)} cause{'s' if len(found) != 1 else ''}"
+    )
+    lines = "".join(f"<li>{escape(cause_line(c))}</li>" for c in found)
+    return f'<details class="causes"><summary>{summary}</summary><ul>{lines}</ul></details>'
 
 
 def _figure(entry: Entry) -> str:
@@ -364,7 +386,48 @@ def _picker(lock: CompatLock) -> str:
         f"{options(list(USES), '{}')}</select></label>"
         "</form>"
         f'<div id="answer" aria-live="polite">{_answer_html(best[0] if best else None)}</div>'
+        f"{_per_use_html(lock)}{_steps_html(best[0] if best else None)}"
         "</section>"
+    )
+
+
+#: How to get the CLI, as the README's first screen says it.
+GET_CLI = ("uv tool install gpu-envbuilder", "pip install gpu-envbuilder")
+
+
+def _per_use_html(lock: CompatLock) -> str:
+    """The best installable combination for each use (the picker's JavaScript redoes it
+    for the choices made)."""
+    items = []
+    for use in USES:
+        fits = [m for m in answer(lock, Query(use=use)).matches if m.entry.lock is not None]
+        best = fits[0] if fits else None
+        verdict = best.verdict.verdict if best else "unsatisfiable"
+        items.append(
+            f'<li data-use="{use}"><span class="use-name">{use}</span> '
+            f'<span class="verdict-badge v-{verdict}">'
+            f"{escape(best.verdict.verdict if best else 'nothing fits')}</span> "
+            f'<span class="uid">{escape(best.entry.id if best else "")}</span></li>'
+        )
+    return (
+        '<div id="answer-per-use"><p class="meta">Per use (the best for each of the four):</p>'
+        f'<ul id="answer-uses">{"".join(items)}</ul></div>'
+    )
+
+
+def _steps_html(match: Match | None) -> str:
+    """The whole way from nothing to a checked environment: get the CLI, install, check."""
+    command = _install_command(match.entry, None) if match is not None else "envbuilder query"
+    return (
+        '<ol id="answer-steps">'
+        f"<li>get the CLI: <code>{GET_CLI[0]}</code> or <code>{GET_CLI[1]}</code></li>"
+        '<li>with your project\'s venv active: <code id="step-install">'
+        f"{escape(command)}</code></li>"
+        "<li>check it: <code>envbuilder doctor</code></li>"
+        '<li class="meta">the CLI answers from the lockfile it carries; for this page\'s '
+        'add <code id="step-lock">--lock compat.lock.json</code> (its https URL) or set '
+        "<code>ENVBUILDER_LOCK_URL</code> to it</li>"
+        "</ol>"
     )
 
 
@@ -416,10 +479,7 @@ def html_page(lock: CompatLock, content_sha256: str, now: datetime | None = None
     )
     counts = Counter(e.verdict.verdict for e in entries)
     use_headers = "".join(f'<th class="use">{escape(u)}</th>' for u in USES)
-    headers = "".join(
-        f'<th class="gpu">{escape(name.replace("NVIDIA ", ""))}<br><small>{_cc(cc)}</small></th>'
-        for name, cc in gpu_columns
-    )
+    headers = '<th class="gpu">GPUs measured</th>'
     legend = "".join(f'<span class="v-{v}">{v}</span>' for v in VERDICTS)
     plots = "".join(_figure(e) for e in ordered) or "<p>No performance numbers yet.</p>"
     compile_plots = (

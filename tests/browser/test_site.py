@@ -339,3 +339,127 @@ def test_the_phone_layout_keeps_the_verdict(
     )
     assert hidden == ["none"] * 4
     screenshot(browser, tmp_path, "site-390x844")
+
+
+#: The lockfile the wheel carries (``nox -s snapshot``, from results/ and the default matrix's
+#: locks): its H200 rows, the ``-cudart`` one with the longest reasons, are the real worst case.
+COMMITTED = Path(__file__).parents[2] / "envbuilder" / "data" / "compat.lock.json"
+
+
+def _serve(root: Path) -> Iterator[str]:
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/index.html"
+    server.shutdown()
+
+
+@pytest.fixture(params=["synthetic", "committed"])
+def any_site_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The page of the synthetic lockfile (tests/data) and of the committed one (results/)."""
+    from envbuilder.lockfile.read import load_lockfile
+    from envbuilder.publish.site import html_page
+
+    if request.param == "synthetic":
+        shutil.copytree(DATA / "locks", tmp_path / "locks")
+        lockfile = tmp_path / "compat.lock.json"
+        argv = ["lock", "--resolution", str(tmp_path / "locks" / "resolution.json")]
+        assert main([*argv, "--results", str(DATA / "results"), "-o", str(lockfile)]) == 0
+    else:
+        lockfile = COMMITTED
+    sha = json.loads(lockfile.read_bytes())["content_sha256"]
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text(html_page(load_lockfile(lockfile), sha))
+    yield from _serve(tmp_path / "site")
+
+
+ROW_HEIGHT = 200  # px: a row of the grid, however long its reasons
+CHART_PHONE = 360  # px: a chart on a phone
+
+SIZES = """(() => {
+  const grid = document.getElementById('grid');
+  const box = grid.parentElement.getBoundingClientRect();
+  const rows = [...document.querySelectorAll('tr.combo')].filter(r => !r.hidden)
+    .map(r => [r.dataset.id, Math.round(r.getBoundingClientRect().height)]);
+  const charts = [...document.querySelectorAll('svg.plot')].map(s => {
+    const r = s.getBoundingClientRect(), f = s.closest('figure').parentElement.getBoundingClientRect();
+    return [Math.round(r.width), Math.round(f.width), Math.round(r.right), Math.round(f.right)];
+  });
+  return {rows: rows, table: Math.round(grid.getBoundingClientRect().width),
+          box: Math.round(box.width), page: document.documentElement.scrollWidth,
+          charts: charts};
+})()"""
+
+
+@pytest.mark.parametrize(("width", "mobile"), [(390, True), (1280, False)], ids=["390", "1280"])
+def test_every_row_is_at_most_200_px_tall(
+    browser: DevTools, any_site_url: str, width: int, mobile: bool
+) -> None:
+    load(browser, any_site_url, width, 900, mobile=mobile)
+    sizes = browser.evaluate(SIZES)
+    assert sizes["rows"]
+    tall = [(cid, h) for cid, h in sizes["rows"] if h > ROW_HEIGHT]
+    assert tall == [], f"rows taller than {ROW_HEIGHT} px at {width} px"
+
+
+@pytest.mark.parametrize(("width", "mobile"), [(390, True), (1280, False)], ids=["390", "1280"])
+def test_the_table_fits_its_box_and_the_page_does_not_scroll_sideways(
+    browser: DevTools, any_site_url: str, width: int, mobile: bool
+) -> None:
+    load(browser, any_site_url, width, 900, mobile=mobile)
+    sizes = browser.evaluate(SIZES)
+    assert (sizes["table"], sizes["page"]) <= (sizes["box"], width), sizes
+    assert sizes["table"] <= sizes["box"], f"table {sizes['table']} px in a {sizes['box']} px box"
+    assert sizes["page"] <= width, f"page {sizes['page']} px wide at {width} px"
+
+
+@pytest.mark.parametrize(("width", "mobile"), [(390, True), (1280, False)], ids=["390", "1280"])
+def test_every_chart_fits_its_box(
+    browser: DevTools, any_site_url: str, width: int, mobile: bool
+) -> None:
+    load(browser, any_site_url, width, 900, mobile=mobile)
+    charts = browser.evaluate(SIZES)["charts"]
+    assert charts, "no chart on the page"
+    for chart_width, box_width, right, box_right in charts:
+        assert chart_width <= box_width and right <= box_right, (chart_width, box_width)
+        if width == 390:
+            assert chart_width <= CHART_PHONE, f"a {chart_width} px chart on a 390 px phone"
+
+
+def test_the_grid_follows_the_pickers_choices(browser: DevTools, site_url: str) -> None:
+    load(browser, site_url, 1280, 900, mobile=False)
+    assert pick(browser, python="3.11")["id"] == V["2.5.1"]
+    assert browser.evaluate(VISIBLE) == [V["2.5.1"], V["2.6.0"], V["2.9.0"]]
+    figures = browser.evaluate(
+        "[...document.querySelectorAll('figure')].filter(f => !f.hidden).map(f => f.dataset.python)"
+    )
+    assert set(figures) <= {"3.11"}
+    pick(browser, python="")
+    assert browser.evaluate(VISIBLE) == ORDER
+
+
+def test_the_answer_for_each_use_comes_first(browser: DevTools, site_url: str) -> None:
+    load(browser, site_url, 1280, 900, mobile=False)
+    uses = browser.evaluate(
+        "[...document.querySelectorAll('#answer-uses [data-use]')]"
+        ".map(li => [li.dataset.use, li.querySelector('.uid').textContent])"
+    )
+    assert [u for u, _ in uses] == [
+        "inference",
+        "inference-compiled",
+        "training",
+        "training-compiled",
+    ]
+    assert dict(uses)["training"] == V["2.11.0"]  # verified for training, newest first
+    assert dict(uses)["inference"] == V["2.11.0"]
+    picker, grid = rect(browser, "#picker"), rect(browser, "#grid")
+    assert picker["bottom"] <= grid["top"]
+
+
+def test_the_install_box_says_how_to_get_the_cli(browser: DevTools, site_url: str) -> None:
+    load(browser, site_url, 1280, 900, mobile=False)
+    steps = browser.evaluate("document.getElementById('answer-steps').textContent")
+    assert "pip install gpu-envbuilder" in steps
+    assert "uv tool install gpu-envbuilder" in steps
+    assert f"envbuilder install {V['2.5.1']}" in steps
+    assert "envbuilder doctor" in steps

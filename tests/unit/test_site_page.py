@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY
-from envbuilder.lockfile.model import CheckOutcome, CompatLock
+from envbuilder.lockfile.model import USES, CheckOutcome, CompatLock
 from envbuilder.publish.plots import (
     COMPILE_KEYS,
     TIME_KEYS,
@@ -151,3 +151,40 @@ def test_the_picker_data_is_the_query_ranking(compat: CompatLock, page: str) -> 
     embedded = page[page.index('id="picker-data">') + len('id="picker-data">') :]
     embedded = embedded[: embedded.index("</script>")]
     assert json.loads(embedded) == json.loads(json.dumps(data))
+
+
+def test_the_picker_shows_the_whole_way_and_each_use_without_javascript(page: str) -> None:
+    picker = page[page.index('<section id="picker"') : page.index("</section>")]
+    steps = picker[picker.index('<ol id="answer-steps">') :]
+    assert "<code>uv tool install gpu-envbuilder</code>" in steps
+    assert "<code>pip install gpu-envbuilder</code>" in steps
+    assert f'<code id="step-install">envbuilder install {BEST}</code>' in steps
+    assert "<code>envbuilder doctor</code>" in steps
+    uses = re.findall(r'<li data-use="([^"]+)">', picker)
+    assert uses == list(USES)
+    assert picker.index('id="answer-uses"') < picker.index('id="answer-steps"')
+
+
+def test_a_rows_failing_checks_are_folded_behind_counts() -> None:
+    from envbuilder.lockfile.read import load_lockfile
+
+    committed = Path(__file__).parents[2] / "envbuilder" / "data" / "compat.lock.json"
+    page = html_page(load_lockfile(committed), "ab" * 32)
+    rows = re.findall(r'<tr class="combo".*?</tr>', page, flags=re.S)
+    folded = [r for r in rows if '<details class="causes">' in r]
+    assert any("-cudart" in r for r in folded)  # the H200 row with 48 failing checks
+    for row in folded:
+        summary = re.search(r"<summary>(\d+) failing checks?, (\d+) causes?</summary>", row)
+        assert summary is not None, row[:200]
+        items = row[row.index('<details class="causes">') :].count("<li>")
+        assert items == int(summary.group(2))
+
+
+def test_a_chart_is_360_px_wide_and_scales_by_its_viewbox() -> None:
+    bench = Bench(
+        label="bf16.s16384.causal", gpu="NVIDIA H200", values={"xformers": 2.0, "sdpa": 1.0}
+    )
+    svg = svg_chart("speed", "ms", [bench] * 5)
+    found = re.search(r'<svg [^>]*width="(\d+)" height="(\d+)" viewBox="0 0 (\d+) (\d+)"', svg)
+    assert found is not None
+    assert found.groups() == ("360", found.group(2), "360", found.group(2))
