@@ -1,6 +1,6 @@
 """The published compatibility lockfile: ``compat.lock.json`` at the repository root.
 
-Decisions (also in README.md, "The compatibility lockfile"):
+Decisions (also in docs/lockfile.md, "The compatibility lockfile"):
 
 - Name ``compat.lock.json``; ``schema = "envbuilder.compat/3"``. The major
   number changes only when a reader of the previous one would misread the
