@@ -124,9 +124,10 @@ def publish(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=False, tags=["pipeline"])
 def snapshot(session: nox.Session) -> None:
     """Write the lockfile snapshot the wheel carries (envbuilder/data/): nox -s snapshot -- LOCKFILE|URL."""
-    if len(session.posargs) != 1:
+    if not session.posargs:
         session.error(
-            "Usage: nox -s snapshot -- LOCKFILE|URL (the published lockfile, e.g. site/compat.lock.json)"
+            "Usage: nox -s snapshot -- LOCKFILE|URL [--with-locks] [--allow-host HOST]"
+            " (the published lockfile, e.g. site/compat.lock.json)"
         )
     _install_project(session)
     session.run("python", "-m", "envbuilder.lockfile.snapshot", *session.posargs)

@@ -200,8 +200,11 @@ def announce(entry: Entry, prefix: str, *, apply: bool) -> str | None:
             f"activate script to hook, so before running: {export} "
             "(prepended; `envbuilder doctor` checks that the extension loads)"
         )
-    return (
-        f"runtime path: {entry.id} {verb} its added CUDA runtime ({libdir}) without exports: "
-        f"{hook.mechanism}; running {prefix}/bin/python without activating needs {export} "
-        "(`envbuilder doctor` checks that the extension loads)"
+    return "\n".join(
+        [
+            f"runtime path: {entry.id} {verb} its added CUDA runtime: {hook.mechanism}",
+            f"  the runtime's directory: {libdir}",
+            f"  running {prefix}/bin/python without activating: {export}",
+            "  `envbuilder doctor` checks that xformers' extension loads",
+        ]
     )
