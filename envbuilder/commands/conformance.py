@@ -9,9 +9,7 @@ instead, after checking that this environment is the selected combination.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,9 +17,8 @@ from typing import Any
 
 from envbuilder.errors import InputError, MissingToolError
 from envbuilder.model import Combination
-from envbuilder.target import cuda_tag_of
 
-__all__ = ["HELP", "configure", "environment_mismatches", "run"]
+__all__ = ["HELP", "configure", "run"]
 
 HELP = "Run the torch.compile + attention conformance suite for selected combinations."
 
@@ -63,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--jobs",
         type=int,
         metavar="N",
-        help="check processes run at once (default: 8 on a GPU, 1 on the CPU)",
+        help="check processes run at once (default: 10 on a GPU, 1 on the CPU)",
     )
     parser.add_argument(
         "--locks",
@@ -85,99 +82,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def environment_mismatches(
-    combination: Combination,
-    *,
-    torch_version: str | None,
-    torch_cuda: str | None,
-    xformers_version: str | None,
-) -> list[str]:
-    """How this environment differs from ``combination``; empty when it is that combination.
-
-    Public versions are compared (``2.11.0+cu130`` is ``2.11.0``), and the
-    CUDA of the running torch must agree with the combination's unless the
-    combination takes whatever build the index has (``default``).
-    """
-    from packaging.version import InvalidVersion, Version
-
-    def public(v: str) -> Version | None:
-        try:
-            return Version(Version(v).public)
-        except InvalidVersion:
-            return None
-
-    problems: list[str] = []
-    if torch_version is None:
-        problems.append("torch is not installed here")
-    elif public(torch_version) != public(combination.torch):
-        problems.append(
-            f"torch is {torch_version!r} here, {combination.torch!r} in {combination.id}"
-        )
-    elif combination.cuda != "default" and cuda_tag_of(torch_cuda) != combination.cuda:
-        problems.append(
-            f"torch here is built for {cuda_tag_of(torch_cuda)!r} (torch {torch_version!r}),"
-            f" {combination.id} needs {combination.cuda!r}"
-        )
-    if combination.xformers is None:
-        if xformers_version is not None:
-            problems.append(
-                f"xformers {xformers_version!r} is installed, {combination.id} has none"
-            )
-    elif xformers_version is None:
-        problems.append(
-            f"xformers is not installed, {combination.id} needs {combination.xformers!r}"
-        )
-    elif public(xformers_version) != public(combination.xformers):
-        problems.append(
-            f"xformers is {xformers_version!r} here, {combination.xformers!r} in {combination.id}"
-        )
-    return problems
-
-
-_TORCH_VERSION = re.compile(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", re.M)
-_TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*(None|['\"]([^'\"]*)['\"])", re.M)
-
-
-def torch_here() -> tuple[str, str | None]:
-    """torch's version and the CUDA it was built with, read from ``torch/version.py``
-    without importing torch: the suite's processes import it, and an import here would
-    be one more on the way to the first check (seconds on a cold disk). Imports torch
-    only when that file does not say."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise MissingToolError(f"torch is not importable in this environment ({sys.executable})")
-    text = ""
-    for folder in spec.submodule_search_locations:
-        with contextlib.suppress(OSError):
-            text = (Path(folder) / "version.py").read_text(encoding="utf-8")
-            break
-    version, cuda = _TORCH_VERSION.search(text), _TORCH_CUDA.search(text)
-    if version is not None and cuda is not None:
-        return version.group(1), cuda.group(2)
-    try:
-        import torch
-    except ImportError as e:
-        raise MissingToolError(
-            f"torch is not importable in this environment ({sys.executable}): {e}"
-        ) from e
-    return str(torch.__version__), torch.version.cuda
-
-
-def _installed(dist: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _options(args: argparse.Namespace, combination: str, lock_sha256: str | None) -> list[str]:
+def _suite_argv(args: argparse.Namespace, combination: str, lock_sha256: str | None) -> list[str]:
+    """The suite's options for ``python -m envbuilder.conformance`` in a container."""
     argv = ["--combination", combination]
     if lock_sha256:
         argv += ["--lock-sha256", lock_sha256]
@@ -224,12 +130,17 @@ def _run_in_place(
         summarize,
         unmatched_patterns,
     )
+    from envbuilder.lockfile.installed import (
+        environment_mismatches,
+        installed_version,
+        torch_here,
+    )
 
     torch_version, torch_cuda = torch_here()
     here = {
         "torch_version": torch_version,
         "torch_cuda": torch_cuda,
-        "xformers_version": _installed("xformers"),
+        "xformers_version": installed_version("xformers"),
     }
     problems = {c.id: environment_mismatches(c, **here) for c in chosen}
     matching = [c for c in chosen if not problems[c.id]]
@@ -264,20 +175,17 @@ def _run_in_place(
             combination.id,
         )
     out = args.out_dir / f"{combination.id}.json"
-    from envbuilder.conformance.__main__ import build_parser
-
-    suite_args = build_parser().parse_args(
-        ["--out", str(out), *_options(args, combination.id, sha)]
-    )
+    if out.is_dir():
+        raise InputError(f"{out}: is a directory; the results file goes there")
     try:
         results = run_suite(
             RunOptions(
                 out=out,
-                checks=tuple(suite_args.checks),
-                quick=suite_args.quick,
+                checks=tuple(args.checks),
+                quick=args.quick,
                 combination=combination.id,
                 lock_sha256=sha,
-                jobs=suite_args.jobs,
+                jobs=args.jobs,
                 require_cuda=not args.allow_cpu,
             ),
             echo=lambda line: print(line, file=sys.stderr, flush=True),
@@ -347,7 +255,7 @@ def _run_in_containers(
                 "envbuilder.conformance",
                 "--out",
                 f"/results/{combination.id}.json",
-                *_options(args, combination.id, resolved.lock_sha256),
+                *_suite_argv(args, combination.id, resolved.lock_sha256),
             ]
             reporter.command(["docker", "run", tag, *command])
             results = f"{combination.id}.json"

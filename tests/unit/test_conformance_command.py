@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder.commands.conformance import environment_mismatches
+from envbuilder.lockfile.installed import environment_mismatches
 from envbuilder.model import Combination
 
 XF = Combination(
@@ -191,7 +191,7 @@ def test_torch_here_reads_torch_version_py_without_importing_torch(
     import importlib.util
     import sys
 
-    from envbuilder.commands import conformance
+    from envbuilder.lockfile import installed
 
     package = tmp_path / "torch"
     package.mkdir()
@@ -200,15 +200,15 @@ def test_torch_here_reads_torch_version_py_without_importing_torch(
     spec.submodule_search_locations = [str(package)]
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
     monkeypatch.setitem(sys.modules, "torch", None)  # an import would raise ImportError
-    assert conformance.torch_here() == expected
+    assert installed.torch_here() == expected
 
 
 def test_torch_here_without_torch_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from envbuilder.commands import conformance
     from envbuilder.errors import MissingToolError
+    from envbuilder.lockfile import installed
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(MissingToolError, match="torch is not importable"):
-        conformance.torch_here()
+        installed.torch_here()
