@@ -44,9 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         type=int,
         metavar="N",
-        help="check processes run at once (default: 8 on a GPU, where the attention and"
-        " compile groups are split across 4 and 2 processes; 1 on the CPU); "
-        "the performance group always runs alone",
+        help="check processes run at once (default: 10 on a GPU, where the groups are split"
+        " across processes by their measured costs, longest first; 1 on the CPU); "
+        "the performance group always runs alone, first",
     )
     p.add_argument(
         "--no-fork-server",

@@ -43,8 +43,6 @@ __all__ = ["MASKS", "base_cases", "specs"]
 #: the mask kinds checked for correctness; ``[B,1,M,N]`` as it is has its own check below.
 MASKS: tuple[MaskKind, ...] = ("none", "causal", "blockdiag", "bias", "padding", "bias_expanded")
 IMPLS: tuple[Impl, ...] = ("xformers", "sdpa")
-#: the runner may split the group across processes; ``attention.<impl>.<mask>`` stays together.
-SHARD_UNIT_PARTS = 3
 
 
 def base_cases(ctx: Context) -> list[Case]:

@@ -76,10 +76,6 @@ from envbuilder.conformance.checks_attention import compare_attention, grad_out
 
 __all__ = ["compile_check", "specs"]
 
-#: the runner may split the group across processes; the checks of one compiled function,
-#: ``compile.<impl>.<mask>.<static|dynamic>.<fullgraph|nobreaks>``, stay together.
-SHARD_UNIT_PARTS = 5
-
 #: the attention code that is compiled: an implementation, or an attention layer calling
 #: xformers behind ``torch.compiler.disable`` (the ``dynamo-disable`` workaround).
 Variant = Literal["xformers", "sdpa", "dynamo-disable"]

@@ -35,7 +35,10 @@ Protocol, one JSON object per line. The server writes ``{"ready": true}``
 once the first preload module (torch) is imported, and from then on reads
 requests ``{"id": ID, "argv": [...], "output": PATH, "after": MODULE}``
 (worker arguments; the child's stdout and stderr are appended to
-``output``), answering ``{"id": ID, "pid": PID, "preloaded": [modules the
+``output``; ``"hold": true`` pauses the preloading before the next module
+until a request with ``"resume": true`` arrives, so that the request that
+follows a short first child is forked at once rather than after a slow
+import; at most ``HOLD_S`` seconds), answering ``{"id": ID, "pid": PID, "preloaded": [modules the
 child has]}`` for each once the modules it needs are through, in the order
 the requests came among those ready at the same time. When every preload
 module is through it writes ``{"preloaded": [...], "skipped": {module:
@@ -61,6 +64,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from envbuilder.conformance.groups import preload_order
+
 __all__ = [
     "DEFAULT_PRELOAD",
     "DRIVER_LIBRARIES",
@@ -70,23 +75,13 @@ __all__ = [
     "main",
 ]
 
-#: imported before any fork, in this order; an absent module is skipped.
-#: A group waits for the modules up to its own check module: the groups that need torch
-#: only come first, then dynamo and inductor for the compile group, then diffusers for the
-#: model and masks groups.
-DEFAULT_PRELOAD: tuple[str, ...] = (
-    "torch",
-    "envbuilder.conformance.checks_environment",
-    "envbuilder.conformance.checks_multigpu",
-    "envbuilder.conformance.checks_performance",
-    "envbuilder.conformance.checks_attention",
-    "torch._dynamo",
-    "torch._inductor.compile_fx",
-    "envbuilder.conformance.checks_compile",
-    "diffusers.models.transformers.transformer_qwenimage",
-    "envbuilder.conformance.checks_model",
-    "envbuilder.conformance.checks_masks",
-)
+#: imported before any fork, in this order; an absent module is skipped. From the group
+#: registry (``groups.preload_order``): torch, the check modules that need nothing more,
+#: then each slow import (dynamo and inductor, diffusers) followed by the groups that use it.
+DEFAULT_PRELOAD: tuple[str, ...] = preload_order()
+
+#: the longest a ``hold`` request pauses the preloading without a ``resume`` request
+HOLD_S = 60.0
 
 #: a comma-separated preload list replacing the default (``""``: torch only is not implied).
 PRELOAD_VARIABLE = "ENVBUILDER_CONFORMANCE_PRELOAD"
@@ -276,6 +271,8 @@ def _preload(
     probe: Probe | None = None
     try:
         for name in modules:
+            if server is not None:
+                server.hold()
             if name in skipped:
                 through.add(name)
                 continue
@@ -389,6 +386,9 @@ class Server:
         self.modules: list[str] = []  # the preload list, in order
         self.through: set[str] = set()  # preload modules imported or skipped
         self.preloading = True  # until main() says the preload is through
+        #: preloading paused by a ``hold`` request until a ``resume`` one (or HOLD_S)
+        self.holding = False
+        self.hold_until = 0.0
 
     def send(self, message: dict[str, Any]) -> None:
         self.channel.write(json.dumps(message) + "\n")
@@ -423,6 +423,14 @@ class Server:
         needed = self.modules[: self.modules.index(after) + 1]
         return all(m in self.through for m in needed)
 
+    def hold(self) -> None:
+        """While a ``hold`` request's pause lasts, answer requests instead of importing."""
+        while self.holding and not self.closed:
+            if time.monotonic() >= self.hold_until:
+                self.holding = False
+                break
+            self.step(0.05)
+
     def step(self, timeout: float) -> None:
         """Read the requests that arrive within ``timeout`` seconds, fork for those whose
         modules are through and report ended children."""
@@ -436,7 +444,13 @@ class Server:
             while "\n" in self.pending:
                 line, self.pending = self.pending.split("\n", 1)
                 if line.strip():
-                    self.queue.append(json.loads(line))
+                    request = json.loads(line)
+                    if request.get("hold"):
+                        self.holding = True
+                        self.hold_until = time.monotonic() + HOLD_S
+                    if request.get("resume"):
+                        self.holding = False
+                    self.queue.append(request)
         waiting: list[dict[str, Any]] = []
         for request in self.queue:
             if not self.wants(request):

@@ -1,7 +1,8 @@
 """One check group, run in its own process by the runner (never imported by it).
 
     python -m envbuilder.conformance.worker --group NAME --jsonl PATH --state PATH
-        [--device DEV] [--quick] [--checks PATTERN ...] [--shard I/N]
+        [--module MODULE] [--unit-parts N] [--device DEV] [--quick] [--checks PATTERN ...]
+        [--shard I/N]
     python -m envbuilder.conformance.worker --runner-info [--device DEV]
 
 The state file gets the group's plan first, then a line before each check
@@ -9,11 +10,14 @@ starts, so that the runner can name the check a crash or a hang happened in.
 Results already in the JSONL stream are not run again (a restart after a
 crash continues where the dead process stopped).
 
+The group's module and how its checks split (``--module``, ``--unit-parts``)
+come from the group registry (``groups.py``) unless the runner passes them.
 ``--shard I/N`` runs the I-th of N parts of the group (from 0), so that N
-processes share it. A group's module says which checks belong together
-(``SHARD_UNIT_PARTS``: checks whose names agree in that many dotted parts share
-state, such as one compilation, and stay in one part); the units are dealt out
-in plan order, unit k to part k mod N. The plan line gives each planned
+processes share it. Checks whose names agree in their first ``unit-parts``
+dotted parts share state, such as one compilation, and stay in one part (a
+*unit*); the units are dealt out by their measured costs (``costs.deal``:
+longest first, each to the part with the least work so far), every process
+computing the same deal. The plan line gives each planned
 check's position in the whole group's plan (``positions``), so that the runner
 can put the parts' results back in that order.
 
@@ -34,7 +38,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,26 +58,17 @@ from envbuilder.conformance._record import (
     read_jsonl,
 )
 from envbuilder.conformance._wheel import installed_libraries
+from envbuilder.conformance.costs import deal, known_costs, unit_of
+from envbuilder.conformance.groups import group
 
 __all__ = [
     "EXIT_RESTART",
-    "GROUP_MODULES",
     "execute",
     "main",
     "parse_shard",
     "run_planned",
     "shard",
 ]
-
-GROUP_MODULES: dict[str, str] = {
-    "environment": "envbuilder.conformance.checks_environment",
-    "attention": "envbuilder.conformance.checks_attention",
-    "compile": "envbuilder.conformance.checks_compile",
-    "performance": "envbuilder.conformance.checks_performance",
-    "model": "envbuilder.conformance.checks_model",
-    "masks": "envbuilder.conformance.checks_masks",
-    "multigpu": "envbuilder.conformance.checks_multigpu",
-}
 
 #: the worker asks for a fresh process: the CUDA context is unusable after an error.
 EXIT_RESTART = 75
@@ -192,43 +187,52 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shard(
-    planned: Sequence[CheckSpec], unit_parts: int | None, index: int, count: int
+    planned: Sequence[CheckSpec],
+    unit_parts: int | None,
+    index: int,
+    count: int,
+    costs: Mapping[str, float] | None = None,
 ) -> list[tuple[int, CheckSpec]]:
     """The checks of part ``index`` of ``count``, each with its position in ``planned``.
 
     Checks whose names agree in their first ``unit_parts`` dotted parts form a
-    unit and stay together; units are dealt out in plan order. A group without
-    ``unit_parts`` cannot be split: its one part is all of it."""
+    unit and stay together; the units are dealt out by ``costs`` (longest first,
+    each to the part with the least work so far), without costs in plan order
+    (unit k to part k mod ``count``). A group without ``unit_parts`` cannot be
+    split: its one part is all of it."""
     if count == 1:
         return list(enumerate(planned))
     if unit_parts is None:
-        raise ValueError("this group cannot be split into parts (no SHARD_UNIT_PARTS)")
-    units: dict[str, int] = {}
-    chosen: list[tuple[int, CheckSpec]] = []
-    for position, spec in enumerate(planned):
-        unit = ".".join(spec.name.split(".")[:unit_parts])
-        number = units.setdefault(unit, len(units))
-        if number % count == index:
-            chosen.append((position, spec))
-    return chosen
+        raise ValueError("this group cannot be split into parts (no shard unit)")
+    units: list[str] = []
+    for spec in planned:
+        unit = unit_of(spec.name, unit_parts)
+        if unit not in units:
+            units.append(unit)
+    mine = set(deal(units, count, costs)[index])
+    return [(p, s) for p, s in enumerate(planned) if unit_of(s.name, unit_parts) in mine]
 
 
 def run_group(
-    group: str,
+    module_name: str,
     *,
     jsonl: Path,
     state: Path,
     device: str | None,
     quick: bool,
     patterns: Sequence[str],
+    unit_parts: int | None = None,
     part: tuple[int, int] = (0, 1),
+    costs: Mapping[str, float] | None = None,
 ) -> int:
     ctx = Context(device=device or _default_device(), quick=quick)
-    module = importlib.import_module(GROUP_MODULES[group])
+    module = importlib.import_module(module_name)
     planned: list[CheckSpec] = [
         s for s in module.specs(ctx) if matches(s.name, patterns) and (s.quick or not quick)
     ]
-    mine = shard(planned, getattr(module, "SHARD_UNIT_PARTS", None), *part)
+    if costs is None:
+        costs = known_costs("quick" if quick else "full")
+    mine = shard(planned, unit_parts, *part, costs=costs)
     append_jsonl(
         state,
         {
@@ -378,15 +382,32 @@ def driver_version() -> str | None:
     return lines[0].strip() if proc.returncode == 0 and lines else None
 
 
+def _read_costs(parser: argparse.ArgumentParser, path: Path | None) -> dict[str, float] | None:
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {str(unit): float(seconds) for unit, seconds in data.items()}
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        parser.error(f"--costs {str(path)!r}: not a JSON object of seconds per unit ({e})")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envbuilder.conformance.worker")
-    parser.add_argument("--group", choices=sorted(GROUP_MODULES))
+    parser.add_argument("--group", help="the group's name (its module from the registry)")
+    parser.add_argument("--module", help="the module whose specs() plans the group")
+    parser.add_argument(
+        "--unit-parts", type=int, help="dotted name parts that make a unit (default: registry)"
+    )
     parser.add_argument("--jsonl", type=Path)
     parser.add_argument("--state", type=Path)
     parser.add_argument("--device")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--checks", action="append", default=[])
     parser.add_argument("--shard", default="0/1", help="run part I of N of the group (I/N)")
+    parser.add_argument(
+        "--costs", type=Path, help="JSON of seconds per unit to deal units by (default: the table)"
+    )
     parser.add_argument("--runner-info", action="store_true")
     args = parser.parse_args(argv)
     if args.runner_info:
@@ -398,14 +419,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         part = parse_shard(args.shard)
     except ValueError as e:
         parser.error(str(e))
+    module, unit_parts = args.module, args.unit_parts
+    if module is None:
+        try:
+            spec = group(args.group)
+        except KeyError as e:
+            parser.error(str(e.args[0]))
+        module, unit_parts = spec.module, spec.shard_unit_parts
     return run_group(
-        args.group,
+        module,
         jsonl=args.jsonl,
         state=args.state,
         device=args.device,
         quick=args.quick,
         patterns=args.checks,
+        unit_parts=unit_parts,
         part=part,
+        costs=_read_costs(parser, args.costs),
     )
 
 

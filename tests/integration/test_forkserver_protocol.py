@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,13 @@ def _server(tmp_path: Path, preload: str) -> subprocess.Popen[str]:
     )
 
 
-def _request(server: subprocess.Popen[str], output: Path, rid: int, after: str | None) -> None:
+def _request(
+    server: subprocess.Popen[str], output: Path, rid: int, after: str | None, **flags: bool
+) -> None:
     assert server.stdin is not None
     # bad worker arguments: the child exits 2 at once, without torch
     request = {"id": rid, "argv": ["--no-such-option"], "output": str(output), "after": after}
+    request |= flags
     server.stdin.write(json.dumps(request) + "\n")
     server.stdin.flush()
 
@@ -80,6 +84,24 @@ def test_a_request_for_a_module_after_the_slow_one_waits_for_it(tmp_path: Path) 
     assert messages[0] == {"ready": True}
     forked = messages[-1]
     assert forked["id"] == 7 and forked["preloaded"] == ["json", "slow_import", "email.message"]
+    assert server.stdin is not None
+    server.stdin.close()
+    assert server.wait(timeout=30) == 0
+
+
+def test_a_hold_request_pauses_the_preload_until_the_next_request(tmp_path: Path) -> None:
+    """The runner facts hold the preloading, so that the group after them (one that runs
+    alone) is forked at once instead of after the slow import that would have begun."""
+    server = _server(tmp_path, "json,email.message,slow_import")
+    assert _read_until(server, lambda m: m) == [{"ready": True}]  # after json
+    _request(server, tmp_path / "facts.log", 1, "json", hold=True)
+    _read_until(server, lambda m: any(x.get("exited") for x in m))
+    time.sleep(1.0)  # without the hold, slow_import would be half through by now
+    _request(server, tmp_path / "alone.log", 2, "email.message", resume=True)
+    messages = _read_until(server, lambda m: any(x.get("id") == 2 for x in m))
+    assert messages[-1]["preloaded"] == ["json", "email.message"]
+    report = _read_until(server, lambda m: any("import_s" in x for x in m))[-1]
+    assert report["preloaded"] == ["json", "email.message", "slow_import"]
     assert server.stdin is not None
     server.stdin.close()
     assert server.wait(timeout=30) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from envbuilder.conformance._record import CheckSpec, Outcome
+from envbuilder.conformance.costs import deal
 from envbuilder.conformance.worker import parse_shard, shard
 
 
@@ -39,7 +40,7 @@ def test_parts_cover_the_plan_once_and_keep_units_together(count: int) -> None:
             assert owner[".".join(spec.name.split(".")[:3])] == i
 
 
-def test_units_are_dealt_out_in_plan_order() -> None:
+def test_without_costs_units_are_dealt_out_in_plan_order() -> None:
     planned = [_spec(n) for n in NAMES]
     names = [[s.name for _, s in shard(planned, 3, i, 2)] for i in range(2)]
     # units: xformers.none, xformers.causal, xformers.dropout, sdpa.none, sdpa.causal
@@ -47,6 +48,32 @@ def test_units_are_dealt_out_in_plan_order() -> None:
         [NAMES[0], NAMES[1], NAMES[3], NAMES[6]],
         [NAMES[2], NAMES[4], NAMES[5]],
     ]
+
+
+def test_with_costs_the_longest_unit_goes_first_to_the_least_loaded_part() -> None:
+    planned = [_spec(n) for n in NAMES]
+    costs = {
+        "attention.xformers.none": 10.0,
+        "attention.xformers.causal": 2.0,
+        "attention.xformers.dropout": 1.0,
+        "attention.sdpa.none": 6.0,
+        "attention.sdpa.causal": 5.0,
+    }
+    names = [[s.name for _, s in shard(planned, 3, i, 2, costs)] for i in range(2)]
+    # 10 -> part 0; 6 -> 1; 5 -> 1 (11); 2 -> 0 (12); 1 -> 1 (12); plan order within a part
+    assert names == [
+        [NAMES[0], NAMES[1], NAMES[2]],
+        [NAMES[3], NAMES[4], NAMES[5], NAMES[6]],
+    ]
+
+
+def test_a_unit_of_unknown_cost_counts_as_the_mean_of_the_known() -> None:
+    units = ["a", "b", "c", "new"]
+    known = {"a": 9.0, "b": 1.0, "c": 1.0}
+    # mean 11/3: a -> 0; new -> 1; b -> 2; c -> 2
+    assert deal(units, 3, known) == [["a"], ["new"], ["b", "c"]]
+    # were it free, it would share a part with b
+    assert deal(units, 3, known | {"new": 0.0}) == [["a"], ["b", "new"], ["c"]]
 
 
 def test_a_group_without_units_is_not_split() -> None:

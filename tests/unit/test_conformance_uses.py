@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 from envbuilder.conformance import GROUPS
 from envbuilder.conformance._context import Context
 from envbuilder.conformance._record import USES, CheckSpec
-from envbuilder.conformance.worker import GROUP_MODULES
+from envbuilder.conformance.groups import group
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "envbuilder" / "schemas" / "results.schema.json").read_text())
@@ -24,7 +24,7 @@ NAME = re.compile(SCHEMA["properties"]["checks"]["items"]["properties"]["name"][
 
 def _specs(quick: bool) -> list[CheckSpec]:
     ctx = Context(device="cuda:0", quick=quick)
-    direct = [s for g in GROUPS for s in importlib.import_module(GROUP_MODULES[g]).specs(ctx)]
+    direct = [s for g in GROUPS for s in importlib.import_module(group(g).module).specs(ctx)]
     return direct + [w for s in direct for w in s.workarounds]
 
 
