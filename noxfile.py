@@ -170,9 +170,9 @@ def mutants(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
-    """Benchmarks against anchors measured in the same run: nox -s bench -- resolve|build|doctor|source-build [ARGS]."""
+    """Benchmarks against anchors: nox -s bench -- resolve|build|doctor|source-build|suite [ARGS]."""
     if not session.posargs:
-        session.error("Usage: nox -s bench -- resolve|build|doctor|source-build [ARGS...]")
+        session.error("Usage: nox -s bench -- resolve|build|doctor|source-build|suite [ARGS...]")
     _install_project(session)
     if session.posargs[0] == "doctor":
         # doctor's file check is measured over an environment of realistic size: torch's.

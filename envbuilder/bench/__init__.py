@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "build": "envbuilder.bench.build",
     "doctor": "envbuilder.bench.doctor",
     "source-build": "envbuilder.bench.source_build",
+    "suite": "envbuilder.bench.suite",
 }
 
 
