@@ -116,9 +116,11 @@ def _profile(run: Timed) -> list[str]:
     for check in checks:
         group = str(check.get("group"))
         groups[group] = groups.get(group, 0.0) + float(check.get("duration_s") or 0.0)
+    preload = launch.get("preload_s")
+    imports = "not through when the run ended" if preload is None else f"{preload}s"
     lines = [
         f"    {run.label}: {len(checks)} checks; jobs {launch.get('jobs')},"
-        f" parts {launch.get('parts')}; fork server imports {launch.get('preload_s')}s",
+        f" parts {launch.get('parts')}; fork server imports {imports}",
         f"      phases (s): {launch.get('phase_s')}",
         "      check seconds by group: "
         + ", ".join(f"{g} {s:.1f}" for g, s in sorted(groups.items(), key=lambda kv: -kv[1])),

@@ -324,7 +324,7 @@ def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> Suite
             opts.out.parent.mkdir(parents=True, exist_ok=True)
             opts.jsonl.write_text("", encoding="utf-8")
             jobs = opts.jobs or (GPU_JOBS if device.startswith("cuda") else 1)
-            names = [g for g in groups_for(opts.checks) if not (opts.quick and group(g).full_only)]
+            names = [g for g in wanted if not (opts.quick and group(g).full_only)]
             table = opts.unit_costs()
             # every process of a group deals its units by the same table as the schedule
             (workdir / "costs.json").write_text(json.dumps(dict(table)), encoding="utf-8")
