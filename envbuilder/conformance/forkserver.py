@@ -35,12 +35,12 @@ Protocol, one JSON object per line. The server writes ``{"ready": true}``
 once the first preload module (torch) is imported, and from then on reads
 requests ``{"id": ID, "argv": [...], "output": PATH, "after": MODULE}``
 (worker arguments; the child's stdout and stderr are appended to
-``output``; ``"hold": true`` pauses the preloading before the next module
-until a request with ``"resume": true`` arrives, so that the request that
-follows a short first child is forked at once rather than after a slow
-import; at most ``HOLD_S`` seconds), answering ``{"id": ID, "pid": PID, "preloaded": [modules the
+``output``), answering ``{"id": ID, "pid": PID, "preloaded": [modules the
 child has]}`` for each once the modules it needs are through, in the order
-the requests came among those ready at the same time. When every preload
+the requests came among those ready at the same time. A request with
+``"hold": true`` pauses the preloading before the next module until one with
+``"resume": true`` arrives (at most ``HOLD_S`` seconds): the request that
+follows a short first child is then forked at once, not after a slow import. When every preload
 module is through it writes ``{"preloaded": [...], "skipped": {module:
 why}, "import_s": S, "module_s": {module: S}, "threads": N}``
 (``module_s``: seconds spent importing each module, summed over restarts);
