@@ -30,6 +30,8 @@ __all__ = [
     "SourceFile",
     "Status",
     "XformersSource",
+    "build_lock_filename",
+    "legacy_build_lock_filename",
     "load_resolution",
     "lock_filename",
     "suite_lock_filename",
@@ -173,7 +175,7 @@ class SourceBuild:
     arch_list: tuple[str, ...]
     flags: tuple[str, ...]  # fixed build environment, "NAME=value", sorted
     build_requirements_in: tuple[str, ...]  # what the build group was resolved from
-    build_lock: str | None = None  # path of pylock.<id>.build.toml, like ``lock``
+    build_lock: str | None = None  # path of pylock.<id>-build.toml, like ``lock``
     build_lock_sha256: str | None = None
     build_requirements: str | None = None  # requirements.<id>.build.txt
     key_inputs: Mapping[str, Any] = field(default_factory=dict, compare=False)
@@ -319,6 +321,18 @@ def suite_lock_filename(combination_id: str) -> str:
     """The suite group's ``pylock.<name>-suite.toml``: ``<name>`` as in `lock_filename`,
     and ``-suite`` rather than ``.suite`` since PEP 751 allows no dot in it."""
     return f"pylock.{combination_id.replace('.', '_')}-suite.toml"
+
+
+def build_lock_filename(combination_id: str) -> str:
+    """A source build's build group: ``pylock.<name>-build.toml``, ``<name>`` as in
+    `lock_filename` (``-build``, like ``-suite``: PEP 751 allows no dot in ``<name>``)."""
+    return f"pylock.{combination_id.replace('.', '_')}-build.toml"
+
+
+def legacy_build_lock_filename(combination_id: str) -> str:
+    """The build group's name before it followed PEP 751 (``pylock.<name>.build.toml``):
+    ``resolve`` renames such a file, ``build-wheel`` refuses it with how to rename."""
+    return f"pylock.{combination_id.replace('.', '_')}.build.toml"
 
 
 def suite_requirements_filename(combination_id: str) -> str:

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.docker.plan import LockedWheel, load_lock, lock_digest
     from envbuilder.errors import InputError
     from envbuilder.files import write_atomic
-    from envbuilder.model import load_resolution
+    from envbuilder.model import build_lock_filename, legacy_build_lock_filename, load_resolution
     from envbuilder.reporter import Reporter
     from envbuilder.sourcebuild.builder import BuildFailed, BuildPlan, build_wheel
     from envbuilder.sourcebuild.cache import BuiltWheelCache
@@ -108,7 +108,19 @@ def run(args: argparse.Namespace) -> int:
     assert resolved.torch is not None
     build_lock = Path(build.build_lock)
     build_lock = build_lock if build_lock.is_absolute() else args.locks.parent / build_lock
-    data = build_lock.read_bytes()
+    if build_lock.name == legacy_build_lock_filename(resolved.id):
+        raise InputError(
+            f"{args.locks / 'resolution.json'} names the build group {build_lock.name}, a name "
+            "PEP 751 does not allow (no dot in pylock.<name>.toml); run `nox -s resolve -- "
+            f"{resolved.id}` (it renames it to {build_lock_filename(resolved.id)}, offline too)"
+        )
+    try:
+        data = build_lock.read_bytes()
+    except OSError as e:
+        raise InputError(
+            f"cannot read the build group {build_lock} ({e.strerror}); run `nox -s resolve -- "
+            f"{resolved.id}`"
+        ) from e
     if build.build_lock_sha256 and lock_digest(data) != build.build_lock_sha256:
         raise InputError(
             f"{build_lock}: sha256 {lock_digest(data)} is not the {build.build_lock_sha256} "

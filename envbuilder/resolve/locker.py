@@ -39,6 +39,8 @@ from envbuilder.credentials import Credentials
 from envbuilder.files import write_atomic
 from envbuilder.model import (
     ResolvedCombination,
+    build_lock_filename,
+    legacy_build_lock_filename,
     lock_filename,
     suite_lock_filename,
     suite_requirements_filename,
@@ -389,11 +391,6 @@ def _lock_text(r: ResolvedCombination, settings: LockSettings) -> str:
     return (settings.out_dir.resolve().parent / r.lock).read_text(encoding="utf-8")
 
 
-def build_lock_filename(combination_id: str) -> str:
-    """``pylock.<id, dots as _>.build.toml``: a source build's build group."""
-    return lock_filename(combination_id).removesuffix(".toml") + ".build.toml"
-
-
 def _locking_build_groups(done: Done, settings: LockSettings) -> Done:
     """``done`` after locking the build group of each resolved source build."""
 
@@ -426,10 +423,11 @@ def lock_build_group(
     }
     out = settings.out_dir
     lock_path = out / build_lock_filename(c.id)
+    legacy = out / legacy_build_lock_filename(c.id)  # renamed: PEP 751 allows no dot in <name>
     req_path = out / f"requirements.{c.id}.build.txt"
     text = None
     if not settings.upgrade:
-        for path in (lock_path, _cached_path(inputs, settings)):
+        for path in (lock_path, legacy, _cached_path(inputs, settings)):
             try:
                 candidate = path.read_text(encoding="utf-8")
                 if tool_table(read_lock(candidate, source=path)) == inputs:
@@ -459,6 +457,7 @@ def lock_build_group(
         requirements = lock_requirements(f"{c.id} (build)", locked, indexes)
         sha = write_atomic(lock_path, text)
         write_atomic(req_path, requirements)
+        legacy.unlink(missing_ok=True)
     except (ClosureError, PylockError) as e:
         return replace(result, status="error", reason=f"the build group: {e}")
     _store(_cached_path(inputs, settings), text)

@@ -8,6 +8,8 @@ sdist declares ``setuptools >= 64`` and ``torch >= 2.10`` to build, and the CUDA
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,8 +17,19 @@ import pytest
 
 from envbuilder.errors import ConfigError
 from envbuilder.index.simple import DistributionFile
-from envbuilder.model import BuildRecord, Combination, IndexSpec, XformersSource
+from envbuilder.model import (
+    BuildRecord,
+    Combination,
+    IndexSpec,
+    XformersSource,
+    build_lock_filename,
+    legacy_build_lock_filename,
+    lock_filename,
+    suite_lock_filename,
+)
+from envbuilder.resolve.closure import assemble_lock, lock_inputs
 from envbuilder.resolve.decisions import decide
+from envbuilder.resolve.locker import LockSettings, lock_build_group
 from envbuilder.resolve.matrix import parse_matrix
 from envbuilder.resolve.sdists import SdistInfo, compiler_projects
 from tests.support.evidence import DEFAULT, FakeEvidence, wheel
@@ -240,3 +253,48 @@ def test_a_source_build_needs_xformers_and_a_cuda_torch() -> None:
         load(text)
     assert "the row has no xformers to build" in str(e.value)
     assert "with cuda = 'cpu'" in str(e.value)
+
+
+# --- the build group's file name ----------------------------------------------------------------
+
+PYLOCK_NAME = re.compile(
+    r"^pylock\.([^.]+)\.toml$"
+)  # PEP 751: pylock.<name>.toml, no dot in <name>
+
+
+@pytest.mark.parametrize("name_of", [lock_filename, suite_lock_filename, build_lock_filename])
+def test_every_lock_a_combination_gets_has_a_pep_751_name(name_of: Callable[[str], str]) -> None:
+    assert PYLOCK_NAME.match(name_of(row().id)), name_of(row().id)
+
+
+def test_the_build_group_is_pylock_id_build_toml() -> None:
+    assert (
+        build_lock_filename(row().id) == "pylock.py3_12-cu130-torch2_11_0-xformers0_0_35-build.toml"
+    )
+
+
+def test_a_build_group_under_its_old_name_is_renamed_offline(tmp_path: Path) -> None:
+    """A ``pylock.<name>.build.toml`` of an older release is taken as it is (its inputs hold,
+    so no resolver runs: offline) and written under the PEP 751 name; the old file goes."""
+    d = decide(
+        row(),
+        index(pages=None),
+        indexes={"default": IndexSpec(name="default", url=None)},
+        default_index_url=DEFAULT,
+    )
+    assert d.source_build is not None and d.status == "decided"
+    inputs = {
+        **lock_inputs(d.source_build.build_requirements_in, d.target, d.indexes[:1]),
+        "group": "build",
+    }
+    old = tmp_path / "locks" / legacy_build_lock_filename(row().id)
+    old.parent.mkdir()
+    text = assemble_lock([], pinned=(), inputs=inputs, target=d.target)
+    old.write_text(text, encoding="utf-8")
+    settings = LockSettings(out_dir=old.parent, cache_dir=tmp_path / "cache", uv="uv", offline=True)
+    result = lock_build_group(d, d.result("resolved", d.resolved_reason()), settings)
+    assert result.status == "resolved", result.reason
+    assert result.source_build is not None
+    assert result.source_build.build_lock == f"locks/{build_lock_filename(row().id)}"
+    assert (old.parent / build_lock_filename(row().id)).read_text(encoding="utf-8") == text
+    assert not old.exists()
