@@ -24,7 +24,8 @@ Python of the entry's version. A missing Python or pip is named with how to
 provide it. ``--dry-run`` makes the same checks and prints the commands the
 real run would run, the exported lock kept at a printed path, so that they can
 be pasted. A combination whose xformers is built from source also needs the
-wheel its build record pins (`sourcebuilds`), installed after the lock's files.
+wheel its build record pins (`sourcebuilds`), installed after the lock's files: from
+``--wheel``, the build cache, else published beside a lockfile URL (`sourcebuild.published`).
 """
 
 from __future__ import annotations
@@ -252,11 +253,17 @@ def install(args: argparse.Namespace) -> int:
                 f"! verified only with the workaround {workaround!r}: apply it in your code"
             )
 
-    from envbuilder.lockfile.sourcebuilds import recorded_wheel, staged_wheel
+    from envbuilder.lockfile.sourcebuilds import staged_wheel
     from envbuilder.lockfile.sourcebuilds import wheel_install_command as built_command
+    from envbuilder.sourcebuild.published import lockfile_url, wheel_for_install
 
     cache = args.build_cache or args.settings.cache_dir / "source-builds"
-    built = recorded_wheel(entry, wheel=args.wheel, build_cache=cache)
+    built, fetched = wheel_for_install(
+        entry, wheel=args.wheel, build_cache=cache,
+        lock_url=lockfile_url(args.lock, args.settings), settings=args.settings,
+    )  # fmt: skip
+    if fetched:
+        report.line(fetched)
     fmt = "pylock" if args.installer == "uv" else "requirements"
     # the lock and the interpreter are verified before the disk is touched, dry run or not
     data = exported(lockfile, entry.id, fmt, with_suite=args.with_suite)
