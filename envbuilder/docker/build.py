@@ -71,6 +71,7 @@ from envbuilder.docker.plan import (
     load_lock,
     lock_digest,
     plan_layers,
+    with_built_wheel,
 )
 from envbuilder.errors import EnvbuilderError, InputError, MissingToolError
 from envbuilder.files import write_atomic
@@ -353,7 +354,10 @@ def ensure_image(
             "resolution; the lock changed after resolving, run `nox -s resolve` again"
         )
     tag = image_tag(resolved.id, lock_sha256)
-    plan = plan_layers(load_lock(lock_bytes, source=lock_path))
+    from envbuilder.sourcebuild.image import built_wheel_for_image
+
+    built = built_wheel_for_image(resolved, lock_path, build_cache=cache.root.parent / "source-builds")  # fmt: skip
+    plan = plan_layers(with_built_wheel(load_lock(lock_bytes, source=lock_path), built))
     suite, suite_sha256 = _suite_wheels(resolved, lock_path, plan)
     client = docker_client(client)
     base_ref = base_image or f"python:{resolved.python}-slim"

@@ -41,6 +41,7 @@ __all__ = [
     "load_lock",
     "lock_digest",
     "plan_layers",
+    "with_built_wheel",
 ]
 
 Group = Literal["cuda", "runtime", "torch", "rest"]
@@ -112,6 +113,22 @@ def plan_layers(wheels: Sequence[LockedWheel]) -> LayerPlan:
             g: tuple(sorted(ws, key=lambda w: (w.name, w.filename))) for g, ws in grouped.items()
         }
     )
+
+
+def with_built_wheel(
+    wheels: Sequence[LockedWheel], built: LockedWheel | None
+) -> tuple[LockedWheel, ...]:
+    """The lock's wheels and, for a source build, the built wheel its build record names
+    (installed hash-pinned like the rest; a source build's lock never holds that project)."""
+    if built is None:
+        return tuple(wheels)
+    clash = [w.filename for w in wheels if w.name == built.name]
+    if clash:
+        raise InputError(
+            f"the lock holds {', '.join(clash)} and the source build makes {built.filename}: "
+            f"one {built.name} only; resolve again (`nox -s resolve`)"
+        )
+    return (*wheels, built)
 
 
 def install_requirements(wheels: Sequence[LockedWheel]) -> str:
