@@ -104,7 +104,63 @@ def conformance(session: nox.Session) -> None:
             session.install("--require-hashes", "--no-deps", "-r", str(suite))
         else:
             session.warn(f"no {suite} (matrix.toml has no [suite]): the model checks will skip")
+        if _is_source_build(locks, selectors[0]):
+            # xformers is not in the lock: it is built from its locked sdist against the torch
+            # just installed (a cache hit when built before), and that very wheel installed.
+            session.run(
+                "envbuilder", "build-wheel", selectors[0], "--in-place", "--locks", str(locks),
+                "--assets", str(BUILT_WHEELS),
+            )  # fmt: skip
+            session.install(
+                "--no-deps", "--no-index", str(_built_wheel(session, locks, selectors[0]))
+            )
     session.run("envbuilder", "conformance", *session.posargs)
+
+
+#: where `build_wheel` (and an in-place `conformance` of a source build) leaves the built wheels
+#: and their build records under the names the GPU matrix run publishes them by
+BUILT_WHEELS = Path("built-wheels")
+
+
+def _is_source_build(locks: Path, combination: str) -> bool:
+    """Whether resolution.json says the combination's xformers is built from its sdist."""
+    import json
+
+    try:
+        data = json.loads((locks / "resolution.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return any(
+        c.get("id") == combination and c.get("source_build") for c in data.get("combinations", [])
+    )
+
+
+def _built_wheel(session: nox.Session, locks: Path, combination: str) -> Path:
+    """The wheel that build-wheel just put into BUILT_WHEELS, under its own file name and
+    checked against its build record (the asset's name is ``<id>.<wheel file name>``)."""
+    import hashlib
+    import json
+    import re
+    import shutil
+
+    record = json.loads((locks / f"build-record.{combination}.json").read_text(encoding="utf-8"))
+    filename, sha256 = str(record["wheel"]["filename"]), str(record["wheel"]["sha256"])
+    asset = BUILT_WHEELS / re.sub(r"[^A-Za-z0-9._-]", "_", f"{combination}.{filename}")
+    wheel = Path(session.create_tmp()) / filename
+    shutil.copyfile(asset, wheel)
+    if hashlib.sha256(wheel.read_bytes()).hexdigest() != sha256:
+        session.error(f"{asset} is not the wheel its build record names (sha256 {sha256})")
+    return wheel
+
+
+@nox.session(python=PYTHON, default=False, tags=["pipeline"])
+def build_wheel(session: nox.Session) -> None:
+    """Build a source-build row's xformers from its locked sdist: nox -s build_wheel -- ID [--in-place] (built-wheels/)."""
+    selectors = [a for a in session.posargs if not a.startswith("-")]
+    if len(selectors) != 1:
+        session.error("Usage: nox -s build_wheel -- ID [--in-place] [--force] (one combination id)")
+    _install_project(session)
+    session.run("envbuilder", "build-wheel", *session.posargs, "--assets", str(BUILT_WHEELS))
 
 
 @nox.session(python=PYTHON, tags=["pipeline"])

@@ -51,11 +51,20 @@ class MatrixJob:
     runs_on: tuple[str, ...]
     gpu: str = ""  # the [runners.gpus] key when combinations fan out over GPU models
     image: str | None = None  # envbuilder/<id>:<lock sha12>, known once resolved
+    #: xformers is built from its sdist on the runner (``envbuilder build-wheel``) before
+    #: the image; "publish" for the one job per combination whose wheel is published (a
+    #: CUDA build is not byte-reproducible: jobs on other GPU models build their own)
+    source_build: Literal["", "build", "publish"] = ""
 
     @property
     def artifact(self) -> str:
         """The name its results are uploaded under; unique within a run."""
         return f"results-{self.id}" + (f"-{self.gpu}" if self.gpu else "")
+
+    @property
+    def wheel_artifact(self) -> str:
+        """The name its built wheel and build record are uploaded under (``publish`` only)."""
+        return f"built-{self.id}"
 
     def to_include(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -71,6 +80,10 @@ class MatrixJob:
             entry["gpu"] = self.gpu
         if self.image is not None:
             entry["image"] = self.image
+        if self.source_build:
+            entry["source-build"] = self.source_build
+            if self.source_build == "publish":
+                entry["wheel-artifact"] = self.wheel_artifact
         return entry
 
 
@@ -138,6 +151,7 @@ def plan_jobs(
     not_run: list[NotRun] = []
     for combination in combinations:
         image = None
+        source_build = False
         if resolved is not None:
             answer = resolved[combination.id]
             if answer.status != "resolved":
@@ -147,12 +161,13 @@ def plan_jobs(
                 continue
             if answer.lock_sha256:
                 image = image_tag(combination.id, answer.lock_sha256)
+            source_build = answer.source_build is not None
         targets: list[tuple[str, tuple[str, ...]]] = (
             [(name, tuple(labels)) for name, labels in gpus.items()]
             if gpus
             else [("", combination.runner)]
         )
-        for gpu, labels in targets:
+        for n, (gpu, labels) in enumerate(targets):
             if not labels:
                 raise InputError(
                     f"combination {combination.id!r} has no runner labels;"
@@ -168,6 +183,7 @@ def plan_jobs(
                     runs_on=labels,
                     gpu=gpu,
                     image=image,
+                    source_build=("publish" if n == 0 else "build") if source_build else "",
                 )
             )
     if len(jobs) > limit:

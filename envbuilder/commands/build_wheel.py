@@ -74,6 +74,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="build even when the cache holds the key"
     )
+    parser.add_argument(
+        "--assets",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write the wheel and its build record into DIR under the names they are "
+        "published by beside the lockfile (the GPU matrix run's release assets)",
+    )
     parser.add_argument("--json", action="store_true", help="print the build record on stdout")
 
 
@@ -188,6 +196,11 @@ def run(args: argparse.Namespace) -> int:
         f"sha256 {outcome.built.sha256}; key {outcome.key.digest}"
     )
     reporter.line(f"wheel: {outcome.built.path}")
+    if args.assets is not None:
+        from envbuilder.sourcebuild.published import write_assets
+
+        asset, record_path = write_assets(outcome.built, resolved.id, args.assets)
+        reporter.line(f"assets: {asset} and {record_path.name}")
     cpp = record.get("cpp_lib") or {}
     if cpp:
         reporter.line(f"cpp_lib.json: {json.dumps(cpp.get('version'), sort_keys=True)}")

@@ -33,7 +33,7 @@ from urllib.parse import urljoin
 
 from envbuilder.errors import IndexError_, InputError
 from envbuilder.files import atomic_writer
-from envbuilder.sourcebuild.cache import RECORD_SCHEMA, BuiltWheelCache
+from envbuilder.sourcebuild.cache import RECORD_SCHEMA, BuiltWheel, BuiltWheelCache
 
 if TYPE_CHECKING:
     from envbuilder.lockfile.model import Entry
@@ -45,6 +45,7 @@ __all__ = [
     "record_asset",
     "wheel_asset",
     "wheel_for_install",
+    "write_assets",
 ]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -59,6 +60,25 @@ def wheel_asset(combination: str, wheel_filename: str) -> str:
 def record_asset(combination: str) -> str:
     """The build record's release asset name, as it is named in ``locks/``."""
     return _UNSAFE.sub("_", f"build-record.{combination}.json")
+
+
+def write_assets(built: BuiltWheel, combination: str, directory: Path) -> tuple[Path, Path]:
+    """*built*'s wheel and build record in *directory* under their release asset names
+    (``build-wheel --assets DIR``: what the GPU matrix run publishes); their paths."""
+    import shutil
+
+    from envbuilder.files import write_atomic
+
+    directory.mkdir(parents=True, exist_ok=True)
+    wheel = directory / wheel_asset(combination, built.path.name)
+    with atomic_writer(wheel) as out, built.path.open("rb") as source:
+        shutil.copyfileobj(source, out)
+    if _sha256(wheel) != built.sha256:
+        wheel.unlink()
+        raise InputError(f"{built.path} changed while it was copied to {directory}; run it again")
+    record = directory / record_asset(combination)
+    write_atomic(record, json.dumps(built.record, indent=2, sort_keys=True) + "\n")
+    return wheel, record
 
 
 def lockfile_url(value: str | None, settings: Settings) -> str | None:

@@ -363,7 +363,7 @@ echo "upload-artifact: $INPUT_NAME: $(find "$dest" -type f | wc -l) file(s)"
 """,
     ),
     "actions/download-artifact": (
-        {"name": "", "pattern": "", "path": "."},
+        {"name": "", "pattern": "", "path": ".", "merge-multiple": "false"},
         """\
 mkdir -p "$INPUT_PATH"
 if [ -n "$INPUT_NAME" ]; then
@@ -375,7 +375,11 @@ if [ -n "$INPUT_NAME" ]; then
 else
   shopt -s nullglob
   for artifact in /artifacts/${INPUT_PATTERN:-*}; do
-    cp -a "$artifact" "$INPUT_PATH/$(basename "$artifact")"
+    if [ "$INPUT_MERGE_MULTIPLE" = true ]; then
+      cp -a "$artifact/." "$INPUT_PATH/"
+    else
+      cp -a "$artifact" "$INPUT_PATH/$(basename "$artifact")"
+    fi
   done
 fi
 """,

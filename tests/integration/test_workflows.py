@@ -185,7 +185,7 @@ def nox_sessions() -> set[str]:
 
 
 #: The sessions the pipeline's stages provide (docs/contracts.md, DESIGN.md).
-PIPELINE_SESSIONS = {"resolve", "matrix", "build", "conformance", "lock", "publish"}
+PIPELINE_SESSIONS = {"resolve", "matrix", "build", "build_wheel", "conformance", "lock", "publish"}
 CHECK_SESSIONS = {"lint", "typecheck", "tests"}
 
 
@@ -223,7 +223,41 @@ def test_gpu_matrix_triggers_and_job_graph() -> None:
     assert "!cancelled()" in j["aggregate"]["if"]
     assert {j["pages"]["needs"], j["release"]["needs"]} == {"aggregate"}
     upload = [s for s in j["conformance"]["steps"] if "upload-artifact" in s.get("uses", "")]
-    assert [(s["if"], s["with"]["path"]) for s in upload] == [("always()", "results/")]
+    assert [(s["if"], s["with"]["path"]) for s in upload] == [
+        ("always()", "results/"),
+        ("${{ !cancelled() && matrix.source-build == 'publish' }}", "built-wheels/"),
+    ]
+
+
+def test_a_source_build_row_builds_its_wheel_first_and_publishes_it_beside_the_lockfile() -> None:
+    names = [s.get("name", "") for s in jobs(GPU_MATRIX)["conformance"]["steps"]]
+    build = find_step(load(GPU_MATRIX), "conformance", "build-wheel")
+    # on the GPU runner, before the image that installs it; in place the suite's session builds
+    assert names.index(build["name"]) < names.index(
+        "Pull the image from the registry, or build it from the lock"
+    )
+    assert build["if"] == "${{ matrix.source-build && !contains(inputs.suite-args, '--in-place') }}"
+    assert build["run"] == 'nox -s build_wheel -- "$COMBINATION"'
+    assert build["env"]["COMBINATION"] == "${{ matrix.id }}"
+    upload = step_named(
+        "conformance", "Upload the wheel built from source and its build record, to publish"
+    )
+    assert upload["with"]["name"] == "${{ matrix.wheel-artifact }}"
+    # the aggregate job takes every job's wheel and record: the records go into the lockfile,
+    # and the wheels with the lockfile into the artifact the release publishes
+    download = step_named(
+        "aggregate", "Download the wheels built from source, with their build records"
+    )
+    assert (download["with"]["pattern"], download["with"]["path"]) == ("built-*", "built-wheels")
+    assert download["with"]["merge-multiple"] is True
+    lock = find_step(load(GPU_MATRIX), "aggregate", "lock")
+    assert "for dir in built-wheels locks results/build-records" in lock["run"]
+    assert '--build-records "${records[@]}"' in lock["run"]
+    packed = step_named("aggregate", "Upload the lockfile and the locks it points at")
+    assert "built-wheels/" in packed["with"]["path"].split()
+    create = step_named("release", "Create the release with the lockfile as its asset")
+    assert "assets+=(built-wheels/*)" in create["run"]
+    assert 'gh release create "$tag" "${assets[@]}"' in create["run"]
 
 
 # --- the rehearsal -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ from envbuilder.ghmatrix import (
     plan_jobs,
     workflow_command,
 )
-from envbuilder.model import Combination, Resolution, ResolvedCombination, Status
+from envbuilder.model import (
+    Combination,
+    Resolution,
+    ResolvedCombination,
+    SourceBuild,
+    SourceFile,
+    Status,
+)
 from envbuilder.resolve.matrix import parse_matrix
 
 GPU_RUNNER = ("self-hosted", "linux", "x64", "gpu")
@@ -344,3 +352,39 @@ def test_command_reports_a_missing_resolution_file_with_what_to_run(tmp_path: Pa
     m, _ = write_inputs(tmp_path, ALL)
     with pytest.raises(InputError, match=r"not found; run `nox -s resolve` first"):
         run_command(["--matrix", str(m), "--resolution", str(tmp_path / "nope.json")])
+
+
+SOURCE_BUILD = SourceBuild(
+    sdist=SourceFile(filename="xformers-0.0.35.tar.gz", url="https://x.invalid/x.tar.gz", sha256="5" * 64),
+    why="no wheel fits",
+    cuda="13.0",
+    arch_list=("9.0",),
+    flags=(),
+    build_requirements_in=(),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("gpus", "expected"),
+    [
+        ({}, [("", "publish", "built-{id}")]),
+        # a CUDA build is not byte-reproducible: each GPU model's job builds its own wheel
+        # for its image, and one of them publishes it
+        ({"h100": ("self-hosted", "h100"), "l4": ("self-hosted", "l4")},
+         [("h100", "publish", "built-{id}"), ("l4", "build", None)]),
+    ],
+)  # fmt: skip
+def test_a_source_build_row_builds_its_wheel_on_the_runner_and_one_job_publishes_it(
+    gpus: dict[str, tuple[str, ...]], expected: list[tuple[str, str, str | None]]
+) -> None:
+    built = dataclasses.replace(answer(A, "resolved", SHA), source_build=SOURCE_BUILD)
+    plan = plan_jobs([A, B], gpus=gpus, resolution=resolution(built, answer(B, "resolved", SHA)))
+    entries = plan.github()["include"]
+    mine = [e for e in entries if e["id"] == A.id]
+    assert [(e.get("gpu", ""), e["source-build"], e.get("wheel-artifact")) for e in mine] == [
+        (gpu, how, artifact and artifact.format(id=A.id)) for gpu, how, artifact in expected
+    ]
+    # rows whose xformers is a wheel from an index have neither key
+    assert all(
+        "source-build" not in e and "wheel-artifact" not in e for e in entries if e["id"] == B.id
+    )

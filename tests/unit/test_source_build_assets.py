@@ -1,0 +1,29 @@
+"""``build-wheel --assets DIR``: the wheel and its build record under their published names."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from envbuilder.sourcebuild.cache import BuiltWheelCache
+from envbuilder.sourcebuild.published import record_asset, wheel_asset, write_assets
+
+ID = "py3.12-cu130-torch2.11.0-xformers0.0.35"
+WHEEL = "xformers-0.0.35-py39-none-linux_x86_64.whl"
+
+
+def test_the_assets_are_the_cached_wheel_and_its_record_under_unique_names(tmp_path: Path) -> None:
+    made = tmp_path / WHEEL
+    made.write_bytes(b"built")
+    sha = hashlib.sha256(b"built").hexdigest()
+    record = {"key": "k" * 64, "combination": ID, "wheel": {"filename": WHEEL, "sha256": sha}}
+    built = BuiltWheelCache(tmp_path / "cache").put("k" * 64, made, record)
+    wheel, kept = write_assets(built, ID, tmp_path / "assets")
+    assert (wheel.name, kept.name) == (f"{ID}.{WHEEL}", f"build-record.{ID}.json")
+    assert (wheel.name, kept.name) == (wheel_asset(ID, WHEEL), record_asset(ID))
+    assert wheel.read_bytes() == b"built"
+    assert json.loads(kept.read_text()) == record
+    # two source builds of one xformers release: one wheel name, two asset names
+    other = "py3.12-cu129-torch2.11.0-xformers0.0.35"
+    assert wheel_asset(other, WHEEL) != wheel_asset(ID, WHEEL)
