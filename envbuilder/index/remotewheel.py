@@ -1,8 +1,13 @@
 """Read a wheel's METADATA or one member without downloading the wheel.
 
 Order: the PEP 658 ``<url>.metadata`` file when the index advertises it
-(checked against its sha256 when given); otherwise, or when that resource is
-missing, HTTP range requests into the wheel: the tail first, then the rest of
+(checked against its sha256 when given), and also when it does not: mirrors
+strip the ``core-metadata`` key while still serving the file, and one small
+request beats three range requests into a wheel whose central directory alone
+is over a megabyte (torch's). A host that does not serve an unadvertised one
+(404, or something that is not the wheel's metadata) is remembered and not
+asked again. Otherwise, or when that resource is missing, HTTP range requests
+into the wheel: the tail first, then the rest of
 the central directory only when the member's record is not in the tail, then
 the member's local header and data in one request (`_zipentry` reads the one
 record). An archive that reader leaves alone is read with ``zipfile``,
@@ -28,6 +33,7 @@ import hashlib
 import io
 import logging
 import threading
+import urllib.parse
 import weakref
 import zipfile
 import zlib
@@ -300,6 +306,34 @@ class _WheelBlocks:
 _WHEEL_BLOCKS = _WheelBlocks()
 
 
+class _UnadvertisedMetadata:
+    """Per client and host: whether ``<url>.metadata`` is served where the index did not
+    advertise it (None: not known yet)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_client: weakref.WeakKeyDictionary[HttpClient, dict[str, bool]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def served(self, client: HttpClient, url: str) -> bool | None:
+        with self._lock:
+            return self._by_client.get(client, {}).get(_host(url))
+
+    def learn(self, client: HttpClient, url: str, served: bool) -> None:
+        with self._lock:
+            hosts = self._by_client.setdefault(client, {})
+            # one success proves the host serves them; a miss of one file does not disprove it
+            hosts[_host(url)] = served or hosts.get(_host(url), False)
+
+
+def _host(url: str) -> str:
+    return urllib.parse.urlsplit(url).netloc
+
+
+_UNADVERTISED = _UnadvertisedMetadata()
+
+
 def _open_remote(client: HttpClient, file: DistributionFile) -> RangeFile:
     def fetch(start: int, end: int) -> bytes:
         return client.get_range(file.url, start, end)
@@ -393,6 +427,22 @@ def _read_pep658(client: HttpClient, file: DistributionFile) -> bytes | None:
     return data
 
 
+def _read_unadvertised(client: HttpClient, file: DistributionFile) -> bytes | None:
+    """``<url>.metadata`` where the index did not advertise it, or None (and the host is
+    not asked again) when it is missing or not this wheel's metadata."""
+    url = file.url + ".metadata"
+    try:
+        data = client.get(url, max_bytes=MAX_MEMBER).content
+        check_metadata(data, file.filename, repr(url))
+    except IndexError_ as e:
+        logger.debug("%s not served (%s); reading the wheel by ranges", url, e)
+        client.forget(url)
+        _UNADVERTISED.learn(client, file.url, served=False)
+        return None
+    _UNADVERTISED.learn(client, file.url, served=True)
+    return data
+
+
 def _read(client: HttpClient, file: DistributionFile, member: str | None) -> bytes | None:
     if not file.is_wheel:
         raise IndexError_(f"{file.filename!r} is not a wheel; only wheels can be read remotely")
@@ -406,6 +456,8 @@ def _read(client: HttpClient, file: DistributionFile, member: str | None) -> byt
         data: bytes | None = None
         if member is None and file.core_metadata:
             data = _read_pep658(client, file)
+        elif member is None and _UNADVERTISED.served(client, file.url) is not False:
+            data = _read_unadvertised(client, file)
         if data is None:
             data = _checked(_read_by_ranges(client, file, member), file, member)
     except _zipentry.TooLarge as e:

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import socket
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,8 @@ def test_missing_project_is_an_empty_page(
     [
         (True, True, True, False),  # PEP 658: one small file, the wheel untouched
         (True, False, True, True),  # advertised but 404 (a real mirror does this): ranges
-        (False, False, False, True),  # not advertised: straight to ranges
+        (False, True, True, False),  # not advertised but served (a mirror strips the key)
+        (False, False, True, True),  # not advertised, not served: asked once, then ranges
     ],
 )
 def test_core_metadata_source(
@@ -111,6 +113,20 @@ def test_core_metadata_source(
     assert bool(_wheel_requests(server, xformers_wheel.filename)) is expect_ranges
     fetched = client.bytes_downloaded - before
     assert fetched < xformers_wheel.size / 100, (fetched, xformers_wheel.size)
+
+
+def test_a_host_without_unadvertised_metadata_is_asked_once(
+    wheel_factory: WheelFactory, index_server: ServerFactory, http_client: ClientFactory
+) -> None:
+    wheels = [wheel_factory("torch", v, requires_dist=["filelock"]) for v in ("2.4.1", "2.5.1")]
+    server = index_server({"torch": wheels}, advertise_metadata=False, serve_metadata=False)
+    client = http_client()
+    files = fetch_project_page(client, server.index_url("simple"), "torch").files
+    for file in files:
+        assert read_core_metadata(client, file).get_all("Requires-Dist") == ["filelock"]
+    assert [p for p in server.stats.paths() if p.endswith(".metadata")] == [
+        urllib.parse.urlsplit(files[0].url).path + ".metadata"
+    ]
 
 
 def test_member_by_ranges_reads_a_tiny_fraction_of_a_large_wheel(
@@ -165,7 +181,9 @@ def test_pytorch_style_per_cuda_layout(
 def test_server_ignoring_range_is_a_clear_error_not_a_download(
     xformers_wheel: BuiltWheel, index_server: ServerFactory, http_client: ClientFactory
 ) -> None:
-    server = index_server({"xformers": [xformers_wheel]}, advertise_metadata=False, ranges=False)
+    server = index_server(
+        {"xformers": [xformers_wheel]}, advertise_metadata=False, serve_metadata=False, ranges=False
+    )
     client = http_client()
     file = _only(fetch_project_page(client, server.index_url("simple"), "xformers").files)
     before = client.bytes_downloaded
