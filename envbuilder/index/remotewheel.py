@@ -4,9 +4,9 @@ Order: the PEP 658 ``<url>.metadata`` file when the index advertises it
 (checked against its sha256 when given), and also when it does not: mirrors
 strip the ``core-metadata`` key while still serving the file, and one small
 request beats three range requests into a wheel whose central directory alone
-is over a megabyte (torch's). A host that does not serve an unadvertised one
-(404, or something that is not the wheel's metadata) is remembered and not
-asked again. Otherwise, or when that resource is missing, HTTP range requests
+is over a megabyte (torch's). A host that serves none of the unadvertised ones
+(404, or something that is not the wheel's metadata) is given up on after a
+few. Otherwise, or when that resource is missing, HTTP range requests
 into the wheel: the tail first, then the rest of
 the central directory only when the member's record is not in the tail, then
 the member's local header and data in one request (`_zipentry` reads the one
@@ -307,24 +307,28 @@ _WHEEL_BLOCKS = _WheelBlocks()
 
 
 class _UnadvertisedMetadata:
-    """Per client and host: whether ``<url>.metadata`` is served where the index did not
-    advertise it (None: not known yet)."""
+    """Per client and host: how many unadvertised ``<url>.metadata`` files were served and
+    how many were not. A caching mirror serves some and not others (here: torch 2.6.0's
+    but not 2.7.0's), so a host is given up on only after `GIVE_UP_AFTER` misses and no
+    success."""
+
+    GIVE_UP_AFTER = 8
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_client: weakref.WeakKeyDictionary[HttpClient, dict[str, bool]] = (
+        self._by_client: weakref.WeakKeyDictionary[HttpClient, dict[str, list[int]]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def served(self, client: HttpClient, url: str) -> bool | None:
+    def worth_asking(self, client: HttpClient, url: str) -> bool:
         with self._lock:
-            return self._by_client.get(client, {}).get(_host(url))
+            served, missed = self._by_client.get(client, {}).get(_host(url), (0, 0))
+            return served > 0 or missed < self.GIVE_UP_AFTER
 
     def learn(self, client: HttpClient, url: str, served: bool) -> None:
         with self._lock:
-            hosts = self._by_client.setdefault(client, {})
-            # one success proves the host serves them; a miss of one file does not disprove it
-            hosts[_host(url)] = served or hosts.get(_host(url), False)
+            counts = self._by_client.setdefault(client, {}).setdefault(_host(url), [0, 0])
+            counts[0 if served else 1] += 1
 
 
 def _host(url: str) -> str:
@@ -428,8 +432,8 @@ def _read_pep658(client: HttpClient, file: DistributionFile) -> bytes | None:
 
 
 def _read_unadvertised(client: HttpClient, file: DistributionFile) -> bytes | None:
-    """``<url>.metadata`` where the index did not advertise it, or None (and the host is
-    not asked again) when it is missing or not this wheel's metadata."""
+    """``<url>.metadata`` where the index did not advertise it, or None when it is missing
+    or not this wheel's metadata."""
     url = file.url + ".metadata"
     try:
         data = client.get(url, max_bytes=MAX_MEMBER).content
@@ -456,7 +460,7 @@ def _read(client: HttpClient, file: DistributionFile, member: str | None) -> byt
         data: bytes | None = None
         if member is None and file.core_metadata:
             data = _read_pep658(client, file)
-        elif member is None and _UNADVERTISED.served(client, file.url) is not False:
+        elif member is None and _UNADVERTISED.worth_asking(client, file.url):
             data = _read_unadvertised(client, file)
         if data is None:
             data = _checked(_read_by_ranges(client, file, member), file, member)

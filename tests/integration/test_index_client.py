@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import json
 import socket
-import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from tests.integration.conftest import ClientFactory, ServerFactory, WheelFactor
 from tests.support.index_server import IndexedFile, IndexServer
 from tests.support.wheels import BuiltWheel, cpp_lib_json
 
+GIVE_UP_AFTER = 8  # unadvertised .metadata misses before a host is given up on
 XF_TAGS = "cp311-cp311-manylinux_2_28_x86_64"
 MB = 1024 * 1024
 
@@ -115,18 +115,17 @@ def test_core_metadata_source(
     assert fetched < xformers_wheel.size / 100, (fetched, xformers_wheel.size)
 
 
-def test_a_host_without_unadvertised_metadata_is_asked_once(
+def test_a_host_serving_no_unadvertised_metadata_is_given_up_on(
     wheel_factory: WheelFactory, index_server: ServerFactory, http_client: ClientFactory
 ) -> None:
-    wheels = [wheel_factory("torch", v, requires_dist=["filelock"]) for v in ("2.4.1", "2.5.1")]
+    versions = [f"2.{minor}.0" for minor in range(GIVE_UP_AFTER + 3)]
+    wheels = [wheel_factory("torch", v, requires_dist=["filelock"]) for v in versions]
     server = index_server({"torch": wheels}, advertise_metadata=False, serve_metadata=False)
     client = http_client()
-    files = fetch_project_page(client, server.index_url("simple"), "torch").files
-    for file in files:
+    for file in fetch_project_page(client, server.index_url("simple"), "torch").files:
         assert read_core_metadata(client, file).get_all("Requires-Dist") == ["filelock"]
-    assert [p for p in server.stats.paths() if p.endswith(".metadata")] == [
-        urllib.parse.urlsplit(files[0].url).path + ".metadata"
-    ]
+    asked = [p for p in server.stats.paths() if p.endswith(".metadata")]
+    assert len(asked) == GIVE_UP_AFTER
 
 
 def test_member_by_ranges_reads_a_tiny_fraction_of_a_large_wheel(
