@@ -47,6 +47,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip importing torch/xformers and the GPU smoke test",
     )
+    parser.add_argument(
+        "--full-probe",
+        action="store_true",
+        help="import torch and xformers even where no GPU is present (by default only their "
+        "libraries are loaded there; with a GPU the import and smoke test always run)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         check_environment,
         inspect_environment,
         installed,
-        run_probe,
+        start_probe,
         summary,
     )
     from envbuilder.lockfile.interpreter import choose, parse_python
@@ -70,10 +76,12 @@ def run(args: argparse.Namespace) -> int:
         env = installed()
     else:
         env = inspect_environment(str(chosen.executable))
-    probe = None if args.no_probe else run_probe(str(chosen.executable))
+    # the probe runs beside the file hashing
+    running = None if args.no_probe else start_probe(str(chosen.executable), full=args.full_probe)
     entry, findings = check_environment(
-        lock, env=env, probe=probe, hashes=not args.no_hashes, rehash=args.rehash
+        lock, env=env, probe=running, hashes=not args.no_hashes, rehash=args.rehash
     )
+    probe = running.report() if running is not None else None
     ok = not any(f.status == "fail" for f in findings)
     if args.json:
         out = {

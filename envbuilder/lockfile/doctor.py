@@ -5,10 +5,14 @@ nothing failed, and `summary` says what passed and what was not checked. Needs
 only the standard library and packaging; torch is never imported here.
 
 The environment may be another one (``--python PATH``): nothing of envbuilder is
-installed there. Two standard-library files run in its interpreter, by path:
+installed there. Standard-library files run in its interpreter, by path:
 `_envprobe` reports its Python, marker values and distributions with their
-``RECORD`` locations (read back here as `metadata.PathDistribution`), and
-`_smoke` imports torch and xformers and runs the GPU smoke test.
+``RECORD`` locations (read back here as `metadata.PathDistribution`);
+`_extload` proves that torch's libraries and xformers' extension link, without
+importing torch (about 1 s against tens of seconds for a cold import of torch
+and xformers); `_smoke` imports torch and xformers and runs the GPU smoke test.
+`start_probe` runs the light one first and the full one only where a GPU device
+is present (or when asked), beside the file hashing rather than after it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -23,19 +28,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envbuilder.errors import InputError
-from envbuilder.lockfile import _envprobe, _smoke
+from envbuilder.lockfile import _envprobe, _extload, _smoke
 from envbuilder.lockfile.model import CompatLock, Entry
 from envbuilder.lockfile.record_check import check_files, expected_files, stamp_path
 
 __all__ = [
     "Finding",
     "Installed",
+    "ProbeRun",
     "check_environment",
     "inspect_environment",
     "installed",
     "installed_from_report",
     "match_entry",
     "run_probe",
+    "start_probe",
     "summary",
 ]
 
@@ -266,7 +273,11 @@ def _hashes(entry: Entry, env: Installed, *, stamp: Path | None, rehash: bool) -
 
 def run_probe(python: str = sys.executable, timeout: float = 300) -> dict[str, Any]:
     """Run `_smoke`, by path, in the interpreter *python* and return its report."""
-    proc = _run_file(python, Path(_smoke.__file__), timeout)
+    return _report_of(_smoke, python, timeout)
+
+
+def _report_of(script: Any, python: str, timeout: float) -> dict[str, Any]:
+    proc = _run_file(python, Path(script.__file__), timeout)
     if isinstance(proc, str):
         return {"probe_error": f"the probe: {proc}"}
     lines = proc.stdout.strip().splitlines()
@@ -279,17 +290,52 @@ def run_probe(python: str = sys.executable, timeout: float = 300) -> dict[str, A
     return report
 
 
+class ProbeRun:
+    """The probe of *python*, running in the background (`start_probe`); `report` waits."""
+
+    def __init__(self, python: str, *, full: bool, timeout: float) -> None:
+        self._report: dict[str, Any] = {}
+        self._thread = threading.Thread(
+            target=self._run, args=(python, full, timeout), name="doctor-probe", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, python: str, full: bool, timeout: float) -> None:
+        if not full:
+            light = _report_of(_extload, python, timeout)
+            if "probe_error" in light or not light.get("gpu_present"):
+                self._report = light
+                return
+        self._report = run_probe(python, timeout)
+
+    def report(self) -> dict[str, Any]:
+        self._thread.join()
+        return self._report
+
+
+def start_probe(
+    python: str = sys.executable, *, full: bool = False, timeout: float = 300
+) -> ProbeRun:
+    """Start probing *python*: the light probe (`_extload`: torch's libraries and xformers'
+    extension link, nothing imported), then the full one (`_smoke`: import and GPU smoke
+    test) where it finds a GPU device, or at once when *full*."""
+    return ProbeRun(python, full=full, timeout=timeout)
+
+
 def _probe_findings(entry: Entry | None, report: Mapping[str, Any]) -> Iterable[Finding]:
     if "probe_error" in report:
         yield Finding(name="probe", status="fail", detail=report["probe_error"])
         return
     if report.get("torch") is None:
-        yield Finding(name="torch", status="fail", detail="torch is not importable here")
+        why = report.get("torch_error") if report.get("light") else None
+        yield Finding(name="torch", status="fail", detail=why or "torch is not importable here")
         return
+    light = bool(report.get("light"))
+    how = "; its libraries load, not imported: no GPU here" if light else ""
     yield Finding(
         name="torch",
         status="pass",
-        detail=f"torch {report['torch']} (CUDA {report.get('torch_cuda') or 'none'})",
+        detail=f"torch {report['torch']} (CUDA {report.get('torch_cuda') or 'none'}{how})",
     )
     xf = report.get("xformers")
     if isinstance(xf, Mapping):
@@ -299,15 +345,15 @@ def _probe_findings(entry: Entry | None, report: Mapping[str, Any]) -> Iterable[
             why = " ".join(xf.get("warnings") or []) or "xformers._has_cpp_library is False"
             yield Finding(name="xformers-extension", status="fail", detail=why)
         else:
+            loaded = "links against torch's libraries" if light else "loaded"
             yield Finding(
                 name="xformers-extension",
                 status="pass",
-                detail=f"xformers {xf.get('version')} C++/CUDA extension loaded",
+                detail=f"xformers {xf.get('version')} C++/CUDA extension {loaded}",
             )
     if not report.get("cuda_available"):
-        yield Finding(
-            name="gpu-smoke", status="skip", detail="not run (torch sees no CUDA GPU here)"
-        )
+        seen = "no NVIDIA GPU device here" if light else "torch sees no CUDA GPU here"
+        yield Finding(name="gpu-smoke", status="skip", detail=f"not run ({seen})")
         return
     where = f"{report.get('gpu')} (sm_{str(report.get('compute_capability', '')).replace('.', '')})"
     sdpa_compiles = report.get("compile_sdpa", {}).get("status") == "pass"
@@ -357,13 +403,13 @@ def check_environment(
     lock: CompatLock,
     *,
     env: Installed | None = None,
-    probe: Mapping[str, Any] | None = None,
+    probe: Mapping[str, Any] | ProbeRun | None = None,
     hashes: bool = True,
     rehash: bool = False,
     stamp: Path | None = None,
 ) -> tuple[Entry | None, list[Finding]]:
     """Every finding for *env* (default: the running environment). *probe* is `run_probe`'s
-    report (None: not run). File hashes are remembered in *stamp* (default: in *env*, see
+    report, or a `start_probe` still running, waited for after the hashing (None: not run). File hashes are remembered in *stamp* (default: in *env*, see
     `record_check`); *rehash* ignores what it remembers."""
     env = env if env is not None else installed()
     findings: list[Finding] = []
@@ -396,7 +442,8 @@ def check_environment(
         else:
             findings.append(Finding(name="installed-files", status="skip", detail=NOT_HASHED))
     if probe is not None:
-        findings += _runtime_hint(entry, env, _probe_findings(entry, probe))
+        report = probe.report() if isinstance(probe, ProbeRun) else probe
+        findings += _runtime_hint(entry, env, _probe_findings(entry, report))
     else:
         findings.append(Finding(name="probe", status="skip", detail=NOT_PROBED))
     return entry, findings

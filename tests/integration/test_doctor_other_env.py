@@ -96,7 +96,8 @@ def test_doctor_checks_another_environment(environment: tuple[Path, Path]) -> No
     probe = subprocess.run([python, "-c", "import envbuilder"], capture_output=True, check=False)
     assert probe.returncode != 0  # nothing of envbuilder is installed there
 
-    first = doctor(lockfile, python)
+    # the stand-ins have no shared objects to link: import them (--full-probe)
+    first = doctor(lockfile, python, "--full-probe")
     assert first.returncode == 0, first.stdout + first.stderr
     lines = first.stdout.splitlines()
     assert lines[0] == f"interpreter: Python {PYTHON} at {python} (--python)"
@@ -117,6 +118,14 @@ def test_doctor_checks_another_environment(environment: tuple[Path, Path]) -> No
     assert found["installed-files"]["status"] == "pass"
     assert "(0 hashed, " in found["installed-files"]["detail"]
     assert found["probe"]["status"] == "skip"
+
+    # by default, with no GPU here, torch is not imported: its libraries are loaded, and a
+    # torch without them (the stand-in) fails
+    light = doctor(lockfile, python, "--no-hashes")
+    assert light.returncode == 1
+    assert (
+        "  ✕ torch: torch's libraries do not load: torch has no _C extension module" in light.stdout
+    )
 
     # a file of that environment changed: found, named, and the doctor fails
     site = next((python.parent.parent / "lib").glob("python*/site-packages"))
