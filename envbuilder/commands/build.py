@@ -65,6 +65,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from envbuilder.docker.build import (
+        ImageRequest,
         base_image_for,
         docker_client,
         ensure_image,
@@ -102,19 +103,18 @@ def run(args: argparse.Namespace) -> int:
             reporter.line(f"- {combination.id}: skipped, {rc.status}: {rc.reason}")
             continue
         base = args.base_image or base_image_for(combination.base_image, combination.python)
-        tag = ensure_image(
-            rc,
-            lock_path(rc, locks),
-            client=client,
+        request = ImageRequest(
+            resolved=rc,
+            lock_path=lock_path(rc, locks),
             force=args.force,
             base_image=base,
-            reporter=reporter,
             log_dir=log_dir,
             cache=cache,
             revision=settings.revision,
             no_cache=args.no_cache,
             keep_stages=args.keep_stages,
         )
+        tag = ensure_image(request, client=client, reporter=reporter)
         built.append(tag)
         print(tag, flush=True)
         if args.push:

@@ -211,7 +211,13 @@ def _run_in_containers(
     locks: dict[str, Any],
 ) -> int:
     try:
-        from envbuilder.docker.build import base_image_for, docker_client, ensure_image, lock_path
+        from envbuilder.docker.build import (
+            ImageRequest,
+            base_image_for,
+            docker_client,
+            ensure_image,
+            lock_path,
+        )
     except ImportError as e:
         raise MissingToolError(
             f"the Docker image builder (envbuilder.docker.build) is not available: {e}; "
@@ -239,16 +245,15 @@ def _run_in_containers(
                 f" run `nox -s resolve -- {combination.id}`"
             )
         with reporter.step(f"conformance {combination.id}"):
-            tag = ensure_image(
-                resolved,
-                lock_path(resolved, args.locks),
-                client=client,
+            request = ImageRequest(
+                resolved=resolved,
+                lock_path=lock_path(resolved, args.locks),
                 base_image=base_image_for(combination.base_image, combination.python),
-                reporter=reporter,
                 log_dir=args.locks / "build-logs",
                 cache=cache,
                 revision=settings.revision,
             )
+            tag = ensure_image(request, client=client, reporter=reporter)
             command = [
                 "python",
                 "-m",

@@ -51,6 +51,7 @@ from typing import IO, Any
 
 from envbuilder import __version__
 from envbuilder.docker.cache import WheelCache
+from envbuilder.docker.client import DockerClient, DockerContainer
 from envbuilder.docker.layers import (
     BaseImage,
     Layer,
@@ -85,6 +86,7 @@ __all__ = [
     "LAYERS",
     "SUITE_GROUP",
     "BuildFailed",
+    "ImageRequest",
     "Manifest",
     "base_image_for",
     "docker_client",
@@ -139,7 +141,9 @@ class Manifest:
     files: int
 
 
-def docker_client(client: Any = None, *, quick_timeout_s: float | None = None) -> Any:
+def docker_client(
+    client: DockerClient | None = None, *, quick_timeout_s: float | None = None
+) -> DockerClient:
     """The given client, or one from the environment that answers a ping within
     ``quick_timeout_s`` (default `_QUICK_TIMEOUT_S`; a daemon that accepts the connection and never answers is an
     error, not a hang). Its other calls may wait `_API_TIMEOUT_S`; `_quick` shortens them."""
@@ -147,11 +151,11 @@ def docker_client(client: Any = None, *, quick_timeout_s: float | None = None) -
         return client
     quick_timeout_s = _QUICK_TIMEOUT_S if quick_timeout_s is None else quick_timeout_s
     import requests
-    from docker.client import DockerClient
+    from docker import client as docker_py
     from docker.errors import DockerException
 
     try:
-        found = DockerClient.from_env(timeout=quick_timeout_s)
+        found: DockerClient = docker_py.DockerClient.from_env(timeout=quick_timeout_s)
         found.ping()
     except (DockerException, requests.exceptions.RequestException) as e:
         raise MissingToolError(
@@ -164,7 +168,7 @@ def docker_client(client: Any = None, *, quick_timeout_s: float | None = None) -
 
 
 @contextmanager
-def _quick(client: Any) -> Iterator[None]:
+def _quick(client: DockerClient) -> Iterator[None]:
     """Calls inside give up after `_QUICK_TIMEOUT_S` (inspect, list: the daemon answers at once)."""
     api = getattr(client, "api", None)
     before = getattr(api, "timeout", None)
@@ -314,28 +318,38 @@ def base_labels(base: BaseImage) -> dict[str, str]:
     return labels
 
 
-def ensure_image(
-    resolved: ResolvedCombination,
-    lock_path: Path,
-    *,
-    client: Any = None,
-    force: bool = False,
-    base_image: str | None = None,
-    reporter: Reporter | None = None,
-    log_dir: Path,
-    cache: WheelCache,
-    revision: str | None = None,
-    no_cache: bool = False,
-    keep_stages: bool = False,
-) -> str:
-    """The tag of the combination's image, built from ``lock_path`` unless an image with
-    that tag was made from the same inputs (lock, base image id, recipe).
+@dataclass(frozen=True, kw_only=True)
+class ImageRequest:
+    """What `ensure_image` makes: the image of one resolved combination, from its lock.
 
     ``force`` rebuilds, reusing the layers recorded in the layer cache unless
     ``no_cache``; either way every layer is the same bytes. ``base_image``
     defaults to ``python:<python>-slim``. ``keep_stages`` keeps the installed
-    trees and layer tars (for debugging) and names their directory.
+    trees and layer tars (for debugging) and names their directory. The build's
+    log goes to ``log_dir``; wheels come through ``cache``.
     """
+
+    resolved: ResolvedCombination
+    lock_path: Path
+    log_dir: Path
+    cache: WheelCache
+    base_image: str | None = None
+    revision: str | None = None
+    force: bool = False
+    no_cache: bool = False
+    keep_stages: bool = False
+
+
+def ensure_image(
+    request: ImageRequest,
+    *,
+    client: DockerClient | None = None,
+    reporter: Reporter | None = None,
+) -> str:
+    """The tag of the combination's image, built from the request's lock unless an image
+    with that tag was made from the same inputs (lock, base image id, recipe)."""
+    resolved, lock_path, cache = request.resolved, request.lock_path, request.cache
+    force, no_cache, base_image = request.force, request.no_cache, request.base_image
     reporter = reporter or Reporter()
     if resolved.status != "resolved":
         raise InputError(
@@ -375,7 +389,7 @@ def ensure_image(
         recipe=recipe,
         inputs="",
         library_path=library,
-        revision=revision,
+        revision=request.revision,
     )
     what = dataclasses.replace(
         what,
@@ -396,6 +410,7 @@ def ensure_image(
                 reporter.line(f"✓ {tag} exists and is what this lock's build makes; not rebuilt")
                 return tag
             reporter.line(f"{tag} is not trusted: {doubt}; rebuilding")
+    log_dir = request.log_dir
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{resolved.id}.log"
     new_log = log_dir / f"{resolved.id}.log.new"
@@ -406,7 +421,7 @@ def ensure_image(
                 f"layers: {plan.describe()}; base image {base_ref} ({base.id}); log {log_path}"
             )
             check_python(client, base, resolved.python, log=log)
-            options: dict[str, Any] = dict(cache=cache, log=log, reporter=reporter, keep_stages=keep_stages)  # fmt: skip
+            options: dict[str, Any] = dict(cache=cache, log=log, reporter=reporter, keep_stages=request.keep_stages)  # fmt: skip
             try:
                 made = _make_image(client, tag, what, no_cache=no_cache, **options)
             except LayerGone as e:
@@ -485,7 +500,7 @@ def _suite_wheels(
     return tuple(sorted(extra, key=lambda w: (w.name, w.filename))), lock_digest(data)
 
 
-def inspect_base(client: Any, ref: str) -> BaseImage:
+def inspect_base(client: DockerClient, ref: str) -> BaseImage:
     """The base image's id, layers, config and history, from the daemon."""
     with _quick(client):
         return BaseImage.from_inspect(ref, client.api.inspect_image(ref), client.api.history(ref))
@@ -496,7 +511,7 @@ def inspect_base(client: Any, ref: str) -> BaseImage:
 LAYERS: tuple[str, ...] = ("compiler", "venv", *GROUPS, SUITE_GROUP)
 
 
-def check_python(client: Any, base: BaseImage, python: str, *, log: IO[str]) -> None:
+def check_python(client: DockerClient, base: BaseImage, python: str, *, log: IO[str]) -> None:
     """Refuse a base image whose ``python3`` is not ``python``, before any wheel is fetched."""
     code = "import sys; print('%d.%d' % sys.version_info[:2])"
     status, output = run_container(client, base.id, ["python3", "-c", code], log=log)
@@ -562,7 +577,7 @@ def owner_gone(token: str) -> bool:
 
 
 def run_container(
-    client: Any,
+    client: DockerClient,
     image: str,
     command: list[str],
     *,
@@ -631,14 +646,14 @@ def run_container(
     return status, "".join(lines)
 
 
-def _removed_outside(container: Any, detail: object) -> str:
+def _removed_outside(container: DockerContainer, detail: object) -> str:
     return (
         f"the container {container.short_id} was removed by someone else while it ran "
         f"(`docker rm`, a prune?); nothing is built from it ({detail})"
     )
 
 
-def _wait(container: Any) -> int:
+def _wait(container: DockerContainer) -> int:
     from docker.errors import NotFound
 
     try:
@@ -651,7 +666,7 @@ def _wait(container: Any) -> int:
 _GONE = "gone"
 
 
-def _discard(container: Any) -> str | None:
+def _discard(container: DockerContainer) -> str | None:
     """Remove ``container``: None when done, `_GONE` when someone else removed it or is
     removing it, else what went wrong. Never raises: the error that ended the run stays
     the one the user sees."""
@@ -668,7 +683,7 @@ def _discard(container: Any) -> str | None:
     return None
 
 
-def remove_stage(client: Any, stage: Path, *, image: str) -> None:
+def remove_stage(client: DockerClient, stage: Path, *, image: str) -> None:
     """Remove the stage directory ``stage``. What a container killed before it could hand
     its files over left (root's files) is removed by root in a container of ``image``."""
     shutil.rmtree(stage, ignore_errors=True)
@@ -692,7 +707,7 @@ def remove_stage(client: Any, stage: Path, *, image: str) -> None:
     shutil.rmtree(stage, ignore_errors=True)
 
 
-def sweep_leftovers(client: Any, stages: Path, *, image: str, reporter: Reporter) -> None:
+def sweep_leftovers(client: DockerClient, stages: Path, *, image: str, reporter: Reporter) -> None:
     """Remove what builds killed before they could clean up (SIGKILL, a lost machine) left:
     their containers (by `OWNER_LABEL`) and stage directories under ``stages``, where the
     process that made them is gone. Others' builds, running or not ours, are left alone."""
@@ -774,7 +789,7 @@ def layer_key(name: str, requirements: str, *, base_id: str, recipe: str) -> str
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 
 
-def _daemon_chains(client: Any) -> set[str]:
+def _daemon_chains(client: DockerClient) -> set[str]:
     """The chain ids of every image's layers: the layer stacks the daemon holds."""
     from docker.errors import ImageNotFound
 
@@ -836,7 +851,7 @@ def _config(inputs: Inputs, records: Mapping[str, LayerRecord]) -> bytes:
     )
 
 
-def _doubt(client: Any, found: str, inputs: Inputs, layers: LayerCache) -> str | None:
+def _doubt(client: DockerClient, found: str, inputs: Inputs, layers: LayerCache) -> str | None:
     """Why the image ``found`` is not the one these inputs' build makes; None when it is.
 
     Labels and tags can be written by anyone who can reach the daemon; the image id is the
@@ -871,7 +886,7 @@ def _first_difference(a: list[str], b: list[str]) -> int:
 
 
 def _make_image(
-    client: Any,
+    client: DockerClient,
     tag: str,
     inputs: Inputs,
     *,
@@ -986,7 +1001,7 @@ def _make_image(
 
 
 def _install_compiler(
-    client: Any, base: BaseImage, out: Path, *, log: IO[str], reporter: Reporter
+    client: DockerClient, base: BaseImage, out: Path, *, log: IO[str], reporter: Reporter
 ) -> None:
     """``out/compiler``: the files apt installs for ``COMPILER_PACKAGES`` in a container of
     the base (the build's one step with network: the base's own Debian mirror)."""
@@ -1039,7 +1054,7 @@ def _describe(name: str, inputs: Inputs) -> str:
     return f"envbuilder: {name} layer, {len(inputs.wheels_of(name))} wheel(s)"
 
 
-def load_image(client: Any, chunks: Iterator[bytes]) -> None:
+def load_image(client: DockerClient, chunks: Iterator[bytes]) -> None:
     """``docker load`` of an archive; raises BuildFailed with the daemon's error."""
     from docker.errors import APIError
 
@@ -1062,7 +1077,7 @@ def load_image(client: Any, chunks: Iterator[bytes]) -> None:
         raise BuildFailed(f"docker load failed: {e}") from e
 
 
-def _image_id(client: Any, ref: str) -> str | None:
+def _image_id(client: DockerClient, ref: str) -> str | None:
     from docker.errors import ImageNotFound
 
     try:
@@ -1072,7 +1087,7 @@ def _image_id(client: Any, ref: str) -> str | None:
         return None
 
 
-def _remove_if_unused(client: Any, image_id: str, reporter: Reporter) -> None:
+def _remove_if_unused(client: DockerClient, image_id: str, reporter: Reporter) -> None:
     """Remove the image a build replaced when nothing names or runs it any more."""
     from docker.errors import APIError
 
@@ -1113,7 +1128,7 @@ def recipe_digest() -> str:
     return digest.hexdigest()
 
 
-def _image_label(client: Any, ref: str, label: str) -> str | None:
+def _image_label(client: DockerClient, ref: str, label: str) -> str | None:
     """The label of the image ``ref``; "" when it has none; None when there is no image."""
     from docker.errors import ImageNotFound
 
@@ -1125,11 +1140,11 @@ def _image_label(client: Any, ref: str, label: str) -> str | None:
     return str(labels.get(label, ""))
 
 
-def _image_exists(client: Any, ref: str) -> bool:
+def _image_exists(client: DockerClient, ref: str) -> bool:
     return _image_id(client, ref) is not None
 
 
-def _ensure_base(client: Any, base: str, reporter: Reporter) -> None:
+def _ensure_base(client: DockerClient, base: str, reporter: Reporter) -> None:
     if _image_exists(client, base):
         return
     from docker.errors import DockerException
@@ -1179,7 +1194,7 @@ def manifest_of(layers: Iterable[Iterable[tuple[str, str, str]]]) -> Manifest:
     )
 
 
-def measure_manifest(client: Any, image: str) -> Manifest:
+def measure_manifest(client: DockerClient, image: str) -> Manifest:
     """Run ``envbuilder/docker/recipe/manifest.py`` in a container of ``image`` over its venv
     and the compiler's record."""
     script = (DOCKER_DIR / "manifest.py").read_text(encoding="utf-8")
@@ -1195,7 +1210,9 @@ def measure_manifest(client: Any, image: str) -> Manifest:
     return Manifest(sha256=str(data["sha256"]), files=int(data["files"]))
 
 
-def push_image(client: Any, tag: str, registry: str, *, reporter: Reporter | None = None) -> str:
+def push_image(
+    client: DockerClient, tag: str, registry: str, *, reporter: Reporter | None = None
+) -> str:
     """Push ``tag`` as ``<registry>/<tag>``; the pushed reference."""
     reporter = reporter or Reporter()
     remote = f"{registry.rstrip('/')}/{tag}"

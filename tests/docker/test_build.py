@@ -17,6 +17,7 @@ from envbuilder import __version__
 from envbuilder.docker.build import (
     OWNER_LABEL,
     BuildFailed,
+    ImageRequest,
     ensure_image,
     measure_manifest,
     owner_token,
@@ -78,15 +79,15 @@ def build(
     reporter: Reporter | None = None,
     **kwargs: Any,
 ) -> str:
-    return ensure_image(
-        locked.resolved,
-        locked.lock,
+    request = ImageRequest(
+        resolved=locked.resolved,
+        lock_path=locked.lock,
         base_image=base,
         log_dir=tmp_path / "logs",
         cache=cache,
-        reporter=reporter or Reporter(verbose=1),
         **kwargs,
     )
+    return ensure_image(request, reporter=reporter or Reporter(verbose=1))
 
 
 def test_the_torch_image_holds_exactly_its_lock(

@@ -24,7 +24,13 @@ from typing import Any
 import pytest
 
 import envbuilder.docker.build as docker_build
-from envbuilder.docker.build import BuildFailed, docker_client, ensure_image, run_container
+from envbuilder.docker.build import (
+    BuildFailed,
+    ImageRequest,
+    docker_client,
+    ensure_image,
+    run_container,
+)
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import lock_digest
 from envbuilder.errors import MissingToolError
@@ -147,14 +153,14 @@ def test_the_next_build_sweeps_what_a_killed_build_left(
     from envbuilder.model import load_resolution
 
     resolved = load_resolution(locks / "resolution.json").by_id()[COMBINATION]
-    ensure_image(
-        resolved,
-        locks / lock_filename(COMBINATION),
+    request = ImageRequest(
+        resolved=resolved,
+        lock_path=locks / lock_filename(COMBINATION),
         base_image=base_image,
         log_dir=build_root / "logs",
         cache=WheelCache(build_root / "cache" / "wheels"),
-        reporter=Reporter(io.StringIO()),
     )
+    ensure_image(request, reporter=Reporter(io.StringIO()))
     assert not container_exists(docker_client, container)
     assert not stages[0].exists()
 

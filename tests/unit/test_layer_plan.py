@@ -294,7 +294,7 @@ def test_a_combination_without_a_lock_says_to_resolve() -> None:
 
 @pytest.mark.parametrize("status", ["unsatisfiable", "error"])
 def test_an_unresolved_combination_has_no_image(tmp_path: Path, status: str) -> None:
-    from envbuilder.docker.build import ensure_image
+    from envbuilder.docker.build import ImageRequest, ensure_image
     from envbuilder.docker.cache import WheelCache
 
     resolved = ResolvedCombination(
@@ -305,10 +305,12 @@ def test_an_unresolved_combination_has_no_image(tmp_path: Path, status: str) -> 
         InputError, match=f"is {status} \\(no torch 2.12.0 wheel for cp311\\); nothing to build"
     ):
         ensure_image(
-            resolved,
-            tmp_path / "pylock.toml",
-            log_dir=tmp_path / "logs",
-            cache=WheelCache(tmp_path / "wheels"),
+            ImageRequest(
+                resolved=resolved,
+                lock_path=tmp_path / "pylock.toml",
+                log_dir=tmp_path / "logs",
+                cache=WheelCache(tmp_path / "wheels"),
+            )
         )
     assert not (tmp_path / "logs").exists()
 
