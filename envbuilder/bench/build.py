@@ -5,11 +5,11 @@ Builds combinations with envbuilder's layers and naively
 ``docker build``), interleaved, ``--repeat`` times each from cold (images
 removed, no cache), and prints medians and spreads of:
 
-- the cold build, layered against naive (target: layered ≤ naive);
+- the cold build, layered against naive (target: layered ≤ 0.4 × naive, issue 27);
 - a ``--force`` rebuild with nothing changed (target ≤ 5 s);
 - the image id of every cold build (target: one id per lock);
 - a container's start to ``import torch`` (and ``xformers.ops`` when locked)
-  (target ≤ 2.5 s), beside the naive image's (no bytecode), and the bytes the
+  (target ≤ 2.0 s, issue 27; on a quiet host), beside the naive image's (no bytecode), and the bytes the
   bytecode adds;
 - with three combinations that share a runtime, the disk their layers take
   above the base, each distinct layer once (target: layered ≤ 60% of naive).
@@ -48,12 +48,14 @@ import tomli_w
 from envbuilder.docker.build import (
     DOCKER_DIR,
     BuildFailed,
+    ImageRequest,
     docker_client,
     ensure_image,
     link_wheels,
     lock_path,
 )
 from envbuilder.docker.cache import WheelCache
+from envbuilder.docker.client import DockerClient
 from envbuilder.docker.layers import chain_ids
 from envbuilder.docker.plan import (
     GROUPS,
@@ -75,7 +77,8 @@ MB = 1_000_000
 TEST_BASE = "envbuilder-test/python:3.11"
 DISK_TARGET = 0.60
 REBUILD_TARGET_S = 5.0
-IMPORT_TARGET_S = 2.5
+IMPORT_TARGET_S = 2.0
+COLD_RATIO_TARGET = 0.4
 #: The label of envbuilder/docker/recipe/Dockerfile.naive's install stage.
 NAIVE_STAGE_LABEL = "io.envbuilder.bench.naive-stage"
 
@@ -149,11 +152,14 @@ def _main(argv: Sequence[str]) -> int:
     print(f"bench build: mode={mode}; base image {base or 'python:<python>-slim'}", flush=True)
     quiet = Reporter(io.StringIO())
 
-    def layered_build(case: Case, **kwargs: Any) -> str:
-        return ensure_image(
-            case.resolved, case.lock, client=client, base_image=base, reporter=reporter,
-            log_dir=log_dir, cache=cache, **kwargs,
+    def request(case: Case, **kwargs: Any) -> ImageRequest:
+        return ImageRequest(
+            resolved=case.resolved, lock_path=case.lock, base_image=base, log_dir=log_dir,
+            cache=cache, **kwargs,
         )  # fmt: skip
+
+    def layered_build(case: Case, **kwargs: Any) -> str:
+        return ensure_image(request(case, **kwargs), client=client, reporter=reporter)
 
     missed: list[str] = []
     layered: dict[str, str] = {}
@@ -180,7 +186,7 @@ def _main(argv: Sequence[str]) -> int:
         force: list[float] = []
         for _ in range(args.repeat):
             start = time.monotonic()
-            ensure_image(case.resolved, case.lock, client=client, base_image=base, reporter=quiet, log_dir=log_dir, cache=cache, force=True)  # fmt: skip
+            ensure_image(request(case, force=True), client=client, reporter=quiet)
             force.append(time.monotonic() - start)
         # the synthetic xformers is one module; the real one's attention lives in xformers.ops
         xformers = "xformers" if args.synthetic else "xformers.ops"
@@ -193,7 +199,10 @@ def _main(argv: Sequence[str]) -> int:
             statistics.median(cold_naive),
         )
         checks = [
-            ("cold layered ≤ naive", layered_median <= naive_median),
+            (
+                f"cold layered ≤ {COLD_RATIO_TARGET} × naive",
+                layered_median <= COLD_RATIO_TARGET * naive_median,
+            ),
             (f"--force no-change ≤ {REBUILD_TARGET_S:.0f} s", max(force) <= REBUILD_TARGET_S),
             ("one image id from every --no-cache build", len(set(ids)) == 1),
             (
@@ -247,14 +256,14 @@ def _locked(case: Case) -> set[str]:
     return {w.name for w in load_lock(case.lock.read_bytes(), source=case.lock)}
 
 
-def _remove(client: Any, tag: str) -> None:
+def _remove(client: DockerClient, tag: str) -> None:
     from docker.errors import ImageNotFound
 
     with contextlib.suppress(ImageNotFound):
         client.images.remove(tag)
 
 
-def start_to_import(client: Any, tag: str, modules: Sequence[str]) -> float:
+def start_to_import(client: DockerClient, tag: str, modules: Sequence[str]) -> float:
     """Seconds from creating a container of ``tag`` to its exit after importing ``modules``."""
     start = time.monotonic()
     client.containers.run(
@@ -266,7 +275,7 @@ def start_to_import(client: Any, tag: str, modules: Sequence[str]) -> float:
     return time.monotonic() - start
 
 
-def bytecode_bytes(client: Any, tag: str) -> int:
+def bytecode_bytes(client: DockerClient, tag: str) -> int:
     """Bytes of the ``.pyc`` files in the image's venv."""
     code = (
         "import os; print(sum(os.path.getsize(os.path.join(d, f)) "
@@ -276,7 +285,7 @@ def bytecode_bytes(client: Any, tag: str) -> int:
     return int(out)
 
 
-def unique_layers(client: Any, tags: Sequence[str], base: str) -> tuple[int, int]:
+def unique_layers(client: DockerClient, tags: Sequence[str], base: str) -> tuple[int, int]:
     """Bytes and count of the distinct layers of ``tags`` above ``base``.
 
     A layer is named by its chain id (it and every layer below it); its size
@@ -310,7 +319,12 @@ def naive_tag(case: Case) -> str:
 
 
 def naive_image(
-    client: Any, case: Case, base: str | None, cache: WheelCache, log_dir: Path, reporter: Reporter
+    client: DockerClient,
+    case: Case,
+    base: str | None,
+    cache: WheelCache,
+    log_dir: Path,
+    reporter: Reporter,
 ) -> str:
     """The same lock as one install layer (``envbuilder/docker/recipe/Dockerfile.naive``), built with
     ``docker build`` from a context of the lock's wheels."""
@@ -346,7 +360,7 @@ def naive_image(
     return tag
 
 
-def classic_build(client: Any, *, log: IO[str], log_path: Path, **kwargs: Any) -> None:
+def classic_build(client: DockerClient, *, log: IO[str], log_path: Path, **kwargs: Any) -> None:
     """One ``docker build`` (the daemon's classic builder), its output into ``log``."""
     from docker.errors import APIError
 

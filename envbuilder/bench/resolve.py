@@ -16,7 +16,7 @@ resolves every pairing for every Python, with hashes. Measured in one run:
   serially, cold (the same pins and targets as envbuilder's combinations).
 
 Every process runs behind a loopback proxy that counts the bytes received.
-Targets: cold envbuilder / cold ``uv lock`` ≤ 1.0 (medians); re-run ≤ 1 s;
+Targets: cold envbuilder / cold ``uv lock`` ≤ 0.5 (medians; issue 27); re-run ≤ 1 s;
 CI-warm ≤ 2 s; bytes downloaded cold < 1 % of the wheels resolved; every
 CI-warm lock byte-identical to the cold run's. Exit 1 when one is missed
 or a run fails.
@@ -43,7 +43,7 @@ from envbuilder.pylock import packages, read_lock
 
 __all__ = ["anchor_project", "main"]
 
-COLD_RATIO_TARGET = 1.0
+COLD_RATIO_TARGET = 0.5
 RERUN_TARGET_S = 1.0
 CI_WARM_TARGET_S = 2.0
 BYTES_SHARE_TARGET = 0.01
