@@ -1,13 +1,8 @@
 """Read a wheel's METADATA or one member without downloading the wheel.
 
 Order: the PEP 658 ``<url>.metadata`` file when the index advertises it
-(checked against its sha256 when given), and also when it does not: mirrors
-strip the ``core-metadata`` key while still serving the file, and one small
-request beats three range requests into a wheel whose central directory alone
-is over a megabyte (torch's). A host that serves none of the unadvertised ones
-(404, or something that is not the wheel's metadata) is given up on after a
-few. Otherwise, or when that resource is missing, HTTP range requests
-into the wheel: the tail first, then the rest of
+(checked against its sha256 when given); otherwise, or when that resource is
+missing, HTTP range requests into the wheel: the tail first, then the rest of
 the central directory only when the member's record is not in the tail, then
 the member's local header and data in one request (`_zipentry` reads the one
 record). An archive that reader leaves alone is read with ``zipfile``,
@@ -33,7 +28,6 @@ import hashlib
 import io
 import logging
 import threading
-import urllib.parse
 import weakref
 import zipfile
 import zlib
@@ -306,38 +300,6 @@ class _WheelBlocks:
 _WHEEL_BLOCKS = _WheelBlocks()
 
 
-class _UnadvertisedMetadata:
-    """Per client and host: how many unadvertised ``<url>.metadata`` files were served and
-    how many were not. A caching mirror serves some and not others (here: torch 2.6.0's
-    but not 2.7.0's), so a host is given up on only after `GIVE_UP_AFTER` misses and no
-    success."""
-
-    GIVE_UP_AFTER = 8
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_client: weakref.WeakKeyDictionary[HttpClient, dict[str, list[int]]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def worth_asking(self, client: HttpClient, url: str) -> bool:
-        with self._lock:
-            served, missed = self._by_client.get(client, {}).get(_host(url), (0, 0))
-            return served > 0 or missed < self.GIVE_UP_AFTER
-
-    def learn(self, client: HttpClient, url: str, served: bool) -> None:
-        with self._lock:
-            counts = self._by_client.setdefault(client, {}).setdefault(_host(url), [0, 0])
-            counts[0 if served else 1] += 1
-
-
-def _host(url: str) -> str:
-    return urllib.parse.urlsplit(url).netloc
-
-
-_UNADVERTISED = _UnadvertisedMetadata()
-
-
 def _open_remote(client: HttpClient, file: DistributionFile) -> RangeFile:
     def fetch(start: int, end: int) -> bytes:
         return client.get_range(file.url, start, end)
@@ -431,22 +393,6 @@ def _read_pep658(client: HttpClient, file: DistributionFile) -> bytes | None:
     return data
 
 
-def _read_unadvertised(client: HttpClient, file: DistributionFile) -> bytes | None:
-    """``<url>.metadata`` where the index did not advertise it, or None when it is missing
-    or not this wheel's metadata."""
-    url = file.url + ".metadata"
-    try:
-        data = client.get(url, max_bytes=MAX_MEMBER).content
-        check_metadata(data, file.filename, repr(url))
-    except IndexError_ as e:
-        logger.debug("%s not served (%s); reading the wheel by ranges", url, e)
-        client.forget(url)
-        _UNADVERTISED.learn(client, file.url, served=False)
-        return None
-    _UNADVERTISED.learn(client, file.url, served=True)
-    return data
-
-
 def _read(client: HttpClient, file: DistributionFile, member: str | None) -> bytes | None:
     if not file.is_wheel:
         raise IndexError_(f"{file.filename!r} is not a wheel; only wheels can be read remotely")
@@ -460,8 +406,6 @@ def _read(client: HttpClient, file: DistributionFile, member: str | None) -> byt
         data: bytes | None = None
         if member is None and file.core_metadata:
             data = _read_pep658(client, file)
-        elif member is None and _UNADVERTISED.worth_asking(client, file.url):
-            data = _read_unadvertised(client, file)
         if data is None:
             data = _checked(_read_by_ranges(client, file, member), file, member)
     except _zipentry.TooLarge as e:

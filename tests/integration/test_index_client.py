@@ -17,7 +17,6 @@ from tests.integration.conftest import ClientFactory, ServerFactory, WheelFactor
 from tests.support.index_server import IndexedFile, IndexServer
 from tests.support.wheels import BuiltWheel, cpp_lib_json
 
-GIVE_UP_AFTER = 8  # unadvertised .metadata misses before a host is given up on
 XF_TAGS = "cp311-cp311-manylinux_2_28_x86_64"
 MB = 1024 * 1024
 
@@ -86,8 +85,7 @@ def test_missing_project_is_an_empty_page(
     [
         (True, True, True, False),  # PEP 658: one small file, the wheel untouched
         (True, False, True, True),  # advertised but 404 (a real mirror does this): ranges
-        (False, True, True, False),  # not advertised but served (a mirror strips the key)
-        (False, False, True, True),  # not advertised, not served: asked once, then ranges
+        (False, False, False, True),  # not advertised: straight to ranges
     ],
 )
 def test_core_metadata_source(
@@ -113,19 +111,6 @@ def test_core_metadata_source(
     assert bool(_wheel_requests(server, xformers_wheel.filename)) is expect_ranges
     fetched = client.bytes_downloaded - before
     assert fetched < xformers_wheel.size / 100, (fetched, xformers_wheel.size)
-
-
-def test_a_host_serving_no_unadvertised_metadata_is_given_up_on(
-    wheel_factory: WheelFactory, index_server: ServerFactory, http_client: ClientFactory
-) -> None:
-    versions = [f"2.{minor}.0" for minor in range(GIVE_UP_AFTER + 3)]
-    wheels = [wheel_factory("torch", v, requires_dist=["filelock"]) for v in versions]
-    server = index_server({"torch": wheels}, advertise_metadata=False, serve_metadata=False)
-    client = http_client()
-    for file in fetch_project_page(client, server.index_url("simple"), "torch").files:
-        assert read_core_metadata(client, file).get_all("Requires-Dist") == ["filelock"]
-    asked = [p for p in server.stats.paths() if p.endswith(".metadata")]
-    assert len(asked) == GIVE_UP_AFTER
 
 
 def test_member_by_ranges_reads_a_tiny_fraction_of_a_large_wheel(
@@ -180,9 +165,7 @@ def test_pytorch_style_per_cuda_layout(
 def test_server_ignoring_range_is_a_clear_error_not_a_download(
     xformers_wheel: BuiltWheel, index_server: ServerFactory, http_client: ClientFactory
 ) -> None:
-    server = index_server(
-        {"xformers": [xformers_wheel]}, advertise_metadata=False, serve_metadata=False, ranges=False
-    )
+    server = index_server({"xformers": [xformers_wheel]}, advertise_metadata=False, ranges=False)
     client = http_client()
     file = _only(fetch_project_page(client, server.index_url("simple"), "xformers").files)
     before = client.bytes_downloaded

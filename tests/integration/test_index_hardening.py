@@ -208,9 +208,7 @@ def test_a_wheel_of_another_size_than_the_index_lists_is_refused(
     wheel_factory: WheelFactory, index_server: ServerFactory, http_client: ClientFactory
 ) -> None:
     six = wheel_factory("six", "1.16.0")
-    server = index_server(
-        {"six": [six]}, advertise_metadata=False, serve_metadata=False, format="json"
-    )
+    server = index_server({"six": [six]}, advertise_metadata=False, format="json")
     doc = json.loads(server.render_json("simple", "six"))
     doc["files"][0]["size"] = six.size + 1000
     server.serve_page("simple", "six", json.dumps(doc).encode(), {"Content-Type": JSON_TYPE})
