@@ -17,9 +17,11 @@ from typing import Any, Literal, TypeAlias
 
 __all__ = [
     "FAILED",
+    "IMPLS",
     "KEEPS_XFORMERS",
     "STATUSES",
     "USES",
+    "WORKAROUNDS",
     "CheckResult",
     "CheckSpec",
     "Impl",
@@ -39,6 +41,7 @@ __all__ = [
 
 Status: TypeAlias = Literal["pass", "fail", "skip", "error", "timeout", "invalid"]
 Impl: TypeAlias = Literal["xformers", "sdpa"]
+IMPLS: tuple[Impl, ...] = ("xformers", "sdpa")
 #: ``dynamo-disable``: xformers wrapped in ``torch._dynamo.disable`` inside the compiled code;
 #: ``sdpa-under-compile``: SDPA in xformers' place under ``torch.compile``;
 #: ``sdpa-instead``: SDPA in xformers' place in eager code.
@@ -50,6 +53,8 @@ KEEPS_XFORMERS: Mapping[Workaround, bool] = {
     "sdpa-under-compile": False,
     "sdpa-instead": False,
 }
+#: every workaround, in the order `KEEPS_XFORMERS` lists them
+WORKAROUNDS: tuple[Workaround, ...] = tuple(KEEPS_XFORMERS)
 #: what a user runs: eager forward under no_grad, the same compiled, an eager training
 #: step (forward, backward, optimizer step), the same compiled.
 Use: TypeAlias = Literal["inference", "inference-compiled", "training", "training-compiled"]

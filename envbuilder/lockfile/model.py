@@ -3,7 +3,8 @@
 Written by ``envbuilder lock``, read by ``query``, ``export``, ``install``,
 ``doctor`` and ``publish``. The JSON shape is fixed by
 ``envbuilder/schemas/compat.schema.json``; these dataclasses are its typed view.
-This module imports nothing beyond the standard library so that ``doctor``
+This module imports nothing beyond the standard library (and the suite's
+stdlib-only record module, the home of the check vocabulary) so that ``doctor``
 works in any environment that has envbuilder's declared dependencies.
 """
 
@@ -14,8 +15,20 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+# The check vocabulary is the suite's (its record module is standard library only):
+# what a check's status, use and workaround can be is defined once, where checks are made.
+from envbuilder.conformance._record import (
+    IMPLS,
+    STATUSES,
+    USES,
+    WORKAROUNDS,
+    Impl,
+    Status,
+    Use,
+    Workaround,
+)
+
 __all__ = [
-    "CHECK_STATUSES",
     "COMPAT_SCHEMA",
     "DEFAULT_LOCKFILE",
     "INSTALLABLE",
@@ -24,7 +37,6 @@ __all__ = [
     "VERDICTS",
     "VERDICT_RANK",
     "CheckOutcome",
-    "CheckStatus",
     "CompatLock",
     "DriverTable",
     "Entry",
@@ -90,12 +102,6 @@ VERDICTS: tuple[VerdictName, ...] = (
 INSTALLABLE: frozenset[VerdictName] = frozenset({"verified", "verified-with-workaround"})
 VERDICT_RANK: dict[str, int] = {v: i for i, v in enumerate(VERDICTS)}
 
-Use = Literal["inference", "inference-compiled", "training", "training-compiled"]
-#: What a check can speak for, in the order results files list them and the lockfile records them.
-USES: tuple[Use, ...] = ("inference", "inference-compiled", "training", "training-compiled")
-
-CheckStatus = Literal["pass", "fail", "skip", "error", "timeout", "invalid"]
-CHECK_STATUSES: tuple[CheckStatus, ...] = ("pass", "fail", "skip", "error", "timeout", "invalid")
 
 #: A value in a check's ``numbers`` (JSON scalars; non-finite floats are kept as their names).
 Scalar = float | int | str | bool | None
@@ -113,7 +119,7 @@ class WorkaroundChoice:
     """The workaround a verdict relies on for one failed direct check, and what it cost there."""
 
     check: str  # the failed direct gate check
-    workaround: str  # e.g. "dynamo-disable", "sdpa-under-compile"
+    workaround: Workaround
     evidence: tuple[str, ...]  # the workaround checks that passed on that check's case
     graph_breaks: int | None  # None: not measured (results/1)
     step_ms: float | None
@@ -122,7 +128,7 @@ class WorkaroundChoice:
     def from_json(cls, data: Mapping[str, Any]) -> WorkaroundChoice:
         return cls(
             check=data["check"],
-            workaround=data["workaround"],
+            workaround=_one_of(data["workaround"], WORKAROUNDS, "workaround"),
             evidence=tuple(data.get("evidence", ())),
             graph_breaks=data.get("graph_breaks"),
             step_ms=data.get("step_ms"),
@@ -136,7 +142,7 @@ class WorkaroundOption:
     ``keeps_xformers``: the user's code still calls xformers (``dynamo-disable``); otherwise
     it replaces xformers (the SDPA ones) and is an answer, not a workaround of xformers."""
 
-    workaround: str
+    workaround: Workaround
     keeps_xformers: bool
     fixes: tuple[str, ...]  # the failed direct gate checks it passed on, sorted
     graph_breaks: int | None  # the most over those cases; None: some case did not measure it
@@ -145,7 +151,7 @@ class WorkaroundOption:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WorkaroundOption:
         return cls(
-            workaround=data["workaround"],
+            workaround=_one_of(data["workaround"], WORKAROUNDS, "workaround"),
             keeps_xformers=bool(data["keeps_xformers"]),
             fixes=tuple(data.get("fixes", ())),
             graph_breaks=data.get("graph_breaks"),
@@ -194,6 +200,10 @@ def _one_of(value: Any, allowed: tuple[str, ...], what: str) -> Any:
     if value not in allowed:
         raise ValueError(f"{what} {value!r} is not one of {', '.join(allowed)}")
     return value
+
+
+def _optional_one_of(value: Any, allowed: tuple[str, ...], what: str) -> Any:
+    return None if value is None else _one_of(value, allowed, what)
 
 
 def use_verdicts_from_json(data: Any) -> tuple[UseVerdict, ...]:
@@ -341,11 +351,11 @@ class CheckOutcome:
 
     name: str
     group: str
-    status: CheckStatus
+    status: Status
     reason: str
     gate: bool
-    impl: str | None
-    workaround: str | None
+    impl: Impl | None
+    workaround: Workaround | None
     numbers: Mapping[str, Scalar]
     duration_s: float | None
     uses: tuple[Use, ...] | None = None
@@ -384,11 +394,11 @@ class CheckOutcome:
         return cls(
             name=data["name"],
             group=data["group"],
-            status=_one_of(data["status"], CHECK_STATUSES, "check status"),
+            status=_one_of(data["status"], STATUSES, "check status"),
             reason=data.get("reason", ""),
             gate=bool(data.get("gate", False)),
-            impl=data.get("impl"),
-            workaround=data.get("workaround"),
+            impl=_optional_one_of(data.get("impl"), IMPLS, "impl"),
+            workaround=_optional_one_of(data.get("workaround"), WORKAROUNDS, "workaround"),
             numbers=dict(data.get("numbers") or {}),
             duration_s=data.get("duration_s"),
             uses=None if uses is None else tuple(u for u in USES if u in uses),

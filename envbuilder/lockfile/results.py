@@ -53,10 +53,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from envbuilder.conformance._record import STATUSES, USES
 from envbuilder.jsondoc import NotJSON, parse
 from envbuilder.lockfile.canonical import finite
 from envbuilder.lockfile.claims import claim_problems
-from envbuilder.lockfile.model import CHECK_STATUSES, USES, CheckOutcome, RejectedResults, Run
+from envbuilder.lockfile.model import CheckOutcome, RejectedResults, Run
 from envbuilder.lockfile.verdicts import overall, run_use_verdicts
 from envbuilder.model import ResolvedCombination
 
@@ -176,7 +177,7 @@ def documented_shape(schema: str) -> dict[str, Any]:
     shape["properties"]["schema"] = {"const": schema}
     item = shape["properties"]["checks"]["items"]
     item["required"] += ["uses", "covers"]
-    item["properties"]["status"] = {"enum": list(CHECK_STATUSES)}
+    item["properties"]["status"] = {"enum": list(STATUSES)}
     item["properties"]["uses"] = {
         "type": "array",
         "items": {"enum": list(USES)},

@@ -93,16 +93,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 
-from envbuilder.conformance._record import KEEPS_XFORMERS
+from envbuilder.conformance._record import FAILED, KEEPS_XFORMERS, USES, Use, Workaround
 from envbuilder.lockfile.model import (
-    USES,
     VERDICT_RANK,
     CheckOutcome,
-    CheckStatus,
     GpuVerdict,
     LastVerified,
     Run,
-    Use,
     UseVerdict,
     Verdict,
     WorkaroundChoice,
@@ -132,12 +129,10 @@ __all__ = [
     "worst",
 ]
 
-FAILED: frozenset[CheckStatus] = frozenset({"fail", "error", "timeout", "invalid"})
 
-
-def keeps_xformers(workaround: str) -> bool:
-    """Whether the user's code still calls xformers with *workaround* applied (unknown: no)."""
-    return bool(KEEPS_XFORMERS.get(workaround, False))  # type: ignore[call-overload]
+def keeps_xformers(workaround: Workaround) -> bool:
+    """Whether the user's code still calls xformers with *workaround* applied."""
+    return KEEPS_XFORMERS[workaround]
 
 
 def torch_alone_id(combination_id: str) -> str | None:
@@ -160,7 +155,7 @@ def workarounds_that_work(
     checks: Sequence[CheckOutcome], failed: CheckOutcome
 ) -> list[WorkaroundChoice]:
     """Every workaround whose checks covering *failed* all passed, with its cost there."""
-    by_name: dict[str, list[CheckOutcome]] = {}
+    by_name: dict[Workaround, list[CheckOutcome]] = {}
     for check in checks:
         if check.workaround is not None and covers(check, failed):
             by_name.setdefault(check.workaround, []).append(check)
@@ -205,7 +200,7 @@ def _worst_cost(values: Sequence[float | int | None]) -> float | int | None:
 def options(working: Iterable[WorkaroundChoice]) -> tuple[WorkaroundOption, ...]:
     """Per workaround name, the failed checks it works on and its worst cost over them;
     cheapest first (graph breaks, then step time, unmeasured last, then name)."""
-    by_name: dict[str, list[WorkaroundChoice]] = {}
+    by_name: dict[Workaround, list[WorkaroundChoice]] = {}
     for choice in working:
         by_name.setdefault(choice.workaround, []).append(choice)
     out = []
@@ -227,7 +222,7 @@ def options(working: Iterable[WorkaroundChoice]) -> tuple[WorkaroundOption, ...]
 
 def _merged_options(verdicts: Iterable[Verdict]) -> tuple[WorkaroundOption, ...]:
     """The options of several verdicts (several uses or GPUs), each workaround once."""
-    merged: dict[str, list[WorkaroundOption]] = {}
+    merged: dict[Workaround, list[WorkaroundOption]] = {}
     for v in verdicts:
         for o in v.options:
             merged.setdefault(o.workaround, []).append(o)

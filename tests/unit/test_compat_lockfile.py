@@ -126,7 +126,7 @@ def test_per_use_verdicts(workdir: Path, combination: str) -> None:
     assert got == PER_USE[combination]
     # the workaround named keeps xformers; every verified one is listed, cheapest first
     for u in entry.uses:
-        listed = {o.workaround: o.keeps_xformers for o in u.verdict.options}
+        listed: dict[str, bool] = {o.workaround: o.keeps_xformers for o in u.verdict.options}
         assert all(listed[w] for w in u.verdict.workarounds)
     assert [u.use for u in entry.gpus[0].uses] == list(PER_USE[combination])
     # the overall verdict is the worst use's

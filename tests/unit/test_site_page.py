@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.conformance._record import Impl
 from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY
 from envbuilder.lockfile.model import USES, CheckOutcome, CompatLock
 from envbuilder.publish.plots import (
@@ -69,7 +70,7 @@ def test_a_chart_says_each_ratio_in_words() -> None:
     assert "×1.90" not in svg  # no bare ratio to decode
 
 
-def _timed(impl: str, name: str, numbers: dict[str, float]) -> CheckOutcome:
+def _timed(impl: Impl, name: str, numbers: dict[str, float]) -> CheckOutcome:
     return CheckOutcome(
         name=f"performance.{impl}.{name}",
         group="performance",

@@ -6,12 +6,10 @@ from dataclasses import replace
 
 import pytest
 
+from envbuilder.conformance._record import USES, Status, Use, Workaround
 from envbuilder.lockfile.model import (
-    USES,
     CheckOutcome,
-    CheckStatus,
     Run,
-    Use,
     UseVerdict,
     Verdict,
     VerdictName,
@@ -37,10 +35,10 @@ IC: tuple[Use, ...] = ("inference-compiled",)
 
 def check(
     name: str,
-    status: CheckStatus = "pass",
+    status: Status = "pass",
     *,
     gate: bool = True,
-    workaround: str | None = None,
+    workaround: Workaround | None = None,
     uses: tuple[Use, ...] | None = None,
     covers: str | None = None,
     numbers: dict[str, float | int] | None = None,
@@ -63,8 +61,8 @@ def check(
 
 def fix(
     covered: str,
-    workaround: str,
-    status: CheckStatus = "pass",
+    workaround: Workaround,
+    status: Status = "pass",
     *,
     uses: tuple[Use, ...] = TC,
     breaks: int | None = None,
@@ -315,44 +313,47 @@ def test_use_verdict(
         (
             [
                 fix(BIAS_C, "dynamo-disable", breaks=2, ms=1.0),
-                fix(BIAS_C, "sdpa", breaks=0, ms=9.0),
+                fix(BIAS_C, "sdpa-under-compile", breaks=0, ms=9.0),
             ],
-            "sdpa",
+            "sdpa-under-compile",
         ),
         # equal breaks: the faster step
         (
             [
                 fix(BIAS_C, "dynamo-disable", breaks=0, ms=3.0),
-                fix(BIAS_C, "sdpa", breaks=0, ms=2.0),
+                fix(BIAS_C, "sdpa-under-compile", breaks=0, ms=2.0),
             ],
-            "sdpa",
+            "sdpa-under-compile",
         ),
         # equal cost: the name decides, whatever the order they were recorded in
         (
             [
-                fix(BIAS_C, "sdpa", breaks=0, ms=2.0),
+                fix(BIAS_C, "sdpa-under-compile", breaks=0, ms=2.0),
                 fix(BIAS_C, "dynamo-disable", breaks=0, ms=2.0),
             ],
             "dynamo-disable",
         ),
         # an unmeasured cost sorts after a measured one
-        ([fix(BIAS_C, "a-unmeasured"), fix(BIAS_C, "z-measured", breaks=5, ms=50.0)], "z-measured"),
+        (
+            [fix(BIAS_C, "dynamo-disable"), fix(BIAS_C, "sdpa-under-compile", breaks=5, ms=50.0)],
+            "sdpa-under-compile",
+        ),
         # one that failed is never chosen, however cheap
         (
             [
-                fix(BIAS_C, "cheap", "fail", breaks=0, ms=0.1),
-                fix(BIAS_C, "dear", breaks=9, ms=90.0),
+                fix(BIAS_C, "dynamo-disable", "fail", breaks=0, ms=0.1),
+                fix(BIAS_C, "sdpa-under-compile", breaks=9, ms=90.0),
             ],
-            "dear",
+            "sdpa-under-compile",
         ),
         # several checks of one workaround on the case: its cost is the worst of them
         (
             [
-                fix(BIAS_C, "a", breaks=0, ms=1.0),
-                fix(BIAS_C, "a", breaks=3, ms=1.0, suffix=".fullgraph_off"),
-                fix(BIAS_C, "b", breaks=1, ms=5.0),
+                fix(BIAS_C, "dynamo-disable", breaks=0, ms=1.0),
+                fix(BIAS_C, "dynamo-disable", breaks=3, ms=1.0, suffix=".fullgraph_off"),
+                fix(BIAS_C, "sdpa-under-compile", breaks=1, ms=5.0),
             ],
-            "b",
+            "sdpa-under-compile",
         ),
     ],
 )
@@ -373,7 +374,11 @@ def test_the_cheapest_working_workaround_is_listed_first(
 def test_cheapest_of_nothing_is_none() -> None:
     assert cheapest([]) is None
     choice = WorkaroundChoice(
-        check="c", workaround="w", evidence=("c.w",), graph_breaks=0, step_ms=1.0
+        check="c",
+        workaround="dynamo-disable",
+        evidence=("c.dynamo_disable",),
+        graph_breaks=0,
+        step_ms=1.0,
     )
     assert cheapest([choice]) == choice
 
@@ -635,8 +640,8 @@ def test_agreeing_runs_of_one_gpu_are_described_by_the_one_with_most_evidence() 
 
 # ---- workarounds that keep xformers and those that replace it ------------------------------
 
-KEEP = "dynamo-disable"  # the user's code still calls xformers
-REPLACE = "sdpa-under-compile"  # the user's code calls SDPA instead
+KEEP: Workaround = "dynamo-disable"  # the user's code still calls xformers
+REPLACE: Workaround = "sdpa-under-compile"  # the user's code calls SDPA instead
 
 
 @pytest.mark.parametrize(
@@ -650,15 +655,13 @@ REPLACE = "sdpa-under-compile"  # the user's code calls SDPA instead
         ({BIAS_C: [KEEP], PAD_C: [REPLACE]}, "xformers-unusable", (KEEP, REPLACE)),
         ({BIAS_C: [REPLACE], PAD_C: [REPLACE]}, "xformers-unusable", (REPLACE,)),
         ({BIAS_C: ["sdpa-instead"], PAD_C: [KEEP]}, "xformers-unusable", (KEEP, "sdpa-instead")),
-        # a name outside the vocabulary is not taken to keep xformers
-        ({BIAS_C: ["something-new"], PAD_C: [KEEP]}, "xformers-unusable", (KEEP, "something-new")),
         # a failing check with no working workaround at all: broken, whatever else works
         ({BIAS_C: [REPLACE], PAD_C: []}, "broken", ()),
         ({BIAS_C: [KEEP], PAD_C: []}, "broken", ()),
     ],
 )
 def test_keeping_xformers_or_replacing_it(
-    working: dict[str, list[str]], verdict: VerdictName, workarounds: tuple[str, ...]
+    working: dict[str, list[Workaround]], verdict: VerdictName, workarounds: tuple[str, ...]
 ) -> None:
     checks = [*BASE, check(BIAS_C, "fail", uses=TC), check(PAD_C, "fail", uses=TC)]
     for covered, names in working.items():
@@ -689,3 +692,12 @@ def test_xformers_unusable_ranks_between_a_workaround_and_no_evidence() -> None:
 )
 def test_the_torch_alone_combination(combination: str, alone: str | None) -> None:
     assert torch_alone_id(combination) == alone
+
+
+def test_a_workaround_outside_the_suites_vocabulary_is_refused_when_read() -> None:
+    """The lockfile's workaround names are the suite's (`KEEPS_XFORMERS` says which keep
+    xformers): a name the suite never made cannot be ranked as keeping or replacing it."""
+    data = {"name": f"{BIAS_C}.x", "group": "compile", "status": "pass"}
+    assert CheckOutcome.from_json({**data, "workaround": "dynamo-disable"}).workaround == KEEP
+    with pytest.raises(ValueError, match="workaround 'something-new' is not one of"):
+        CheckOutcome.from_json({**data, "workaround": "something-new"})
