@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from envbuilder.docker.plan import image_tag
 from envbuilder.errors import InputError
 from envbuilder.model import Combination, Resolution
 
@@ -160,7 +159,7 @@ def plan_jobs(
                 )
                 continue
             if answer.lock_sha256:
-                image = image_tag(combination.id, answer.lock_sha256)
+                image = combination.image_tag(answer.lock_sha256)
             source_build = answer.source_build is not None
         targets: list[tuple[str, tuple[str, ...]]] = (
             [(name, tuple(labels)) for name, labels in gpus.items()]

@@ -8,12 +8,17 @@ never the resolver's internals.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from envbuilder.errors import InputError
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: One path component of an image repository name, as the registry API defines it.
+_REPO_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 
 __all__ = [
     "RESOLUTION_SCHEMA",
@@ -31,9 +36,12 @@ __all__ = [
     "Status",
     "XformersSource",
     "build_lock_filename",
+    "image_tag",
     "legacy_build_lock_filename",
     "load_resolution",
     "lock_filename",
+    "requirements_filename",
+    "results_filename",
     "suite_lock_filename",
     "suite_requirements_filename",
 ]
@@ -94,6 +102,25 @@ class Combination:
     xformers_source: XformersSource = "never"
     #: TORCH_CUDA_ARCH_LIST entries a source build compiles for ("9.0", "10.0+PTX"), sorted
     cuda_archs: tuple[str, ...] = ()
+
+    @property
+    def lock_file(self) -> str:
+        """``pylock.<name>.toml``: its lock (`lock_filename`)."""
+        return lock_filename(self.id)
+
+    @property
+    def requirements_file(self) -> str:
+        """``requirements.<id>.txt``: its lock for ``pip install --require-hashes``."""
+        return requirements_filename(self.id)
+
+    @property
+    def results_file(self) -> str:
+        """``<id>.json``: the conformance suite's results for it."""
+        return results_filename(self.id)
+
+    def image_tag(self, lock_sha256: str) -> str:
+        """The image built from its lock of *lock_sha256* (`image_tag`)."""
+        return image_tag(self.id, lock_sha256)
 
     def fields_for_labels(self) -> dict[str, str]:
         return {
@@ -317,6 +344,16 @@ def lock_filename(combination_id: str) -> str:
     return f"pylock.{combination_id.replace('.', '_')}.toml"
 
 
+def requirements_filename(combination_id: str) -> str:
+    """``requirements.<id>.txt``: a combination's lock for ``pip install --require-hashes``."""
+    return f"requirements.{combination_id}.txt"
+
+
+def results_filename(combination_id: str) -> str:
+    """``<id>.json``: the conformance suite's results for a combination."""
+    return f"{combination_id}.json"
+
+
 def suite_lock_filename(combination_id: str) -> str:
     """The suite group's ``pylock.<name>-suite.toml``: ``<name>`` as in `lock_filename`,
     and ``-suite`` rather than ``.suite`` since PEP 751 allows no dot in it."""
@@ -338,6 +375,18 @@ def legacy_build_lock_filename(combination_id: str) -> str:
 def suite_requirements_filename(combination_id: str) -> str:
     """``requirements.<id>.suite.txt``: the suite group for ``pip install --require-hashes``."""
     return f"requirements.{combination_id}.suite.txt"
+
+
+def image_tag(combination_id: str, lock_sha256: str) -> str:
+    """``envbuilder/<id>:<first 12 of the lock's sha256>``: the image built from that lock."""
+    if not _SHA256.match(lock_sha256):
+        raise InputError(f"lock sha256 {lock_sha256!r} is not 64 lowercase hex digits")
+    if not _REPO_COMPONENT.match(combination_id):
+        raise InputError(
+            f"combination id {combination_id!r} cannot name an image repository "
+            "(lowercase letters, digits and single '.', '_' or '-' separators)"
+        )
+    return f"envbuilder/{combination_id}:{lock_sha256[:12]}"
 
 
 def load_resolution(path: Path) -> Resolution:

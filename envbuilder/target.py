@@ -2,7 +2,8 @@
 
 The one home of the vocabulary every stage shares: `Target` (its wheel
 tags, its marker environment and uv's spelling of its platform), `CudaTag`
-(``cu121`` <-> CUDA ``12.1``, the one parser of both spellings) and the
+(``cu121`` <-> CUDA ``12.1``, the one parser of both spellings), the CUDA
+runtime wheels (what they are called, where they put ``libcudart``) and the
 patterns a Python version and a platform tag must match. Everything here
 is pure: the target is an argument, never the host.
 """
@@ -10,17 +11,25 @@ is pure: the target is an argument, never the host.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 __all__ = [
     "PLATFORM_TAG",
     "PYTHON_VERSION",
     "CudaTag",
     "Target",
+    "cuda_runtime_library_dir",
+    "cuda_runtime_projects",
     "cuda_tag_of",
+    "library_path",
+    "names_cuda_runtime",
     "normalise_cuda",
 ]
 
@@ -98,6 +107,65 @@ def cuda_tag_of(torch_cuda: str | None) -> str:
     """``torch.version.cuda`` as a combination's ``cuda`` field: ``13.0`` -> ``cu130``,
     None (a CPU build) -> ``cpu``."""
     return CudaTag.from_version(torch_cuda).tag if torch_cuda else "cpu"
+
+
+def cuda_runtime_projects(major: int) -> tuple[str, ...]:
+    """Where a CUDA major's runtime (``libcudart.so.<major>``) is published, in the order tried.
+
+    CUDA 12's is ``nvidia-cuda-runtime-cu12``; CUDA 13's is ``nvidia-cuda-runtime``
+    (13.0.x, ...), while ``nvidia-cuda-runtime-cu13`` holds only a placeholder release.
+    Only a release of the wanted major.minor counts, so a placeholder is never chosen.
+    """
+    return (f"nvidia-cuda-runtime-cu{major}", "nvidia-cuda-runtime")
+
+
+_SUFFIXED_RUNTIME = re.compile(r"nvidia-cuda-runtime-cu\d+")
+
+
+def names_cuda_runtime(project: str) -> bool:
+    """Whether a requirement on *project* pins a CUDA runtime release: the runtime wheels
+    (`cuda_runtime_projects`) or ``cuda-toolkit``, which newer torch releases pin instead."""
+    name = canonicalize_name(project)
+    return name in ("nvidia-cuda-runtime", "cuda-toolkit") or bool(
+        _SUFFIXED_RUNTIME.fullmatch(name)
+    )
+
+
+def cuda_runtime_library_dir(requirement: str) -> str | None:
+    """Where the CUDA runtime wheel *requirement* pins puts its shared libraries, under
+    site-packages; None for another project, or ``nvidia-cuda-runtime`` without a pinned
+    release (its directory is named after the CUDA major: ``==13.0.96`` -> ``nvidia/cu13/lib``)."""
+    try:
+        req = Requirement(requirement)
+    except InvalidRequirement:
+        return None
+    name = canonicalize_name(req.name)
+    if _SUFFIXED_RUNTIME.fullmatch(name):
+        return "nvidia/cuda_runtime/lib"
+    if name != "nvidia-cuda-runtime":
+        return None
+    for spec in req.specifier:
+        if spec.operator in ("==", "==="):
+            try:
+                return f"nvidia/cu{Version(spec.version.removesuffix('.*')).major}/lib"
+            except InvalidVersion:
+                continue
+    return None
+
+
+def library_path(extra_runtime: Iterable[str], *, python: str, venv: str = "/opt/venv") -> str:
+    """``LD_LIBRARY_PATH`` for the CUDA runtimes the resolver added (``add-cuda-runtime``).
+
+    torch preloads only the CUDA libraries of its own build; an extension built
+    for another CUDA major (xformers for CUDA 12 beside a CUDA 13 torch) finds
+    ``libcudart.so.12`` only through the loader's path.
+    """
+    dirs = [
+        f"{venv}/lib/python{python}/site-packages/{found}"
+        for requirement in extra_runtime
+        if (found := cuda_runtime_library_dir(requirement)) is not None
+    ]
+    return ":".join(dict.fromkeys(dirs))
 
 
 def _platform_arch(platform: str) -> tuple[tuple[int, int] | None, str]:

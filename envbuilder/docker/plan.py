@@ -27,7 +27,9 @@ from typing import Literal
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from envbuilder.errors import InputError
+from envbuilder.model import image_tag
 from envbuilder.pylock import packages, read_lock, requirements_text
+from envbuilder.target import library_path
 
 __all__ = [
     "GROUPS",
@@ -60,8 +62,6 @@ _OWN_CADENCE = (
 )
 _TORCH_PROJECTS = frozenset({"torch", "triton", "pytorch-triton"})
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-#: One path component of an image repository name, as the registry API defines it.
-_REPO_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,44 +134,6 @@ def with_built_wheel(
 def install_requirements(wheels: Sequence[LockedWheel]) -> str:
     """A ``pip install --require-hashes --no-deps`` requirements file for exactly these wheels."""
     return requirements_text(((f"{w.name}=={w.version}", w.sha256) for w in wheels), wrap=False)
-
-
-#: Where a CUDA runtime wheel puts its shared libraries, under site-packages; ``{major}`` is
-#: the CUDA major of the pinned release (``nvidia-cuda-runtime==13.0.96``: ``nvidia/cu13/lib``).
-_RUNTIME_LIBRARY_DIRS = {
-    re.compile(r"^nvidia-cuda-runtime-cu(\d+)$"): "nvidia/cuda_runtime/lib",
-    re.compile(r"^nvidia-cuda-runtime$"): "nvidia/cu{major}/lib",
-}
-
-
-def library_path(extra_runtime: Sequence[str], *, python: str, venv: str = "/opt/venv") -> str:
-    """``LD_LIBRARY_PATH`` for the CUDA runtimes the resolver added (``add-cuda-runtime``).
-
-    torch preloads only the CUDA libraries of its own build; an extension built
-    for another CUDA major (xformers for CUDA 12 beside a CUDA 13 torch) finds
-    ``libcudart.so.12`` only through the loader's path.
-    """
-    dirs: list[str] = []
-    for requirement in extra_runtime:
-        name = canonicalize_name(re.split(r"[=<>!~; \[]", requirement, maxsplit=1)[0])
-        for pattern, subdir in _RUNTIME_LIBRARY_DIRS.items():
-            pin = re.search(r"==\s*(\d+)\.", requirement)
-            if pattern.match(name) and (pin or "{major}" not in subdir):
-                found = subdir.format(major=pin.group(1) if pin else "")
-                dirs.append(f"{venv}/lib/python{python}/site-packages/{found}")
-    return ":".join(dict.fromkeys(dirs))
-
-
-def image_tag(combination_id: str, lock_sha256: str) -> str:
-    """``envbuilder/<id>:<first 12 of the lock's sha256>``."""
-    if not _SHA256.match(lock_sha256):
-        raise InputError(f"lock sha256 {lock_sha256!r} is not 64 lowercase hex digits")
-    if not _REPO_COMPONENT.match(combination_id):
-        raise InputError(
-            f"combination id {combination_id!r} cannot name an image repository "
-            "(lowercase letters, digits and single '.', '_' or '-' separators)"
-        )
-    return f"envbuilder/{combination_id}:{lock_sha256[:12]}"
 
 
 def load_lock(data: bytes, *, source: Path, python: str | None = None) -> tuple[LockedWheel, ...]:

@@ -39,6 +39,7 @@ from envbuilder.lockfile.interpreter import Interpreter
 from envbuilder.lockfile.model import INSTALLABLE, CompatLock, Entry, Use, Verdict
 from envbuilder.lockfile.runtime_path import announce
 from envbuilder.settings import Settings
+from envbuilder.target import library_path
 
 __all__ = ["install"]
 
@@ -346,8 +347,6 @@ def runtime_line(entry: Entry, prefix: str) -> str | None:
     extension needs, prepended to what is there (never replacing it)."""
     if not entry.extra_runtime:
         return None
-    from envbuilder.docker.plan import library_path
-
     path = library_path(entry.extra_runtime, python=entry.python, venv=prefix)
     if not path:
         return None

@@ -49,9 +49,9 @@ from envbuilder.resolve.wheels import (
     sdist_version,
     torch_requirement,
 )
-from envbuilder.target import CudaTag, Target
+from envbuilder.target import CudaTag, Target, cuda_runtime_projects
 
-__all__ = ["Decision", "cuda_runtime_projects", "decide", "target_of"]
+__all__ = ["Decision", "decide", "target_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -524,17 +524,17 @@ class _Steps:
                 )
             case "major":
                 assert record.cuda is not None and torch.cuda is not None
-                major = record.cuda.split(".")[0]
+                built_cuda = CudaTag.from_version(record.cuda)
+                major = built_cuda.major
                 problem = (
                     f"xformers {xformers.version} was built for {built} with CUDA {record.cuda}, "
                     f"but torch {torch.version} is built with CUDA {torch.cuda}: "
                     f"xformers' C++/CUDA extension needs libcudart.so.{major}, which this torch does not bring"
                 )
-                runtime = self._cuda_runtime(record.cuda)
+                runtime = self._cuda_runtime(built_cuda)
                 if runtime is None:
-                    mm = ".".join(record.cuda.split(".")[:2])
                     raise _Unsatisfiable(
-                        f"{problem}; no CUDA {mm} runtime wheel for {self.target.describe()} "
+                        f"{problem}; no CUDA {built_cuda.version} runtime wheel for {self.target.describe()} "
                         f"on the default index (looked for "
                         f"{', '.join(cuda_runtime_projects(major))}), so add-cuda-runtime "
                         "cannot add one"
@@ -544,33 +544,22 @@ class _Steps:
                 self.found.extra_runtime.append(runtime)
                 self.found.notes.append(f"{problem}; added {runtime} (add-cuda-runtime = true)")
 
-    def _cuda_runtime(self, cuda: str) -> str | None:
+    def _cuda_runtime(self, cuda: CudaTag) -> str | None:
         """The newest CUDA runtime wheel of the build's major.minor for the target on the
         default index, from the first of `cuda_runtime_projects` that has one."""
-        major, minor = cuda.split(".")[:2]
         url = self.found.indexes[0].url
-        for project in cuda_runtime_projects(major):
+        for project in cuda_runtime_projects(cuda.major):
             best: Version | None = None
             for file in self.evidence.page(url, project, "simple"):
                 if file.yanked or (version := file_version(file.filename, project)) is None:
                     continue
                 tags = parse_wheel_filename(file.filename)[3]
                 fits = any(t in self.target.tag_priority for t in tags)
-                if fits and version.release[:2] == (int(major), int(minor)):
+                if fits and version.release[:2] == (cuda.major, cuda.minor):
                     best = version if best is None or version > best else best
             if best is not None:
                 return f"{project}=={best}"
         return None
-
-
-def cuda_runtime_projects(major: str) -> tuple[str, ...]:
-    """Where a CUDA major's runtime (``libcudart.so.<major>``) is published, in the order tried.
-
-    CUDA 12's is ``nvidia-cuda-runtime-cu12``; CUDA 13's is ``nvidia-cuda-runtime``
-    (13.0.x, ...), while ``nvidia-cuda-runtime-cu13`` holds only a placeholder release.
-    Only a release of the wanted major.minor counts, so a placeholder is never chosen.
-    """
-    return (f"nvidia-cuda-runtime-cu{major}", "nvidia-cuda-runtime")
 
 
 def _requirements(lines: Sequence[str], where: str) -> list[Requirement]:

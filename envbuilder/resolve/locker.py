@@ -139,9 +139,7 @@ def lock_group(
     for d in members:
         pinned = d.pins()
         inputs = lock_inputs(d.closure_requirements(), d.target, d.indexes, pinned)
-        existing = _existing_lock(
-            (settings.out_dir / lock_filename(d.combination.id),), inputs, settings
-        )
+        existing = _existing_lock((settings.out_dir / d.combination.lock_file,), inputs, settings)
         if existing is not None:
             results[d.combination.id] = _write(d, *existing, inputs=inputs, settings=settings)
         elif settings.offline:
@@ -530,8 +528,8 @@ def _write(
 ) -> ResolvedCombination:
     c = d.combination
     out = settings.out_dir
-    lock_path = out / lock_filename(c.id)
-    req_path = out / f"requirements.{c.id}.txt"
+    lock_path = out / c.lock_file
+    req_path = out / c.requirements_file
     try:
         if lock is None:
             lock = read_lock(text, source=lock_path)

@@ -22,7 +22,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.model import BuildRecord, CudaSource, Rejection
-from envbuilder.target import CudaTag, Target
+from envbuilder.target import CudaTag, Target, names_cuda_runtime
 
 __all__ = [
     "CudaComparison",
@@ -41,8 +41,6 @@ __all__ = [
     "sdist_version",
     "torch_requirement",
 ]
-
-_CUDA_RUNTIME_NAMES = re.compile(r"^(nvidia-cuda-runtime(-cu\d+)?|cuda-toolkit)$")
 
 
 class WheelFile(Protocol):
@@ -285,7 +283,7 @@ def cuda_from_requirements(requirements: Sequence[Requirement], target: Target) 
     newer releases, ``cuda-toolkit[...]==13.0.2``. No such pin: a CPU build.
     """
     for req in requirements:
-        if not _CUDA_RUNTIME_NAMES.match(canonicalize_name(req.name)):
+        if not names_cuda_runtime(req.name):
             continue
         if not _applies(req, target.marker_environment):
             continue

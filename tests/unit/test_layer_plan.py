@@ -12,14 +12,13 @@ from envbuilder.docker.plan import (
     GROUPS,
     LockedWheel,
     group_of,
-    image_tag,
     install_requirements,
-    library_path,
     load_lock,
     plan_layers,
 )
 from envbuilder.errors import InputError
-from envbuilder.model import ResolvedCombination, ResolvedTorch
+from envbuilder.model import ResolvedCombination, ResolvedTorch, image_tag
+from envbuilder.target import library_path
 
 SHA_A = "a" * 64
 SHA_B = "b" * 64
@@ -335,6 +334,25 @@ def test_an_unresolved_combination_has_no_image(tmp_path: Path, status: str) -> 
             "/opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib",
         ),
         (("some-other-package==1.0",), "3.12", ""),
+        # an unpinned nvidia-cuda-runtime names no CUDA major, so no directory
+        (("nvidia-cuda-runtime>=13",), "3.12", ""),
+        # a wildcard pin names its major; several runtimes, each directory once
+        (
+            (
+                "nvidia-cuda-runtime==13.*",
+                "nvidia-cuda-runtime-cu12==12.8.90",
+                "nvidia-cuda-runtime==13.0.96",
+            ),
+            "3.12",
+            "/opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib:"
+            "/opt/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib",
+        ),
+        # a requirement with extras and a marker is read, not split by hand
+        (
+            ('nvidia-cuda-runtime-cu12[x] ==12.8.90; sys_platform == "linux"',),
+            "3.12",
+            "/opt/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib",
+        ),
     ],
 )
 def test_an_added_cuda_runtime_is_put_on_the_loader_path(

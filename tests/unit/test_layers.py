@@ -6,13 +6,19 @@
 - ``lockfile/``'s readers (what ``query``, ``export`` and the site load)
   need no uv, no Docker SDK and no network: importing them loads none.
 - ``commands/`` is the top: nothing below imports it.
+- The stages import down the pipeline, never sideways or back (`STAGE_RULES`):
+  ``lockfile/`` reads records, not the resolver, Docker or the index (and of the
+  suite only its stdlib record module, the home of the check vocabulary);
+  ``ghmatrix`` plans jobs without Docker; ``index/`` serves the resolver and
+  knows nothing of it. Each rule is seen rejecting an injected import.
 """
 
 from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -48,7 +54,18 @@ def _imports(module: str, *, at_import_time: bool) -> Iterator[tuple[str, bool]]
     """(imported module, optional) for every import of ``module``; with
     ``at_import_time``, only those that run when the module is imported."""
     path = MODULES[module]
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    yield from _imports_of(
+        tree, module, is_package=path.name == "__init__.py", at_import_time=at_import_time
+    )
+
+
+def _imports_of(
+    tree: ast.AST, module: str, *, is_package: bool, at_import_time: bool
+) -> Iterator[tuple[str, bool]]:
+    """`_imports` of a parsed module: ``from package import submodule`` names the
+    submodule (and the package only when a name taken from it is not a module)."""
+    package = module if is_package else module.rpartition(".")[0]
 
     def visit(node: ast.AST, optional: bool) -> Iterator[tuple[str, bool]]:
         if at_import_time and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -63,10 +80,10 @@ def _imports(module: str, *, at_import_time: bool) -> Iterator[tuple[str, bool]]
                 name = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 name = node.module or ""
-            yield name, optional
-            for alias in node.names:
-                if f"{name}.{alias.name}" in MODULES:
-                    yield f"{name}.{alias.name}", optional
+            submodules = [f"{name}.{a.name}" for a in node.names if f"{name}.{a.name}" in MODULES]
+            if len(submodules) < len(node.names):
+                yield name, optional
+            yield from ((m, optional) for m in submodules)
         if isinstance(node, ast.Try) and _catches_import_errors(node):
             for child in node.body:
                 yield from visit(child, True)
@@ -77,7 +94,7 @@ def _imports(module: str, *, at_import_time: bool) -> Iterator[tuple[str, bool]]
         for inner in ast.iter_child_nodes(node):
             yield from visit(inner, optional)
 
-    yield from visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    yield from visit(tree, False)
 
 
 def _loaded_by(module: str) -> set[str]:
@@ -134,3 +151,114 @@ def test_nothing_below_the_commands_imports_them(module: str) -> None:
         if name.startswith("envbuilder.commands")
     }
     assert upward == set()
+
+
+@dataclass(frozen=True)
+class StageRule:
+    """Modules under ``importer`` import nothing under ``forbidden`` but ``allowed``."""
+
+    importer: str
+    forbidden: str
+    allowed: frozenset[str] = frozenset()
+    why: str = ""
+
+    def applies_to(self, module: str) -> bool:
+        return _under(module, self.importer)
+
+    def rejects(self, imported: str) -> bool:
+        return _under(imported, self.forbidden) and imported not in self.allowed
+
+
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+STAGE_RULES: tuple[StageRule, ...] = (
+    StageRule("envbuilder.lockfile", "envbuilder.resolve", why="it reads resolution.json"),
+    StageRule("envbuilder.lockfile", "envbuilder.docker", why="a host has no Docker"),
+    StageRule("envbuilder.lockfile", "envbuilder.index", why="its readers need no network"),
+    StageRule(
+        "envbuilder.lockfile",
+        "envbuilder.conformance",
+        allowed=frozenset({"envbuilder.conformance._record"}),
+        why="only the suite's check vocabulary",
+    ),
+    StageRule("envbuilder.ghmatrix", "envbuilder.docker", why="it plans jobs, builds nothing"),
+    StageRule("envbuilder.index", "envbuilder.resolve", why="the resolver uses the index"),
+)
+
+
+def broken_rules(module: str, imported: Iterable[str]) -> list[str]:
+    """``module -> imported (rule)`` for each import a stage rule forbids."""
+    return [
+        f"{module} -> {name} ({rule.why})"
+        for name in sorted(set(imported))
+        for rule in STAGE_RULES
+        if rule.applies_to(module) and rule.rejects(name)
+    ]
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted(m for m in MODULES if any(rule.applies_to(m) for rule in STAGE_RULES)),
+)
+def test_stages_import_down_the_pipeline_only(module: str) -> None:
+    imported = [name for name, _ in _imports(module, at_import_time=False)]
+    assert broken_rules(module, imported) == []
+
+
+def _injected(module: str, source: str) -> list[str]:
+    """The rules broken by a module named ``module`` whose source is ``source``."""
+    tree = ast.parse(source)
+    imported = [n for n, _ in _imports_of(tree, module, is_package=False, at_import_time=False)]
+    return broken_rules(module, imported)
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "broken"),
+    [
+        # each rule, seen rejecting an import of the kind it forbids (also inside a function)
+        (
+            "envbuilder.lockfile.fake",
+            "from envbuilder.resolve.matrix import load_matrix",
+            "envbuilder.resolve.matrix",
+        ),
+        (
+            "envbuilder.lockfile.fake",
+            "def f():\n    from envbuilder.docker.plan import library_path",
+            "envbuilder.docker.plan",
+        ),
+        ("envbuilder.lockfile.fake", "import envbuilder.index.http", "envbuilder.index.http"),
+        (
+            "envbuilder.lockfile.fake",
+            "from ..conformance import runner",
+            "envbuilder.conformance.runner",
+        ),
+        (
+            "envbuilder.lockfile.fake",
+            "from envbuilder.conformance import SUITE_VERSION",
+            "envbuilder.conformance",
+        ),
+        (
+            "envbuilder.ghmatrix",
+            "from envbuilder.docker.plan import image_tag",
+            "envbuilder.docker.plan",
+        ),
+        (
+            "envbuilder.index.fake",
+            "from envbuilder.resolve import wheels",
+            "envbuilder.resolve.wheels",
+        ),
+        # and letting through what is allowed
+        ("envbuilder.lockfile.fake", "from envbuilder.conformance._record import USES", None),
+        ("envbuilder.lockfile.fake", "from envbuilder.conformance import _record", None),
+        ("envbuilder.lockfile.fake", "from envbuilder.model import Resolution", None),
+        ("envbuilder.ghmatrix", "from envbuilder.model import Combination", None),
+        ("envbuilder.resolve.fake", "from envbuilder.index.http import HttpClient", None),
+    ],
+)
+def test_each_stage_rule_rejects_an_injected_import(
+    module: str, source: str, broken: str | None
+) -> None:
+    got = _injected(module, source)
+    assert [line.split(" ")[2] for line in got] == ([broken] if broken else [])
