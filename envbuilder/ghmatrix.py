@@ -176,7 +176,7 @@ def plan_jobs(
                 MatrixJob(
                     id=combination.id,
                     python=combination.python,
-                    cuda=combination.cuda,
+                    cuda=str(combination.cuda),
                     torch=combination.torch,
                     xformers=combination.xformers or "",
                     runs_on=labels,

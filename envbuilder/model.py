@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envbuilder.errors import InputError
+from envbuilder.target import CudaBuild
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: One path component of an image repository name, as the registry API defines it.
@@ -89,7 +90,7 @@ class Combination:
 
     id: str
     python: str  # "3.11"
-    cuda: str  # "cu121" | "default" | "cpu"
+    cuda: CudaBuild  # CUDA 12.1 (str(): "cu121"), "default" or "cpu"
     torch: str  # "2.4.1"
     xformers: str | None  # "0.0.28.post1"; None = torch alone
     platform: str = "manylinux_2_28_x86_64"
@@ -126,7 +127,7 @@ class Combination:
         return {
             "id": self.id,
             "python": self.python,
-            "cuda": self.cuda,
+            "cuda": str(self.cuda),
             "torch": self.torch,
             "xformers": self.xformers or "",
             "platform": self.platform,

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Literal, TypeAlias
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags
@@ -23,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 __all__ = [
     "PLATFORM_TAG",
     "PYTHON_VERSION",
+    "CudaBuild",
     "CudaTag",
     "Target",
     "cuda_runtime_library_dir",
@@ -31,6 +33,7 @@ __all__ = [
     "library_path",
     "names_cuda_runtime",
     "normalise_cuda",
+    "parse_cuda_build",
 ]
 
 #: A CPython version as the matrix spells it: ``3.11``.
@@ -92,15 +95,29 @@ class CudaTag:
         return self.tag
 
 
-def normalise_cuda(text: str) -> str | None:
-    """A combination's ``cuda`` field: ``12.1``/``cu121`` -> ``cu121``; ``cpu`` and
-    ``default`` (whatever build the index has) as they are; None for anything else."""
-    if text in ("cpu", "default"):
-        return text
+#: What a combination asks of torch's build: a CUDA, a CPU build, or whatever build the
+#: index has (``default``). Spelled ``cu121``/``cpu``/``default`` by ``str()``.
+CudaBuild: TypeAlias = CudaTag | Literal["cpu", "default"]
+
+
+def parse_cuda_build(text: str) -> CudaBuild | None:
+    """A combination's ``cuda``: ``12.1``/``cu121`` -> CUDA 12.1; ``cpu`` and ``default``
+    as they are; None for anything else."""
+    if text == "cpu":
+        return "cpu"
+    if text == "default":
+        return "default"
     try:
-        return CudaTag.parse(text).tag
+        return CudaTag.parse(text)
     except ValueError:
         return None
+
+
+def normalise_cuda(text: str) -> str | None:
+    """`parse_cuda_build` spelled as in ids: ``12.1``/``cu121`` -> ``cu121``, ``cpu``,
+    ``default``; None for anything else."""
+    build = parse_cuda_build(text)
+    return None if build is None else str(build)
 
 
 def cuda_tag_of(torch_cuda: str | None) -> str:

@@ -49,10 +49,10 @@ def environment_mismatches(
         problems.append(
             f"torch is {torch_version!r} here, {combination.torch!r} in {combination.id}"
         )
-    elif combination.cuda != "default" and cuda_tag_of(torch_cuda) != combination.cuda:
+    elif combination.cuda != "default" and cuda_tag_of(torch_cuda) != str(combination.cuda):
         problems.append(
             f"torch here is built for {cuda_tag_of(torch_cuda)!r} (torch {torch_version!r}),"
-            f" {combination.id} needs {combination.cuda!r}"
+            f" {combination.id} needs {str(combination.cuda)!r}"
         )
     if combination.xformers is None:
         if xformers_version is not None:

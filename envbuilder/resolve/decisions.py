@@ -80,7 +80,7 @@ class Decision:
             status=status,
             reason=reason,
             python=c.python,
-            cuda=c.cuda,
+            cuda=str(c.cuda),
             platform=c.platform,
             torch=self.torch,
             xformers=self.xformers,
@@ -184,7 +184,7 @@ def decide(
     default_spec = indexes.get("default", IndexSpec(name="default", url=None))
     found.indexes.append(
         IndexArgument(
-            role="default", url=index_url(default_spec, combination.cuda, default_index_url)
+            role="default", url=index_url(default_spec, str(combination.cuda), default_index_url)
         )
     )
     status: Literal["decided", "unsatisfiable", "error"] = "decided"
@@ -229,7 +229,7 @@ class _Steps:
     found: _Findings
 
     def _index_argument(self, spec: IndexSpec) -> str:
-        url = index_url(spec, self.c.cuda, self.default_index_url)
+        url = index_url(spec, str(self.c.cuda), self.default_index_url)
         if spec.url is not None:
             arg = IndexArgument(
                 role="find-links" if spec.kind == "find-links" else "index", url=url
@@ -271,9 +271,9 @@ class _Steps:
         c = self.c
         spec = self.indexes[c.torch_index]
         candidates = self._fitting_wheels(
-            spec, "torch", c.torch, local_label=c.cuda if spec.per_cuda else None
+            spec, "torch", c.torch, local_label=str(c.cuda) if spec.per_cuda else None
         )
-        wanted_cuda = None if c.cuda in ("default", "cpu") else CudaTag.from_tag(c.cuda).version
+        wanted_cuda = c.cuda.version if isinstance(c.cuda, CudaTag) else None
         problems: list[str] = []
         for file in candidates:
             filename = file.filename

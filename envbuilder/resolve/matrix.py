@@ -34,7 +34,13 @@ from envbuilder.errors import ConfigError, InputError
 from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY
 from envbuilder.model import Combination, IndexSpec, XformersSource
 from envbuilder.resolve.selectors import select
-from envbuilder.target import PLATFORM_TAG, PYTHON_VERSION, normalise_cuda
+from envbuilder.target import (
+    PLATFORM_TAG,
+    PYTHON_VERSION,
+    CudaBuild,
+    normalise_cuda,
+    parse_cuda_build,
+)
 
 __all__ = [
     "DEFAULT_RUNNER",
@@ -91,10 +97,10 @@ _CUDA_ARCH = re.compile(r"(\d{1,2})\.(\d)([af]?)(\+PTX)?")
 
 
 def combination_id(
-    *, python: str, cuda: str, torch: str, xformers: str | None, add_cuda_runtime: bool
+    *, python: str, cuda: CudaBuild, torch: str, xformers: str | None, add_cuda_runtime: bool
 ) -> str:
     """The id ``docs/contracts.md`` fixes: ``py3.11-cu121-torch2.4.1-xformers0.0.28.post1[-cudart]``."""
-    parts = [f"py{python}", cuda, f"torch{torch}"]
+    parts = [f"py{python}", str(cuda), f"torch{torch}"]
     if xformers is not None:
         parts.append(f"xformers{xformers}")
     if add_cuda_runtime:
@@ -121,10 +127,10 @@ class Runners:
     """
 
     default: tuple[str, ...] = DEFAULT_RUNNER
-    cuda: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    cuda: Mapping[CudaBuild, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     gpus: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
-    def labels_for(self, cuda: str) -> tuple[str, ...]:
+    def labels_for(self, cuda: CudaBuild) -> tuple[str, ...]:
         return self.cuda.get(cuda, self.default)
 
 
@@ -331,8 +337,8 @@ class _Loader:
         self.problem(where, f"invalid Python version {value!r}; write it as '3.N', e.g. '3.11'")
         return None
 
-    def cuda(self, value: str, where: str) -> str | None:
-        cuda = normalise_cuda(value)
+    def cuda(self, value: str, where: str) -> CudaBuild | None:
+        cuda = parse_cuda_build(value)
         if cuda is None:
             self.problem(
                 where,
@@ -570,7 +576,7 @@ class _Loader:
         default = DEFAULT_RUNNER
         if "default" in table:
             default = tuple(self.strings(table["default"], "runners.default") or default)
-        by_cuda: dict[str, tuple[str, ...]] = {}
+        by_cuda: dict[CudaBuild, tuple[str, ...]] = {}
         for key, labels in (self.table(table.get("cuda"), "runners.cuda") or {}).items():
             where = f"runners.cuda.{key}"
             cuda = self.cuda(key, where)
@@ -670,7 +676,7 @@ class _RowBuilder:
                 subset.append(p)
         elif axis is None:
             ld.problem(where, "no Python to expand over; set axes.python or python in this pair")
-        cudas: list[str] = []
+        cudas: list[CudaBuild] = []
         for at, v in ld.located_strings(table.get("cuda", "default"), f"{where}.cuda") or []:
             c = ld.cuda(v, at)
             if c is not None:
@@ -797,7 +803,9 @@ class _RowBuilder:
                 archs.add(arch)
         return None if bad else tuple(sorted(archs, key=_arch_key))
 
-    def source_build(self, common: Mapping[str, Any], cuda: str, where: str) -> tuple[str, ...]:
+    def source_build(
+        self, common: Mapping[str, Any], cuda: CudaBuild, where: str
+    ) -> tuple[str, ...]:
         """Check a row's source-build keys; its architectures (from the matrix's GPUs
         when the row names none)."""
         ld = self.loader
@@ -839,7 +847,7 @@ class _RowBuilder:
             )
         return found
 
-    def gpu_archs(self, cuda: str) -> tuple[str, ...]:
+    def gpu_archs(self, cuda: CudaBuild) -> tuple[str, ...]:
         """The compute capabilities of the GPUs the matrix's runners name for ``cuda``."""
         names = [*self.runners.gpus, *self.runners.labels_for(cuda)]
         for labels in self.runners.gpus.values():
@@ -866,7 +874,7 @@ class _RowBuilder:
         return name if not spec.projects or project in spec.projects else "default"
 
     def row(
-        self, common: Mapping[str, Any], *, python: str, cuda: str, origin: str, where: str
+        self, common: Mapping[str, Any], *, python: str, cuda: CudaBuild, origin: str, where: str
     ) -> _Row:
         if cuda == "cpu" and common["add_cuda_runtime"]:
             self.loader.problem(
@@ -921,7 +929,7 @@ def _arch_key(arch: str) -> tuple[int, int, str]:
 
 
 def _glob_test(attr: str, patterns: Sequence[str]) -> Callable[[Combination], bool]:
-    return lambda c: any(fnmatch.fnmatchcase(getattr(c, attr) or "", p) for p in patterns)
+    return lambda c: any(fnmatch.fnmatchcase(str(getattr(c, attr) or ""), p) for p in patterns)
 
 
 def _join(where: str, key: str) -> str:

@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import InputError
 from envbuilder.model import Combination
-from envbuilder.target import PYTHON_VERSION, normalise_cuda
+from envbuilder.target import PYTHON_VERSION, parse_cuda_build
 
 __all__ = ["Selector", "parse_selector", "select"]
 
@@ -41,7 +41,7 @@ def _release_prefix(wanted: Version) -> Callable[[str | None], bool]:
 
 def _atom(text: str) -> Predicate | None:
     """One selector atom as a predicate, or None when it is not one."""
-    cuda = normalise_cuda(text)
+    cuda = parse_cuda_build(text)
     if cuda is not None:
         return lambda c: c.cuda == cuda
     if text == "cudart":

@@ -9,11 +9,12 @@ import pytest
 
 from envbuilder.lockfile.installed import environment_mismatches
 from envbuilder.model import Combination
+from envbuilder.target import CudaTag
 
 XF = Combination(
     id="py3.12-cu130-torch2.11.0-xformers0.0.35",
     python="3.12",
-    cuda="cu130",
+    cuda=CudaTag(13, 0),
     torch="2.11.0",
     xformers="0.0.35",
 )

@@ -7,6 +7,7 @@ import pytest
 from envbuilder.index.simple import DistributionFile
 from envbuilder.model import BuildRecord, Combination, IndexSpec
 from envbuilder.resolve.decisions import Decision, decide
+from envbuilder.target import parse_cuda_build
 from tests.support.evidence import DEFAULT, FakeEvidence, wheel
 
 TORCH = wheel("torch", "2.4.1")
@@ -71,7 +72,7 @@ def combination(cuda: str = "cu121", *, add_cuda_runtime: bool = False) -> Combi
     return Combination(
         id=f"py3.11-{cuda}-torch2.4.1-xformers0.0.28.post1",
         python="3.11",
-        cuda=cuda,
+        cuda=parse_cuda_build(cuda) or "default",
         torch="2.4.1",
         xformers="0.0.28.post1",
         add_cuda_runtime=add_cuda_runtime,

@@ -28,6 +28,7 @@ from envbuilder.model import (
     Status,
 )
 from envbuilder.resolve.matrix import parse_matrix
+from envbuilder.target import parse_cuda_build
 
 GPU_RUNNER = ("self-hosted", "linux", "x64", "gpu")
 
@@ -37,7 +38,12 @@ def combo(
 ) -> Combination:
     cid = f"py{python}-{cuda}-torch{torch}" + (f"-xformers{xformers}" if xformers else "")
     return Combination(
-        id=cid, python=python, cuda=cuda, torch=torch, xformers=xformers, runner=GPU_RUNNER
+        id=cid,
+        python=python,
+        cuda=parse_cuda_build(cuda) or "default",
+        torch=torch,
+        xformers=xformers,
+        runner=GPU_RUNNER,
     )
 
 
@@ -47,7 +53,7 @@ def answer(c: Combination, status: Status, lock_sha256: str | None = None) -> Re
         status=status,
         reason="" if status == "resolved" else f"no wheel of torch {c.torch} for {c.cuda}",
         python=c.python,
-        cuda=c.cuda,
+        cuda=str(c.cuda),
         platform=c.platform,
         lock_sha256=lock_sha256,
     )

@@ -22,6 +22,7 @@ from envbuilder.model import Combination, IndexSpec, ResolvedCombination
 from envbuilder.resolve.closure import ClosureError
 from envbuilder.resolve.locker import LockSettings
 from envbuilder.resolve.resolver import Resolver, ResolveSettings
+from envbuilder.target import CudaTag
 from tests.support.evidence import DEFAULT, FakeEvidence, wheel
 
 TORCHES = ("2.4.1", "2.5.1", "2.6.0", "2.7.0")
@@ -50,7 +51,9 @@ def _evidence() -> FakeEvidence:
 
 def _combinations() -> list[Combination]:
     return [
-        Combination(id=f"py{p}-cu121-torch{v}", python=p, cuda="cu121", torch=v, xformers=None)
+        Combination(
+            id=f"py{p}-cu121-torch{v}", python=p, cuda=CudaTag(12, 1), torch=v, xformers=None
+        )
         for v in TORCHES
         for p in PYTHONS
     ]

@@ -7,6 +7,7 @@ import pytest
 from envbuilder.errors import InputError
 from envbuilder.model import Combination
 from envbuilder.resolve.selectors import select
+from envbuilder.target import parse_cuda_build
 
 
 def combo(
@@ -18,7 +19,7 @@ def combo(
     return Combination(
         id="-".join(parts),
         python=python,
-        cuda=cuda,
+        cuda=parse_cuda_build(cuda) or "default",
         torch=torch,
         xformers=xformers,
         add_cuda_runtime=cudart,

@@ -32,6 +32,7 @@ from envbuilder.resolve.decisions import decide
 from envbuilder.resolve.locker import LockSettings, lock_build_group
 from envbuilder.resolve.matrix import parse_matrix
 from envbuilder.resolve.sdists import SdistInfo, compiler_projects
+from envbuilder.target import CudaTag
 from tests.support.evidence import DEFAULT, FakeEvidence, wheel
 
 TORCH = wheel("torch", "2.11.0", "cp312-cp312-manylinux_2_28_x86_64")
@@ -84,7 +85,7 @@ def row(
     return Combination(
         id="py3.12-cu130-torch2.11.0-xformers0.0.35",
         python="3.12",
-        cuda="cu130",
+        cuda=CudaTag(13, 0),
         torch="2.11.0",
         xformers="0.0.35",
         xformers_source=source,
