@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envbuilder.errors import InputError
-from envbuilder.target import CudaBuild
+from envbuilder.target import CudaBuild, CudaTag
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: One path component of an image repository name, as the registry API defines it.
@@ -139,8 +139,15 @@ class BuildRecord:
     """What ``xformers/cpp_lib.json`` says the binary was built with."""
 
     torch: str | None
-    cuda: str | None  # "12.8"
+    cuda: CudaTag | None  # written as its version, "12.8"
     arch_list: str | None  # TORCH_CUDA_ARCH_LIST, e.g. "8.0 9.0+PTX"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"torch": self.torch, "cuda": _cuda_json(self.cuda), "arch_list": self.arch_list}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BuildRecord:
+        return cls(torch=data["torch"], cuda=_cuda(data["cuda"]), arch_list=data["arch_list"])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,7 +163,7 @@ class Requested:
 @dataclass(frozen=True, kw_only=True)
 class ResolvedTorch:
     version: str
-    cuda: str | None  # "12.1", or None for a CPU build
+    cuda: CudaTag | None  # written as its version, "12.1"; None for a CPU build
     cuda_source: CudaSource
     filename: str
     url: str
@@ -199,7 +206,7 @@ class SourceBuild:
 
     sdist: SourceFile
     why: str  # "no wheel fits: ..." or "xformers-source = 'always'"
-    cuda: str  # the CUDA major.minor the compiler wheels are for, torch's
+    cuda: CudaTag  # the CUDA the compiler wheels are for, torch's (written as "13.0")
     arch_list: tuple[str, ...]
     flags: tuple[str, ...]  # fixed build environment, "NAME=value", sorted
     build_requirements_in: tuple[str, ...]  # what the build group was resolved from
@@ -213,7 +220,7 @@ class SourceBuild:
         return cls(
             sdist=SourceFile(**data["sdist"]),
             why=data.get("why", ""),
-            cuda=data["cuda"],
+            cuda=CudaTag.from_version(data["cuda"]),
             arch_list=tuple(data.get("arch_list", ())),
             flags=tuple(data.get("flags", ())),
             build_requirements_in=tuple(data.get("build_requirements_in", ())),
@@ -263,10 +270,15 @@ class ResolvedCombination:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         del data["combination"]
-        if data["source_build"] is None:
+        if self.torch is not None:
+            data["torch"]["cuda"] = _cuda_json(self.torch.cuda)
+        if self.xformers is not None:
+            data["xformers"]["built_with"] = self.xformers.built_with.to_json()
+        if self.source_build is None:
             del data["source_build"]  # files of combinations without one stay as they were
         else:
             data["source_build"]["key_inputs"] = dict(data["source_build"]["key_inputs"])
+            data["source_build"]["cuda"] = self.source_build.cuda.version
         return data
 
     @classmethod
@@ -280,11 +292,11 @@ class ResolvedCombination:
             python=data["python"],
             cuda=data["cuda"],
             platform=data["platform"],
-            torch=ResolvedTorch(**torch) if torch else None,
+            torch=ResolvedTorch(**{**torch, "cuda": _cuda(torch["cuda"])}) if torch else None,
             xformers=(
                 ResolvedXformers(
                     **{k: v for k, v in xf.items() if k != "built_with"},
-                    built_with=BuildRecord(**xf["built_with"]),
+                    built_with=BuildRecord.from_json(xf["built_with"]),
                 )
                 if xf
                 else None
@@ -376,6 +388,15 @@ def legacy_build_lock_filename(combination_id: str) -> str:
 def suite_requirements_filename(combination_id: str) -> str:
     """``requirements.<id>.suite.txt``: the suite group for ``pip install --require-hashes``."""
     return f"requirements.{combination_id}.suite.txt"
+
+
+def _cuda(version: str | None) -> CudaTag | None:
+    """A CUDA written as its version (``"12.8"``), None as None."""
+    return None if version is None else CudaTag.from_version(version)
+
+
+def _cuda_json(cuda: CudaTag | None) -> str | None:
+    return None if cuda is None else cuda.version
 
 
 def image_tag(combination_id: str, lock_sha256: str) -> str:

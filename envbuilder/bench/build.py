@@ -70,6 +70,7 @@ from envbuilder.files import atomic_writer
 from envbuilder.model import ResolvedCombination, ResolvedTorch, load_resolution
 from envbuilder.reporter import Reporter
 from envbuilder.settings import Settings
+from envbuilder.target import CudaTag
 
 __all__ = ["main"]
 
@@ -447,7 +448,7 @@ def synthetic_cases(work: Path, *, runtime_mb: int, torch_mb: int) -> list[Case]
             platform="manylinux_2_28_x86_64",
             torch=ResolvedTorch(
                 version=torch_version,
-                cuda="12.8",
+                cuda=CudaTag(12, 8),
                 cuda_source="requires-dist",
                 filename=torch.name,
                 url=torch.as_uri(),

@@ -165,8 +165,8 @@ def claim_problems(
         cuda = runner.get("torch_cuda")
         if combo.torch.cuda is None and cuda is not None:
             problems.append(f"torch built for CUDA {cuda}, but the lock's torch is a CPU build")
-        elif combo.torch.cuda is not None and _major_minor(cuda) != _major_minor(combo.torch.cuda):
-            problems.append(f"torch's CUDA {cuda}, not {combo.torch.cuda}")
+        elif combo.torch.cuda is not None and _major_minor(cuda) != combo.torch.cuda.version:
+            problems.append(f"torch's CUDA {cuda}, not {combo.torch.cuda.version}")
     elif (
         combo.requested is not None  # unsatisfiable: the versions it asked for are the run's
         and isinstance(torch, str)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -113,13 +113,11 @@ def _locked_versions(pylock: Path) -> dict[str, str]:
     return {name: next(iter(v)) for name, v in versions.items() if len(v) == 1}
 
 
-def _without_url(record: Any) -> dict[str, Any] | None:
-    """A resolver record minus download URLs (the pylock holds those)."""
+def _without_url(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A resolver record's JSON minus download URLs (the pylock holds those)."""
     if record is None:
         return None
-    data: dict[str, Any] = asdict(record)
-    data.pop("url", None)
-    return data
+    return {k: v for k, v in record.items() if k != "url"}
 
 
 def _age_key(run: Run) -> tuple[float, str, str]:
@@ -190,8 +188,9 @@ def _entry(
     if runs:  # the verdict is made of them: they date it
         lock_sha256 = combo.lock_sha256 if combo.status == "resolved" else None
         last = _evidence(runs, lock_sha256, verdict, uses)
-    torch_build = _without_url(combo.torch)
-    xformers_build = _without_url(combo.xformers)
+    resolved = combo.to_json()
+    torch_build = _without_url(resolved["torch"])
+    xformers_build = _without_url(resolved["xformers"])
     release = required_cuda(torch_build, xformers_build)
     return Entry(
         id=combo.id,

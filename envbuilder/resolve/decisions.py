@@ -112,12 +112,12 @@ class Decision:
     def resolved_reason(self) -> str:
         """The one-line account of a resolved combination."""
         assert self.torch is not None
-        torch_cuda = f"CUDA {self.torch.cuda}" if self.torch.cuda else "CPU"
+        torch_cuda = f"CUDA {self.torch.cuda.version}" if self.torch.cuda else "CPU"
         text = f"torch {self.torch.version} ({torch_cuda}, from {self.torch.cuda_source})"
         if self.xformers is not None and self.source_build is not None:
             torch = self.torch.version
             if "+" not in torch and self.torch.cuda:
-                torch += "+cu" + self.torch.cuda.replace(".", "")
+                torch += "+" + self.torch.cuda.tag
             return (
                 f"xformers {self.xformers.version} built from source for torch {torch} "
                 f"({self.source_build.why}); {text}"
@@ -126,7 +126,7 @@ class Decision:
             built = self.xformers.built_with
             text += (
                 f"; xformers {self.xformers.version} built with torch {built.torch}, "
-                f"CUDA {built.cuda}"
+                f"CUDA {_version(built.cuda)}"
             )
             if self.xformers.requires_torch:
                 text += f"; requires torch{self.xformers.requires_torch}"
@@ -273,7 +273,7 @@ class _Steps:
         candidates = self._fitting_wheels(
             spec, "torch", c.torch, local_label=str(c.cuda) if spec.per_cuda else None
         )
-        wanted_cuda = c.cuda.version if isinstance(c.cuda, CudaTag) else None
+        wanted_cuda = c.cuda if isinstance(c.cuda, CudaTag) else None
         problems: list[str] = []
         for file in candidates:
             filename = file.filename
@@ -286,10 +286,11 @@ class _Steps:
             mismatch = None
             if c.cuda == "cpu" and cuda is not None:
                 mismatch = (
-                    f"a CUDA {cuda} build ({evidence}), but the combination asks for a CPU build"
+                    f"a CUDA {cuda.version} build ({evidence}), "
+                    "but the combination asks for a CPU build"
                 )
             elif wanted_cuda is not None and cuda != wanted_cuda:
-                built = f"CUDA {cuda}" if cuda else "a CPU build"
+                built = f"CUDA {cuda.version}" if cuda else "a CPU build"
                 mismatch = f"{built} ({evidence}), but the combination asks for {c.cuda}"
             if mismatch:
                 self.found.rejected.append(
@@ -411,14 +412,14 @@ class _Steps:
             build_requirements_in=tuple(dict.fromkeys(build)),
         )
         self.found.notes.append(
-            f"xformers {c.xformers} is built from {file.filename} for CUDA {torch.cuda}, "
+            f"xformers {c.xformers} is built from {file.filename} for CUDA {torch.cuda.version}, "
             f"architectures {archs} (envbuilder build-wheel {c.id})"
         )
 
-    def _compiler(self, cuda: str, why: str) -> list[str]:
+    def _compiler(self, cuda: CudaTag, why: str) -> list[str]:
         """The CUDA ``cuda`` compiler, header and CCCL wheels for the target, each the newest
         release of that major.minor on the default index; any missing is unsatisfiable."""
-        major, minor = cuda.split(".")[:2]
+        major, minor = cuda.major, cuda.minor
         url = self.found.indexes[0].url
         chosen: list[str] = []
         missing: list[str] = []
@@ -429,7 +430,7 @@ class _Steps:
                     continue
                 tags = parse_wheel_filename(file.filename)[3]
                 fits = any(t in self.target.tag_priority for t in tags)
-                if fits and version.release[:2] == (int(major), int(minor)):
+                if fits and version.release[:2] == (major, minor):
                     best = version if best is None or version > best else best
             if best is None:
                 missing.append(project)
@@ -493,11 +494,12 @@ class _Steps:
             except InvalidVersion:
                 pass
         unneeded = "add-cuda-runtime = true: no runtime added: "
+        built_v, torch_v = _version(record.cuda), _version(torch.cuda)
         match compare_cuda(record.cuda, torch.cuda):
             case "same":
                 if self.c.add_cuda_runtime:
                     self.found.notes.append(
-                        f"{unneeded}xformers {xformers.version} was built with CUDA {record.cuda}, "
+                        f"{unneeded}xformers {xformers.version} was built with CUDA {built_v}, "
                         f"the CUDA of torch {torch.version}, whose runtime torch brings"
                     )
             case "no-record":
@@ -508,27 +510,27 @@ class _Steps:
                     )
             case "minor":
                 self.found.notes.append(
-                    f"CUDA minor versions differ: xformers built with CUDA {record.cuda}, "
-                    f"torch built with CUDA {torch.cuda} (same major; minor-version compatible)"
+                    f"CUDA minor versions differ: xformers built with CUDA {built_v}, "
+                    f"torch built with CUDA {torch_v} (same major; minor-version compatible)"
                 )
                 if self.c.add_cuda_runtime:
                     self.found.notes.append(
-                        f"{unneeded}xformers {xformers.version} was built with CUDA {record.cuda}, "
-                        f"the CUDA major of torch {torch.version} ({torch.cuda}), "
+                        f"{unneeded}xformers {xformers.version} was built with CUDA {built_v}, "
+                        f"the CUDA major of torch {torch.version} ({torch_v}), "
                         "whose runtime torch brings"
                     )
             case "cpu-torch":
                 raise _Unsatisfiable(
-                    f"xformers {xformers.version} is a CUDA {record.cuda} build ({built}), "
+                    f"xformers {xformers.version} is a CUDA {built_v} build ({built}), "
                     f"but torch {torch.version} is a CPU build: its extension cannot run"
                 )
             case "major":
                 assert record.cuda is not None and torch.cuda is not None
-                built_cuda = CudaTag.from_version(record.cuda)
+                built_cuda = record.cuda
                 major = built_cuda.major
                 problem = (
-                    f"xformers {xformers.version} was built for {built} with CUDA {record.cuda}, "
-                    f"but torch {torch.version} is built with CUDA {torch.cuda}: "
+                    f"xformers {xformers.version} was built for {built} with CUDA {built_v}, "
+                    f"but torch {torch.version} is built with CUDA {torch_v}: "
                     f"xformers' C++/CUDA extension needs libcudart.so.{major}, which this torch does not bring"
                 )
                 runtime = self._cuda_runtime(built_cuda)
@@ -609,3 +611,8 @@ def _refused(rejected: Sequence[Rejection], target: Target, *, shown: int = 4) -
         return ""
     more = f"; and {len(fitting) - shown} more" if len(fitting) > shown else ""
     return "; refused: " + "; ".join(fitting[:shown]) + more
+
+
+def _version(cuda: CudaTag | None) -> str | None:
+    """A CUDA as messages spell it, ``12.8``; None stays None."""
+    return None if cuda is None else cuda.version

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
 
+from envbuilder.target import CudaTag
+
 __all__ = [
     "BUILD_TOOLS",
     "SdistInfo",
@@ -96,7 +98,7 @@ def _top_level_members(data: bytes, filename: str, names: Sequence[str]) -> dict
     return found
 
 
-def compiler_projects(major: str) -> tuple[str, ...]:
+def compiler_projects(major: int) -> tuple[str, ...]:
     """The wheels that make a CUDA ``major`` toolchain for torch's extension builder.
 
     CUDA 13's are unsuffixed (``nvidia-cuda-nvcc 13.0.88``), the compiler's
@@ -104,7 +106,7 @@ def compiler_projects(major: str) -> tuple[str, ...]:
     brings its front end and NVVM itself. The runtime wheel brings the headers
     (``cuda_runtime.h``) and ``libcudart``; CCCL the Thrust/CUB/libcu++ headers.
     """
-    if int(major) >= 13:
+    if major >= 13:
         return (
             "nvidia-cuda-nvcc",
             "nvidia-cuda-crt",
@@ -127,10 +129,9 @@ _NVCC_ARCHS: Mapping[int, tuple[tuple[int, int], tuple[int, int]]] = {
 }
 
 
-def arch_problem(cuda: str, arch: str) -> str | None:
+def arch_problem(cuda: CudaTag, arch: str) -> str | None:
     """Why CUDA ``cuda``'s nvcc cannot compile for ``arch`` ("9.0", "10.0a+PTX"), or None."""
-    major = int(cuda.split(".")[0])
-    limits = _NVCC_ARCHS.get(major)
+    limits = _NVCC_ARCHS.get(cuda.major)
     if limits is None:
         return None
     head = arch.split("+")[0].rstrip("af")
@@ -139,7 +140,7 @@ def arch_problem(cuda: str, arch: str) -> str | None:
     low, high = limits
     if cc < low or cc > high:
         return (
-            f"CUDA {cuda}'s nvcc cannot compile for compute capability {arch} "
+            f"CUDA {cuda.version}'s nvcc cannot compile for compute capability {arch} "
             f"(it supports {low[0]}.{low[1]} to {high[0]}.{high[1]})"
         )
     return None

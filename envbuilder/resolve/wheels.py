@@ -239,8 +239,8 @@ def sdist_version(filename: str, name: str) -> Version | None:
     return None
 
 
-TorchCuda = tuple[str | None, CudaSource, str]
-"""(CUDA "major.minor" or None for a CPU build, where it was read, the evidence)."""
+TorchCuda = tuple[CudaTag | None, CudaSource, str]
+"""(torch's CUDA or None for a CPU build, where it was read, the evidence)."""
 
 
 def cuda_from_local_label(version: Version) -> TorchCuda | None:
@@ -253,7 +253,7 @@ def cuda_from_local_label(version: Version) -> TorchCuda | None:
         cuda = CudaTag.from_tag(version.local)
     except ValueError:
         return None
-    return cuda.version, "local-label", f"+{version.local}"
+    return cuda, "local-label", f"+{version.local}"
 
 
 def requirements_of(metadata: Message) -> list[Requirement]:
@@ -293,7 +293,7 @@ def cuda_from_requirements(requirements: Sequence[Requirement], target: Target) 
                     cuda = CudaTag.from_version(spec.version)
                 except ValueError:
                     continue
-                return cuda.version, "requires-dist", str(req)
+                return cuda, "requires-dist", str(req)
     return None, "none", "no CUDA runtime among its requirements"
 
 
@@ -355,11 +355,14 @@ def parse_build_record(data: bytes) -> BuildRecord:
     version = version if isinstance(version, dict) else {}
     env = env if isinstance(env, dict) else {}
     cuda_raw = version.get("cuda")
-    cuda: str | None = None
+    cuda: CudaTag | None = None
     if isinstance(cuda_raw, int) and cuda_raw > 0:
-        cuda = f"{cuda_raw // 100}.{cuda_raw % 100}"
+        cuda = CudaTag(cuda_raw // 100, cuda_raw % 100)
     elif isinstance(cuda_raw, str) and cuda_raw:
-        cuda = cuda_raw
+        try:
+            cuda = CudaTag.from_version(cuda_raw)
+        except ValueError:
+            cuda = None  # a build CUDA it does not spell as one: no record of it
     torch = version.get("torch")
     arch = env.get("TORCH_CUDA_ARCH_LIST")
     return BuildRecord(
@@ -372,14 +375,12 @@ def parse_build_record(data: bytes) -> BuildRecord:
 CudaComparison = Literal["same", "minor", "major", "cpu-torch", "no-record"]
 
 
-def compare_cuda(built_with: str | None, torch_cuda: str | None) -> CudaComparison:
+def compare_cuda(built_with: CudaTag | None, torch_cuda: CudaTag | None) -> CudaComparison:
     """How xformers' build CUDA relates to torch's CUDA."""
     if built_with is None:
         return "no-record"
     if torch_cuda is None:
         return "cpu-torch"
-    b_major, _, b_minor = built_with.partition(".")
-    t_major, _, t_minor = torch_cuda.partition(".")
-    if b_major != t_major:
+    if built_with.major != torch_cuda.major:
         return "major"
-    return "same" if b_minor == t_minor else "minor"
+    return "same" if built_with.minor == torch_cuda.minor else "minor"

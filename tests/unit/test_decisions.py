@@ -7,12 +7,12 @@ import pytest
 from envbuilder.index.simple import DistributionFile
 from envbuilder.model import BuildRecord, Combination, IndexSpec
 from envbuilder.resolve.decisions import Decision, decide
-from envbuilder.target import parse_cuda_build
+from envbuilder.target import CudaTag, parse_cuda_build
 from tests.support.evidence import DEFAULT, FakeEvidence, wheel
 
 TORCH = wheel("torch", "2.4.1")
 XFORMERS = wheel("xformers", "0.0.28.post1", "cp311-cp311-manylinux_2_28_x86_64")
-MATCHING = BuildRecord(torch="2.4.1+cu121", cuda="12.1", arch_list="8.0")
+MATCHING = BuildRecord(torch="2.4.1+cu121", cuda=CudaTag(12, 1), arch_list="8.0")
 
 
 RUNTIME_TAG = "py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64"
@@ -55,7 +55,7 @@ def evidence(
     )
 
 
-CUDA13_BUILD = BuildRecord(torch="2.4.1", cuda="13.0", arch_list=None)
+CUDA13_BUILD = BuildRecord(torch="2.4.1", cuda=CudaTag(13, 0), arch_list=None)
 CUDA13_RUNTIMES = {
     "nvidia-cuda-runtime-cu13": runtime_wheels(
         "nvidia-cuda-runtime-cu13", "0.0.0a0", tag=PLACEHOLDER
@@ -107,7 +107,11 @@ def test_a_decision_and_its_reason(
 
 def test_a_decided_combination_carries_what_the_closure_needs() -> None:
     d = run(combination(), evidence())
-    assert d.torch is not None and d.torch.cuda == "12.1" and d.torch.cuda_source == "requires-dist"
+    assert (
+        d.torch is not None
+        and d.torch.cuda == CudaTag(12, 1)
+        and d.torch.cuda_source == "requires-dist"
+    )
     assert d.xformers is not None and d.xformers.requires_torch == "==2.4.1"
     assert d.closure_requirements() == ["nvidia-cuda-runtime-cu12==12.1.105", "filelock", "numpy"]
     assert [p.filename for p in d.pins()] == [TORCH.filename, XFORMERS.filename]
@@ -123,7 +127,7 @@ def test_a_decided_combination_carries_what_the_closure_needs() -> None:
         # CUDA 13: the runtime is `nvidia-cuda-runtime` 13.0.x; `-cu13` is only a placeholder
         ("12.1.105", CUDA13_BUILD, CUDA13_RUNTIMES, "nvidia-cuda-runtime==13.0.96"),
         # CUDA 12 under a CUDA 13 torch: `nvidia-cuda-runtime-cu12` 12.8.x
-        ("13.0.2", BuildRecord(torch="2.4.1", cuda="12.8", arch_list=None),
+        ("13.0.2", BuildRecord(torch="2.4.1", cuda=CudaTag(12, 8), arch_list=None),
          {"nvidia-cuda-runtime-cu12": runtime_wheels("nvidia-cuda-runtime-cu12", "12.8.57", "12.8.90", "12.9.79")},
          "nvidia-cuda-runtime-cu12==12.8.90"),
     ],
@@ -158,7 +162,7 @@ def test_add_cuda_runtime_is_never_advised_when_no_runtime_could_be_added(
     ("record", "says"),
     [
         (MATCHING, "xformers 0.0.28.post1 was built with CUDA 12.1, the CUDA of torch 2.4.1"),
-        (BuildRecord(torch="2.4.1", cuda="12.4", arch_list=None),
+        (BuildRecord(torch="2.4.1", cuda=CudaTag(12, 4), arch_list=None),
          "xformers 0.0.28.post1 was built with CUDA 12.4, the CUDA major of torch 2.4.1 (12.1)"),
         (None, "xformers 0.0.28.post1 records no build CUDA"),
     ],
@@ -178,8 +182,14 @@ def test_a_cudart_row_that_needs_no_runtime_adds_none_and_says_so(
     ("record", "note"),
     [
         (None, "has no xformers/cpp_lib.json: its build CUDA is unknown"),
-        (BuildRecord(torch="2.4.1", cuda="12.4", arch_list=None), "CUDA minor versions differ"),
-        (BuildRecord(torch="2.3.0", cuda="12.1", arch_list=None), "was built against torch 2.3.0"),
+        (
+            BuildRecord(torch="2.4.1", cuda=CudaTag(12, 4), arch_list=None),
+            "CUDA minor versions differ",
+        ),
+        (
+            BuildRecord(torch="2.3.0", cuda=CudaTag(12, 1), arch_list=None),
+            "was built against torch 2.3.0",
+        ),
     ],
 )
 def test_what_does_not_stop_a_combination_is_a_note(record: BuildRecord | None, note: str) -> None:

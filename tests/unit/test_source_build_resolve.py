@@ -43,7 +43,7 @@ SDIST = DistributionFile(
     hashes={"sha256": "5" * 64},
     size=4258182,
 )
-CUDA12_8 = BuildRecord(torch="2.10.0+cu128", cuda="12.8", arch_list="8.0 9.0")
+CUDA12_8 = BuildRecord(torch="2.10.0+cu128", cuda=CudaTag(12, 8), arch_list="8.0 9.0")
 TAG = "py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64"
 INFO = SdistInfo(
     requires_dist=("torch>=2.10", "numpy"),
@@ -54,7 +54,7 @@ INFO = SdistInfo(
 
 def compilers(cuda: str = "13.0", *, without: str = "") -> dict[str, list[DistributionFile]]:
     pages: dict[str, list[DistributionFile]] = {}
-    for project in compiler_projects(cuda.split(".")[0]):
+    for project in compiler_projects(CudaTag.from_version(cuda).major):
         if project != without:
             name = project.replace("-", "_")
             pages[project] = [wheel(name, f"{cuda}.88", TAG), wheel(name, "13.1.80", TAG)]
@@ -140,7 +140,9 @@ def test_when_no_wheel_fits_the_sdist_and_its_build_group_are_locked() -> None:
 
 def test_a_fitting_wheel_is_kept_under_when_no_wheel_fits() -> None:
     evidence = index(pages=None)
-    evidence.records[WHEEL.filename] = BuildRecord(torch="2.11.0", cuda="13.0", arch_list="9.0")
+    evidence.records[WHEEL.filename] = BuildRecord(
+        torch="2.11.0", cuda=CudaTag(13, 0), arch_list="9.0"
+    )
     d = decide(
         row(),
         evidence,
@@ -153,7 +155,9 @@ def test_a_fitting_wheel_is_kept_under_when_no_wheel_fits() -> None:
 
 def test_always_builds_even_when_a_wheel_fits() -> None:
     evidence = index(pages=None)
-    evidence.records[WHEEL.filename] = BuildRecord(torch="2.11.0", cuda="13.0", arch_list="9.0")
+    evidence.records[WHEEL.filename] = BuildRecord(
+        torch="2.11.0", cuda=CudaTag(13, 0), arch_list="9.0"
+    )
     status, reason = decided(row("always"), evidence)
     assert status == "decided"
     assert "built from source for torch 2.11.0+cu130 (xformers-source = 'always')" in reason
@@ -169,7 +173,7 @@ def test_always_builds_even_when_a_wheel_fits() -> None:
         ("no nvcc for CUDA 13.0", index(pages=compilers(without="nvidia-cuda-nvcc")), ("9.0",),
          "no CUDA 13.0 compiler wheels for cp312 on manylinux_2_28_x86_64 on the default index:"
          " none of nvidia-cuda-nvcc 13.0.*"),
-        ("only CUDA 13.1 compilers", index(pages={p: [wheel(p.replace("-", "_"), "13.1.80", TAG)] for p in compiler_projects("13")}), ("9.0",),
+        ("only CUDA 13.1 compilers", index(pages={p: [wheel(p.replace("-", "_"), "13.1.80", TAG)] for p in compiler_projects(13)}), ("9.0",),
          "none of nvidia-cuda-nvcc 13.0.*, nvidia-cuda-crt 13.0.*"),
         ("an arch CUDA 13 dropped", index(pages=None), ("7.0", "9.0"),
          "CUDA 13.0's nvcc cannot compile for compute capability 7.0 (it supports 7.5 to 12.1)"),

@@ -13,7 +13,6 @@ from packaging.version import Version
 from envbuilder.model import BuildRecord
 from envbuilder.resolve.wheels import (
     CudaComparison,
-    TorchCuda,
     applicable_requirements,
     compare_cuda,
     cuda_from_local_label,
@@ -25,7 +24,7 @@ from envbuilder.resolve.wheels import (
     requirements_of,
     torch_requirement,
 )
-from envbuilder.target import Target
+from envbuilder.target import CudaTag, Target
 
 PY311 = Target(python="3.11", platform="manylinux_2_28_x86_64")
 
@@ -231,6 +230,10 @@ def test_a_pinned_local_version_matches_only_that_build() -> None:
 # -- CUDA evidence ---------------------------------------------------------------------------
 
 
+def _version(cuda: CudaTag | None) -> str | None:
+    return None if cuda is None else cuda.version
+
+
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
@@ -242,8 +245,9 @@ def test_a_pinned_local_version_matches_only_that_build() -> None:
         ("2.5.1+rocm6.2", None),
     ],
 )
-def test_cuda_from_local_label(version: str, expected: TorchCuda | None) -> None:
-    assert cuda_from_local_label(Version(version)) == expected
+def test_cuda_from_local_label(version: str, expected: tuple[str | None, str, str] | None) -> None:
+    got = cuda_from_local_label(Version(version))
+    assert (None if got is None else (_version(got[0]), got[1], got[2])) == expected
 
 
 @pytest.mark.parametrize(
@@ -266,7 +270,7 @@ def test_cuda_from_the_runtime_torch_pins_for_the_target(
     requires_dist: list[str], expected_cuda: str | None
 ) -> None:
     cuda, source, evidence = cuda_from_requirements([Requirement(r) for r in requires_dist], PY311)
-    assert cuda == expected_cuda
+    assert _version(cuda) == expected_cuda
     if expected_cuda is None:
         assert (source, evidence) == ("none", "no CUDA runtime among its requirements")
     else:
@@ -279,7 +283,7 @@ def test_the_first_applicable_runtime_pin_wins_over_one_for_another_platform() -
         Requirement('nvidia-cuda-runtime-cu12==12.6.77; platform_machine == "aarch64"'),
         Requirement('nvidia-cuda-runtime-cu12==12.4.127; platform_machine == "x86_64"'),
     ]
-    assert cuda_from_requirements(requirements, PY311)[0] == "12.4"
+    assert cuda_from_requirements(requirements, PY311)[0] == CudaTag(12, 4)
 
 
 # -- xformers' build record ------------------------------------------------------------------
@@ -294,11 +298,11 @@ def _record(**version: object) -> bytes:
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
-        (_record(cuda=1201, torch="2.4.1+cu121"), BuildRecord(torch="2.4.1+cu121", cuda="12.1", arch_list="8.0 9.0+PTX")),
-        (_record(cuda=1208, torch="2.10.0+cu128"), BuildRecord(torch="2.10.0+cu128", cuda="12.8", arch_list="8.0 9.0+PTX")),
-        (_record(cuda=1300, torch="2.9.0+cu130"), BuildRecord(torch="2.9.0+cu130", cuda="13.0", arch_list="8.0 9.0+PTX")),
-        (_record(cuda=1108, torch="2.1.0"), BuildRecord(torch="2.1.0", cuda="11.8", arch_list="8.0 9.0+PTX")),
-        (_record(cuda="12.4", torch="2.5.1"), BuildRecord(torch="2.5.1", cuda="12.4", arch_list="8.0 9.0+PTX")),
+        (_record(cuda=1201, torch="2.4.1+cu121"), BuildRecord(torch="2.4.1+cu121", cuda=CudaTag(12, 1), arch_list="8.0 9.0+PTX")),
+        (_record(cuda=1208, torch="2.10.0+cu128"), BuildRecord(torch="2.10.0+cu128", cuda=CudaTag(12, 8), arch_list="8.0 9.0+PTX")),
+        (_record(cuda=1300, torch="2.9.0+cu130"), BuildRecord(torch="2.9.0+cu130", cuda=CudaTag(13, 0), arch_list="8.0 9.0+PTX")),
+        (_record(cuda=1108, torch="2.1.0"), BuildRecord(torch="2.1.0", cuda=CudaTag(11, 8), arch_list="8.0 9.0+PTX")),
+        (_record(cuda="12.4", torch="2.5.1"), BuildRecord(torch="2.5.1", cuda=CudaTag(12, 4), arch_list="8.0 9.0+PTX")),
         (_record(cuda=None, torch="2.5.1+cpu"), BuildRecord(torch="2.5.1+cpu", cuda=None, arch_list="8.0 9.0+PTX")),
         (_record(cuda=0, torch="2.5.1"), BuildRecord(torch="2.5.1", cuda=None, arch_list="8.0 9.0+PTX")),
         (_record(torch=251), BuildRecord(torch=None, cuda=None, arch_list="8.0 9.0+PTX")),
@@ -333,7 +337,9 @@ def test_a_build_record_that_is_not_json_is_an_error(data: bytes) -> None:
 def test_compare_cuda(
     built_with: str | None, torch_cuda: str | None, expected: CudaComparison
 ) -> None:
-    assert compare_cuda(built_with, torch_cuda) == expected
+    built = None if built_with is None else CudaTag.from_version(built_with)
+    torch = None if torch_cuda is None else CudaTag.from_version(torch_cuda)
+    assert compare_cuda(built, torch) == expected
 
 
 # -- requirements ----------------------------------------------------------------------------
