@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from envbuilder.errors import InputError
 from envbuilder.target import CudaTag
@@ -98,18 +97,11 @@ def _release_key(release: str) -> tuple[int, int]:
     return tag.major, tag.minor
 
 
-def required_cuda(
-    torch_build: Mapping[str, Any] | None, xformers_build: Mapping[str, Any] | None
-) -> str | None:
+def required_cuda(torch_cuda: CudaTag | None, xformers_cuda: CudaTag | None) -> str | None:
     """The newest CUDA release the combination's binaries were built with (torch's CUDA, and
     the CUDA xformers' ``cpp_lib.json`` names): the driver must serve both."""
-    found: list[str] = []
-    torch_cuda = (torch_build or {}).get("cuda")
-    xformers_cuda = ((xformers_build or {}).get("built_with") or {}).get("cuda")
-    for text in (torch_cuda, xformers_cuda):
-        if isinstance(text, str) and (release := cuda_release(text)):
-            found.append(release)
-    return max(found, key=_release_key) if found else None
+    found = [c for c in (torch_cuda, xformers_cuda) if c is not None]
+    return max(found).version if found else None
 
 
 def minimum_driver(release: str, table: Mapping[str, str] = MINIMUM_DRIVER) -> str | None:

@@ -30,7 +30,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -53,8 +52,10 @@ from envbuilder.lockfile.model import (
     RetiredEntry,
     Run,
     SourceBuildEntry,
+    TorchBuild,
     UseVerdict,
     Verdict,
+    XformersBuild,
 )
 from envbuilder.lockfile.results import (
     Rejected,
@@ -111,13 +112,6 @@ def _locked_versions(pylock: Path) -> dict[str, str]:
         if pin.version:
             versions.setdefault(canonicalize_name(pin.name), set()).add(pin.version)
     return {name: next(iter(v)) for name, v in versions.items() if len(v) == 1}
-
-
-def _without_url(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A resolver record's JSON minus download URLs (the pylock holds those)."""
-    if record is None:
-        return None
-    return {k: v for k, v in record.items() if k != "url"}
 
 
 def _age_key(run: Run) -> tuple[float, str, str]:
@@ -188,10 +182,12 @@ def _entry(
     if runs:  # the verdict is made of them: they date it
         lock_sha256 = combo.lock_sha256 if combo.status == "resolved" else None
         last = _evidence(runs, lock_sha256, verdict, uses)
-    resolved = combo.to_json()
-    torch_build = _without_url(resolved["torch"])
-    xformers_build = _without_url(resolved["xformers"])
-    release = required_cuda(torch_build, xformers_build)
+    torch_build = TorchBuild.of(combo.torch) if combo.torch else None
+    xformers_build = XformersBuild.of(combo.xformers) if combo.xformers else None
+    release = required_cuda(
+        torch_build.cuda if torch_build else None,
+        xformers_build.built_with.cuda if xformers_build else None,
+    )
     return Entry(
         id=combo.id,
         python=combo.python,

@@ -27,6 +27,8 @@ from envbuilder.conformance._record import (
     Use,
     Workaround,
 )
+from envbuilder.model import BuildRecord, CudaSource, ResolvedTorch, ResolvedXformers
+from envbuilder.target import CudaTag
 
 __all__ = [
     "COMPAT_SCHEMA",
@@ -50,6 +52,7 @@ __all__ = [
     "Run",
     "Scalar",
     "SourceBuildEntry",
+    "TorchBuild",
     "Use",
     "UseVerdict",
     "Verdict",
@@ -57,6 +60,7 @@ __all__ = [
     "WorkaroundChoice",
     "WorkaroundCost",
     "WorkaroundOption",
+    "XformersBuild",
     "run_date",
     "use_verdict",
     "use_verdicts_from_json",
@@ -248,6 +252,108 @@ class PackagePin:
             version=data.get("version"),
             marker=data.get("marker"),
             wheels=tuple((w["filename"], w["sha256"]) for w in data.get("wheels", ())),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchBuild:
+    """The torch wheel a combination resolved to and the CUDA it is built for; the
+    resolver's `ResolvedTorch` without its URL (the combination's pylock holds that)."""
+
+    version: str
+    cuda: CudaTag | None  # None: a CPU build; written as its version, "12.8"
+    cuda_source: CudaSource
+    filename: str
+    sha256: str
+    size: int | None
+    index: str
+
+    @classmethod
+    def of(cls, resolved: ResolvedTorch) -> TorchBuild:
+        return cls(
+            version=resolved.version,
+            cuda=resolved.cuda,
+            cuda_source=resolved.cuda_source,
+            filename=resolved.filename,
+            sha256=resolved.sha256,
+            size=resolved.size,
+            index=resolved.index,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "cuda": None if self.cuda is None else self.cuda.version,
+            "cuda_source": self.cuda_source,
+            "filename": self.filename,
+            "sha256": self.sha256,
+            "size": self.size,
+            "index": self.index,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TorchBuild:
+        cuda = data["cuda"]
+        return cls(
+            version=data["version"],
+            cuda=None if cuda is None else CudaTag.from_version(cuda),
+            cuda_source=_one_of(data["cuda_source"], _CUDA_SOURCES, "torch's CUDA source"),
+            filename=data["filename"],
+            sha256=data["sha256"],
+            size=data.get("size"),
+            index=data.get("index", "default"),
+        )
+
+
+_CUDA_SOURCES: tuple[CudaSource, ...] = ("local-label", "requires-dist", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class XformersBuild:
+    """The xformers file a combination resolved to (a wheel, or the sdist it is built from)
+    and the build record it carries; the resolver's `ResolvedXformers` without its URL."""
+
+    version: str
+    filename: str
+    sha256: str
+    requires_torch: str
+    built_with: BuildRecord
+    size: int | None
+    index: str
+
+    @classmethod
+    def of(cls, resolved: ResolvedXformers) -> XformersBuild:
+        return cls(
+            version=resolved.version,
+            filename=resolved.filename,
+            sha256=resolved.sha256,
+            requires_torch=resolved.requires_torch,
+            built_with=resolved.built_with,
+            size=resolved.size,
+            index=resolved.index,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "filename": self.filename,
+            "sha256": self.sha256,
+            "requires_torch": self.requires_torch,
+            "built_with": self.built_with.to_json(),
+            "size": self.size,
+            "index": self.index,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> XformersBuild:
+        return cls(
+            version=data["version"],
+            filename=data["filename"],
+            sha256=data["sha256"],
+            requires_torch=data.get("requires_torch", ""),
+            built_with=BuildRecord.from_json(data["built_with"]),
+            size=data.get("size"),
+            index=data.get("index", "default"),
         )
 
 
@@ -532,8 +638,8 @@ class Entry:
     resolver_reason: str
     lock: LockPointer | None
     packages: tuple[PackagePin, ...]
-    torch_build: Mapping[str, Any] | None
-    xformers_build: Mapping[str, Any] | None
+    torch_build: TorchBuild | None
+    xformers_build: XformersBuild | None
     extra_runtime: tuple[str, ...]
     notes: tuple[str, ...]
     runs: tuple[Run, ...]  # on the current lock: the verdict is made of these
@@ -552,6 +658,10 @@ class Entry:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["packages"] = [p.to_json() for p in self.packages]
+        data["torch_build"] = None if self.torch_build is None else self.torch_build.to_json()
+        data["xformers_build"] = (
+            None if self.xformers_build is None else self.xformers_build.to_json()
+        )
         if self.source_build is None:
             del data["source_build"]  # entries of wheels from an index stay as they were
         else:
@@ -578,8 +688,14 @@ class Entry:
             resolver_reason=data.get("resolver_reason", ""),
             lock=LockPointer(**lock) if lock else None,
             packages=tuple(PackagePin.from_json(p) for p in data.get("packages", ())),
-            torch_build=data.get("torch_build"),
-            xformers_build=data.get("xformers_build"),
+            torch_build=(
+                TorchBuild.from_json(data["torch_build"]) if data.get("torch_build") else None
+            ),
+            xformers_build=(
+                XformersBuild.from_json(data["xformers_build"])
+                if data.get("xformers_build")
+                else None
+            ),
             extra_runtime=tuple(data.get("extra_runtime", ())),
             notes=tuple(data.get("notes", ())),
             runs=tuple(Run.from_json(r) for r in data.get("runs", ())),

@@ -57,7 +57,7 @@ from envbuilder.lockfile.model import (
     use_verdict,
 )
 from envbuilder.lockfile.verdicts import torch_alone_id, worst
-from envbuilder.target import normalise_cuda as normalise_target_cuda
+from envbuilder.target import CudaTag, normalise_cuda
 
 __all__ = [
     "Answer",
@@ -68,7 +68,7 @@ __all__ = [
     "Rejection",
     "Replacement",
     "answer",
-    "normalise_cuda",
+    "asked_cuda",
     "replacement",
     "select",
 ]
@@ -163,9 +163,10 @@ class Answer:
     rejected: tuple[Rejection, ...]  # in the lockfile's order
 
 
-def normalise_cuda(cuda: str) -> str:
-    """``12.1`` / ``cu121`` / ``CU121`` -> ``cu121``; ``cpu`` and ``default`` stay."""
-    normal = normalise_target_cuda(cuda.strip().lower())
+def asked_cuda(cuda: str) -> str:
+    """A ``--cuda`` as a user types it (``12.1``, ``cu121``, `` CU121``, ``cpu``) spelled as
+    combinations are (`envbuilder.target.normalise_cuda`); anything else is bad input."""
+    normal = normalise_cuda(cuda.strip().lower())
     if normal is None:
         raise InputError(f"bad --cuda {cuda!r}: give 12.1, cu121, cpu or default")
     return normal
@@ -180,8 +181,8 @@ def _prefix(want: str, have: str | None) -> bool:
 def _cuda_matches(want: str, entry: Entry) -> bool:
     if entry.cuda == want:
         return True
-    built = (entry.torch_build or {}).get("cuda")
-    return isinstance(built, str) and normalise_cuda(built) == want
+    built = entry.torch_build.cuda if entry.torch_build else None
+    return built is not None and built.tag == want
 
 
 def _verdict(record: Entry | GpuVerdict | LastVerified, use: Use | None) -> Verdict:
@@ -196,7 +197,7 @@ def _gpu_verdict(entry: Entry, cc: str, use: Use | None) -> Verdict:
         chosen = worst(_verdict(g, use) for g in mine)
         names = ", ".join(g.gpu for g in mine)
         return replace(chosen, reason=f"on {names}: {chosen.reason}")
-    arch = ((entry.xformers_build or {}).get("built_with") or {}).get("arch_list")
+    arch = entry.xformers_build.built_with.arch_list if entry.xformers_build else None
     sm = "sm_" + cc.replace(".", "")
     if isinstance(arch, str) and arch and not arch_covers(arch, cc):
         return Verdict(
@@ -224,8 +225,8 @@ RejectionKind = Literal["python", "arch", "driver", "cuda", "torch", "xformers",
 
 def _ptx_only(entry: Entry, cc: str) -> bool:
     """Whether xformers' kernels reach *cc* only by PTX JIT (``9.0+PTX`` on a 10.0 GPU)."""
-    arch = ((entry.xformers_build or {}).get("built_with") or {}).get("arch_list")
-    if not isinstance(arch, str) or not arch or not arch_covers(arch, cc):
+    arch = entry.xformers_build.built_with.arch_list if entry.xformers_build else None
+    if not arch or not arch_covers(arch, cc):
         return False
     exact = " ".join(a.partition("+")[0] for a in arch.replace(";", " ").split())
     return not arch_covers(exact, cc)
@@ -241,7 +242,9 @@ def driver_warning(entry: Entry, driver: str, cc: str | None) -> str | None:
     floor = compatible_driver(entry.cuda_release)
     if floor is None or not driver_satisfies(driver, floor) or (cc and _ptx_only(entry, cc)):
         return None
-    major = (entry.cuda_release or "").split(".")[0]
+    if entry.cuda_release is None:
+        return None
+    major = CudaTag.from_version(entry.cuda_release).major
     return (
         f"driver {driver.strip()} runs CUDA {major}.x builds by NVIDIA's minor-version "
         f"compatibility (from {floor}) unless PTX JIT is needed; recommended for CUDA "
@@ -387,7 +390,7 @@ def _change(kind: ChangeKind, entry: Entry, query: Query, cuda: str | None) -> C
 def answer(lock: CompatLock, query: Query) -> Answer:
     """Every combination, either matching *query* (best verdict for its use first, then newest
     versions) or rejected with the reasons it cannot serve it."""
-    cuda = normalise_cuda(query.cuda) if query.cuda else None
+    cuda = asked_cuda(query.cuda) if query.cuda else None
     # a Grace superchip (GH200, GB200) is an ARM host even when --arch is not given
     arch = normalise_arch(query.arch) if query.arch else gpu_arch(query.gpu or "")
     if query.driver:

@@ -17,7 +17,6 @@ from string import Template
 from envbuilder.errors import InputError, OutputError
 from envbuilder.files import write_atomic
 from envbuilder.lockfile.advice import action, cause_line, causes, dated
-from envbuilder.lockfile.drivers import cuda_release
 from envbuilder.lockfile.gpus import GPU_ARCH, GPU_COMPUTE_CAPABILITY
 from envbuilder.lockfile.model import (
     INSTALLABLE,
@@ -39,7 +38,6 @@ from envbuilder.publish.plots import (
     natural_key,
     svg_chart,
 )
-from envbuilder.target import CudaTag
 
 __all__ = ["build_site", "html_page", "markdown_table", "picker_data"]
 
@@ -177,9 +175,8 @@ def _versions(values: Sequence[str]) -> list[str]:
 
 def _cuda_values(entry: Entry) -> list[str]:
     values = [entry.cuda]
-    built = (entry.torch_build or {}).get("cuda")
-    if isinstance(built, str) and (release := cuda_release(built)):
-        values.append(CudaTag.from_version(release).tag)
+    if entry.torch_build is not None and entry.torch_build.cuda is not None:
+        values.append(entry.torch_build.cuda.tag)
     return sorted(set(values))
 
 

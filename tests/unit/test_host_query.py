@@ -27,6 +27,7 @@ from envbuilder.lockfile.host import (
 )
 from envbuilder.lockfile.model import CompatLock
 from envbuilder.lockfile.query import Query, answer
+from envbuilder.target import CudaTag
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -50,19 +51,22 @@ def test_cuda_release(text: str, release: str | None) -> None:
 @pytest.mark.parametrize(
     ("torch", "xformers", "release"),
     [
-        ({"cuda": "12.8"}, {"built_with": {"cuda": "12.6"}}, "12.8"),
+        ("12.8", "12.6", "12.8"),
         # a -cudart combination: torch on CUDA 13, xformers built for 12.8: the driver serves both
-        ({"cuda": "13.0"}, {"built_with": {"cuda": "12.8"}}, "13.0"),
+        ("13.0", "12.8", "13.0"),
         # compared as versions, not strings ("9.2" > "11.8" as text)
-        ({"cuda": "9.2"}, {"built_with": {"cuda": "11.8"}}, "11.8"),
-        ({"cuda": None}, None, None),
+        ("9.2", "11.8", "11.8"),
+        (None, "12.6", "12.6"),
         (None, None, None),
     ],
 )
 def test_required_cuda_is_the_newest_build(
-    torch: dict[str, object] | None, xformers: dict[str, object] | None, release: str | None
+    torch: str | None, xformers: str | None, release: str | None
 ) -> None:
-    assert required_cuda(torch, xformers) == release
+    def tag(cuda: str | None) -> CudaTag | None:
+        return None if cuda is None else CudaTag.from_version(cuda)
+
+    assert required_cuda(tag(torch), tag(xformers)) == release
 
 
 @pytest.mark.parametrize(

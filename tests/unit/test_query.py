@@ -36,7 +36,7 @@ from envbuilder.lockfile.model import (
     VerdictName,
     use_verdict,
 )
-from envbuilder.lockfile.query import Query, answer, normalise_cuda, select
+from envbuilder.lockfile.query import Query, answer, asked_cuda, select
 from envbuilder.lockfile.results import accept, find_results
 from envbuilder.lockfile.verdicts import combination_use_verdicts, gpu_verdicts, overall
 from envbuilder.model import Requested, ResolvedCombination
@@ -84,10 +84,11 @@ def test_arch_list_coverage(arch: str, cc: str, runs: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("given", "normal"), [("12.1", "cu121"), ("cu124", "cu124"), ("CPU", "cpu"), ("13.0", "cu130")]
+    ("given", "normal"),
+    [("12.1", "cu121"), ("cu124", "cu124"), ("CPU", "cpu"), ("13.0", "cu130"), (" CU121", "cu121")],
 )
 def test_cuda_spellings(given: str, normal: str) -> None:
-    assert normalise_cuda(given) == normal
+    assert asked_cuda(given) == normal
 
 
 @pytest.mark.parametrize(
