@@ -91,7 +91,7 @@ class NotRun:
     """A selected combination that gets no job, and why."""
 
     id: str
-    status: str  # the resolver's status: "unsatisfiable" | "error"
+    status: Literal["unsatisfiable", "error"]  # the resolver's
     reason: str
 
 

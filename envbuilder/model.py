@@ -23,9 +23,11 @@ _REPO_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 
 __all__ = [
     "RESOLUTION_SCHEMA",
+    "STATUSES",
     "BuildRecord",
     "Combination",
     "CudaSource",
+    "IndexKind",
     "IndexSpec",
     "Rejection",
     "Resolution",
@@ -50,6 +52,9 @@ __all__ = [
 RESOLUTION_SCHEMA = "envbuilder.resolution/1"
 
 Status = Literal["resolved", "unsatisfiable", "error"]
+STATUSES: tuple[Status, ...] = ("resolved", "unsatisfiable", "error")
+#: how an index is read: a Simple Repository API base, or a flat page of files (--find-links)
+IndexKind = Literal["simple", "find-links"]
 #: where torch's CUDA was read: its local version label, its CUDA runtime pin, or neither
 CudaSource = Literal["local-label", "requires-dist", "none"]
 #: whether xformers is built from its sdist: never, always, or only when no wheel fits
@@ -72,7 +77,7 @@ class IndexSpec:
     projects: tuple[str, ...] = ()
     #: "simple" = a Simple Repository API base (PEP 503/691); "find-links" = a flat
     #: directory or HTML page of files (pip's --find-links), e.g. a local build of torch.
-    kind: Literal["simple", "find-links"] = "simple"
+    kind: IndexKind = "simple"
 
     @property
     def per_cuda(self) -> bool:

@@ -27,7 +27,9 @@ from envbuilder.conformance._record import (
     Use,
     Workaround,
 )
+from envbuilder.model import STATUSES as RESOLVE_STATUSES
 from envbuilder.model import BuildRecord, CudaSource, ResolvedTorch, ResolvedXformers
+from envbuilder.model import Status as ResolveStatus
 from envbuilder.target import CudaTag
 
 __all__ = [
@@ -634,7 +636,7 @@ class Entry:
     minimum_driver: str | None  # the NVIDIA driver that release needs (`CompatLock.drivers`)
     torch: str | None
     xformers: str | None
-    status: str  # the resolver's: resolved | unsatisfiable | error
+    status: ResolveStatus  # the resolver's
     resolver_reason: str
     lock: LockPointer | None
     packages: tuple[PackagePin, ...]
@@ -684,7 +686,7 @@ class Entry:
             minimum_driver=data.get("minimum_driver"),
             torch=data.get("torch"),
             xformers=data.get("xformers"),
-            status=data["status"],
+            status=_one_of(data["status"], RESOLVE_STATUSES, "resolver status"),
             resolver_reason=data.get("resolver_reason", ""),
             lock=LockPointer(**lock) if lock else None,
             packages=tuple(PackagePin.from_json(p) for p in data.get("packages", ())),

@@ -106,6 +106,7 @@ from envbuilder.lockfile.model import (
     WorkaroundOption,
     use_verdict,
 )
+from envbuilder.model import Status as ResolveStatus
 
 __all__ = [
     "FAILED",
@@ -429,7 +430,7 @@ def gpu_verdicts(runs: Sequence[Run]) -> tuple[GpuVerdict, ...]:
 
 
 def _combined(
-    status: str,
+    status: ResolveStatus,
     resolver_reason: str,
     gpus: Sequence[GpuVerdict],
     pick: Callable[[GpuVerdict | LastVerified], Verdict],
@@ -458,7 +459,7 @@ def _combined(
 
 def combination_use_verdicts(
     *,
-    status: str,
+    status: ResolveStatus,
     resolver_reason: str,
     gpus: Sequence[GpuVerdict],
     last: LastVerified | None = None,
@@ -476,7 +477,7 @@ def combination_use_verdicts(
 
 def combination_verdict(
     *,
-    status: str,
+    status: ResolveStatus,
     resolver_reason: str,
     gpus: Sequence[GpuVerdict],
     last: LastVerified | None = None,
@@ -502,7 +503,7 @@ def rejudged_run(run: Run, extra_runtime: Sequence[str] = ()) -> Run:
 
 
 def judge(
-    *, status: str, resolver_reason: str, runs: Sequence[Run], stale_runs: Sequence[Run]
+    *, status: ResolveStatus, resolver_reason: str, runs: Sequence[Run], stale_runs: Sequence[Run]
 ) -> Judged:
     """Per GPU, per use and overall, the verdicts of a combination with these runs on its
     current lock and *stale_runs* on older ones: with runs, the worst use; without, one

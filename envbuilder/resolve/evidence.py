@@ -22,7 +22,7 @@ from envbuilder.errors import EnvbuilderError
 from envbuilder.index import remotewheel, simple
 from envbuilder.index.http import HttpClient
 from envbuilder.index.simple import DistributionFile, ProjectPage
-from envbuilder.model import BuildRecord
+from envbuilder.model import BuildRecord, IndexKind
 from envbuilder.resolve.sdists import SdistInfo, read_sdist_info
 from envbuilder.resolve.wheels import parse_build_record, sdist_version
 
@@ -36,12 +36,12 @@ _T = TypeVar("_T")
 class Evidence(Protocol):
     """What the decisions read about the files on the indexes."""
 
-    def page(self, url: str, project: str, kind: str) -> list[DistributionFile]:
+    def page(self, url: str, project: str, kind: IndexKind) -> list[DistributionFile]:
         """Every file of ``project`` on the index (``kind`` "simple" or "find-links")."""
         ...
 
     def release_files(
-        self, url: str, project: str, kind: str, version: str
+        self, url: str, project: str, kind: IndexKind, version: str
     ) -> list[DistributionFile]:
         """The files of one release (by public version)."""
         ...
@@ -84,7 +84,7 @@ class IndexEvidence:
         self.client = client
         self._memo = _Memo()
 
-    def page(self, url: str, project: str, kind: str) -> list[DistributionFile]:
+    def page(self, url: str, project: str, kind: IndexKind) -> list[DistributionFile]:
         def fetch() -> ProjectPage:
             if kind == "find-links":
                 return simple.fetch_find_links(self.client, url, project)
@@ -94,7 +94,7 @@ class IndexEvidence:
         return list(page.files)
 
     def release_files(
-        self, url: str, project: str, kind: str, version: str
+        self, url: str, project: str, kind: IndexKind, version: str
     ) -> list[DistributionFile]:
         def group() -> dict[str, list[DistributionFile]]:
             by_version: dict[str, list[DistributionFile]] = {}

@@ -28,6 +28,7 @@ from envbuilder.lockfile.verdicts import (
     torch_alone_id,
     use_verdict_of,
 )
+from envbuilder.model import Status as ResolveStatus
 
 TC: tuple[Use, ...] = ("training-compiled",)
 IC: tuple[Use, ...] = ("inference-compiled",)
@@ -500,7 +501,7 @@ def test_runs_that_disagree_on_one_use_only_are_flagged_for_it() -> None:
     ],
 )
 def test_combination_verdict_is_the_worst_gpu(
-    status: str, per_gpu: list[VerdictName], expected: VerdictName
+    status: ResolveStatus, per_gpu: list[VerdictName], expected: VerdictName
 ) -> None:
     runs = [run(f"{i}.json", f"GPU{i}", f"{i}.0", v) for i, v in enumerate(per_gpu)]
     gpus = gpu_verdicts(runs)
