@@ -20,7 +20,6 @@ install (`check_command`), and a module imported deep inside one goes through
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 from dataclasses import dataclass
@@ -91,7 +90,7 @@ def _installed(module: str) -> bool:
     return spec is not None and spec.origin is not None
 
 
-def check_command(command: str, args: argparse.Namespace) -> None:
+def check_command(command: str, args: object) -> None:
     """Stop ``command`` before it starts when an extra it needs for ``args`` is missing."""
     for need in COMMAND_NEEDS.get(command, ()):
         if need.unless is not None and getattr(args, need.unless, False):

@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from envbuilder.lockfile.cli_args import add_lock_argument, add_python_argument
+from envbuilder.commands._lockfile_args import add_lock_argument, add_python_argument
 
 HELP = (
     "check your environment against the lockfile (versions, file hashes, xformers, GPU smoke "

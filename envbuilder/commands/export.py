@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from envbuilder.lockfile.cli_args import add_lock_argument, choice
+from envbuilder.commands._lockfile_args import add_lock_argument, choice
 from envbuilder.lockfile.export import FORMATS
 
 HELP = (

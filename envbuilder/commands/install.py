@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from envbuilder.lockfile.cli_args import add_lock_argument, add_selection_arguments, choice
+from envbuilder.commands._lockfile_args import add_lock_argument, add_selection_arguments, choice
 
 HELP = "install a verified combination from the lockfile into this or another environment"
 
@@ -53,12 +53,49 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="make every check, write the lock and print the commands to paste; install nothing",
     )
     add_lock_argument(parser)
-    from envbuilder.lockfile.sourcebuilds import add_install_arguments
+    add_source_build_arguments(parser)
 
-    add_install_arguments(parser)
+
+def add_source_build_arguments(parser: argparse.ArgumentParser) -> None:
+    """``install``'s options for a source build's wheel."""
+    parser.add_argument(
+        "--wheel",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="a source build's xformers wheel (its sha256 must be the lockfile's build "
+        "record's); default: the build cache",
+    )
+    parser.add_argument(
+        "--build-cache",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="built wheels by build key, as build-wheel writes them (default: source-builds "
+        "in the user cache)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.lockfile.install import install
+    from envbuilder.lockfile.install import InstallRequest, install
+    from envbuilder.reporter import Reporter
 
-    return install(args)
+    request = InstallRequest(
+        settings=args.settings,
+        lock=args.lock,
+        id=args.id,
+        python=args.python,
+        venv=args.venv,
+        cuda=args.cuda,
+        torch=args.torch,
+        xformers=args.xformers,
+        gpu=args.gpu,
+        use=args.use,
+        allow_unverified=args.allow_unverified,
+        installer=args.installer,
+        with_suite=args.with_suite,
+        dry_run=args.dry_run,
+        wheel=args.wheel,
+        build_cache=args.build_cache,
+    )
+    return install(request, Reporter(verbose=args.verbose))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from envbuilder.lockfile.cli_args import add_lock_argument
+from envbuilder.commands._lockfile_args import add_lock_argument
 
 HELP = "write the static site: lockfile, JSON Schema, Markdown table and HTML page"
 

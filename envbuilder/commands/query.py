@@ -15,7 +15,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from envbuilder.lockfile.cli_args import add_lock_argument, add_selection_arguments
+from envbuilder.commands._lockfile_args import add_lock_argument, add_selection_arguments
 
 if TYPE_CHECKING:
     from envbuilder.lockfile.host import Host

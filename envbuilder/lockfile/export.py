@@ -35,6 +35,7 @@ __all__ = [
     "FORMATS",
     "exported",
     "exported_constraints",
+    "exported_entry",
     "exported_requirements",
     "locate_pylock",
     "locate_suite",
@@ -204,6 +205,11 @@ def exported(lockfile: Path, combination: str, fmt: str, *, with_suite: bool = F
         near = difflib.get_close_matches(combination, list(entries), n=1)
         hint = f"; did you mean {near[0]!r}?" if near else "; see `envbuilder query`"
         raise InputError(f"no combination {combination!r} in {lockfile}{hint}")
+    return exported_entry(lockfile, entry, fmt, with_suite=with_suite)
+
+
+def exported_entry(lockfile: Path, entry: Entry, fmt: str, *, with_suite: bool = False) -> bytes:
+    """`exported` for an entry of the lockfile at *lockfile*, already read."""
     pylock = locate_pylock(lockfile, entry)
     suite = locate_suite(lockfile, entry) if with_suite else None
     if fmt == "pylock":

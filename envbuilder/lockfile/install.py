@@ -30,18 +30,43 @@ wheel its build record pins (`sourcebuilds`), installed after the lock's files: 
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from envbuilder.lockfile.interpreter import Interpreter
 from envbuilder.lockfile.model import INSTALLABLE, CompatLock, Entry, Use, Verdict
 from envbuilder.lockfile.runtime_path import announce
+from envbuilder.reporter import Reporter
 from envbuilder.settings import Settings
 from envbuilder.target import library_path
 
-__all__ = ["install"]
+__all__ = ["InstallRequest", "install"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstallRequest:
+    """What ``envbuilder install`` was asked: the combination (an id, or what to choose it
+    by), where to install it, with which installer, and what may be installed."""
+
+    settings: Settings
+    lock: str | None = None  # the lockfile: a path or URL; None: the default choice
+    id: str | None = None
+    python: str | None = None  # a version or an interpreter (path, venv, name on PATH)
+    venv: Path | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    xformers: str | None = None
+    gpu: str | None = None
+    use: Use | None = None
+    allow_unverified: bool = False
+    installer: Literal["uv", "pip"] = "uv"
+    with_suite: bool = False
+    dry_run: bool = False
+    wheel: Path | None = None  # a source build's wheel
+    build_cache: Path | None = None
 
 
 def _uv() -> str:
@@ -124,7 +149,7 @@ def _check_venv_directory(venv: Path) -> None:
 
 
 def _target(
-    args: argparse.Namespace,
+    args: InstallRequest,
 ) -> tuple[Interpreter | None, Interpreter | None, str | None]:
     """(the interpreter to install into, when it exists; the base to create ``--venv``
     from, when ``--python`` names one as a path; the version ``--python`` names). The first
@@ -182,20 +207,18 @@ def _refuse(
     )
 
 
-def install(args: argparse.Namespace) -> int:
+def install(args: InstallRequest, report: Reporter) -> int:
     """Choose the interpreter and the combination, refuse an unverified one, install its lock
     with uv or pip. ``--dry-run`` makes every check the real run makes and prints the commands
     it would run; it only writes the exported lock, at the printed path."""
     from envbuilder.errors import EnvbuilderError, InputError
     from envbuilder.files import write_atomic
-    from envbuilder.lockfile.export import exported
+    from envbuilder.lockfile.export import exported_entry
     from envbuilder.lockfile.model import use_verdict
     from envbuilder.lockfile.published import lockfile_choice
     from envbuilder.lockfile.query import Query, select
     from envbuilder.lockfile.read import load_lockfile
-    from envbuilder.reporter import Reporter
 
-    report = Reporter(verbose=args.verbose)
     lockfile, source = lockfile_choice(args.lock, args.settings, with_locks=True)
     if source:
         report.line(source)
@@ -267,7 +290,7 @@ def install(args: argparse.Namespace) -> int:
         report.line(fetched)
     fmt = "pylock" if args.installer == "uv" else "requirements"
     # the lock and the interpreter are verified before the disk is touched, dry run or not
-    data = exported(lockfile, entry.id, fmt, with_suite=args.with_suite)
+    data = exported_entry(lockfile, entry, fmt, with_suite=args.with_suite)
     if chosen is not None:
         _check_interpreter(chosen, entry.python, entry.id, args.installer)
         python_exe = chosen.executable
@@ -279,6 +302,7 @@ def install(args: argparse.Namespace) -> int:
                 executable=found, version=version, source=f"uv python find {version}"
             )
         _check_interpreter(base, entry.python, entry.id, "uv", base=True)  # --seed: pip
+        assert args.venv is not None  # `_target` chooses no interpreter only for a new venv
         python_exe = args.venv / "bin" / "python"
         cmd = [_uv(), "venv", "--python", str(base.executable), str(args.venv)]
         if args.installer == "pip":

@@ -29,7 +29,6 @@ from envbuilder.sourcebuild.key import KEY_FORMAT
 
 __all__ = [
     "BUILD_RECORDS_DIR",
-    "add_install_arguments",
     "build_command",
     "describe",
     "find_build_record",
@@ -189,26 +188,6 @@ def describe(build: SourceBuildEntry, combination: str) -> str:
     if build.key_format is not None and build.key_format < KEY_FORMAT:
         text += f"; key format {build.key_format}, made by an older recipe"
     return text
-
-
-def add_install_arguments(parser: Any) -> None:
-    """``install``'s options for a source build's wheel."""
-    parser.add_argument(
-        "--wheel",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="a source build's xformers wheel (its sha256 must be the lockfile's build "
-        "record's) (default: the build cache)",
-    )
-    parser.add_argument(
-        "--build-cache",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="built wheels by build key, as build-wheel writes them (default: source-builds "
-        "in the user cache)",
-    )
 
 
 def _sha256(path: Path) -> str:
