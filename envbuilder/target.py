@@ -24,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 __all__ = [
     "PLATFORM_TAG",
     "PYTHON_VERSION",
+    "SUPPORTED_PLATFORMS",
     "CudaBuild",
     "CudaTag",
     "Target",
@@ -34,6 +35,7 @@ __all__ = [
     "names_cuda_runtime",
     "normalise_cuda",
     "parse_cuda_build",
+    "unsupported_platform",
 ]
 
 #: A CPython version as the matrix spells it: ``3.11``.
@@ -44,6 +46,12 @@ PLATFORM_TAG = re.compile(
     rf"(manylinux|musllinux)_\d+_\d+_({_ARCHES})|manylinux(1|2010|2014)_({_ARCHES})"
     rf"|linux_({_ARCHES})|macosx_\d+_\d+_(x86_64|arm64|universal2)|win_amd64|win_arm64|win32"
 )
+
+#: The platform tags a target can have: the Linux glibc ones (what torch's CUDA wheels and
+#: the CUDA runtime wheels are published for). musllinux, macOS and Windows tags are valid
+#: tags, but no CUDA torch is published for the first two and the resolver, the images and
+#: the suite are Linux-only, so rows for them are refused when the matrix is loaded.
+SUPPORTED_PLATFORMS = ("manylinux_X_Y_ARCH", "manylinux1/2010/2014_ARCH", "linux_ARCH")
 
 _CUDA_TAG = re.compile(r"cu(\d{1,2})(\d)")
 _CUDA_VERSION = re.compile(r"(\d{1,2})\.(\d)(?:\.\d+)*")
@@ -183,6 +191,19 @@ def library_path(extra_runtime: Iterable[str], *, python: str, venv: str = "/opt
         if (found := cuda_runtime_library_dir(requirement)) is not None
     ]
     return ":".join(dict.fromkeys(dirs))
+
+
+def unsupported_platform(platform: str) -> str | None:
+    """Why a target cannot have the platform tag *platform*, or None when it can."""
+    try:
+        _platform_arch(platform)
+    except ValueError:
+        return (
+            f"unsupported target platform {platform!r}: envbuilder resolves for Linux glibc "
+            f"targets ({', '.join(SUPPORTED_PLATFORMS)}); musllinux, macOS and Windows "
+            "are not supported"
+        )
+    return None
 
 
 def _platform_arch(platform: str) -> tuple[tuple[int, int] | None, str]:

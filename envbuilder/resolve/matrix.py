@@ -19,7 +19,7 @@ import re
 import string
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -40,6 +40,7 @@ from envbuilder.target import (
     CudaBuild,
     normalise_cuda,
     parse_cuda_build,
+    unsupported_platform,
 )
 
 __all__ = [
@@ -97,10 +98,18 @@ _CUDA_ARCH = re.compile(r"(\d{1,2})\.(\d)([af]?)(\+PTX)?")
 
 
 def combination_id(
-    *, python: str, cuda: CudaBuild, torch: str, xformers: str | None, add_cuda_runtime: bool
+    *,
+    python: str,
+    cuda: CudaBuild,
+    torch: str,
+    xformers: str | None,
+    add_cuda_runtime: bool,
+    platform: str | None = None,
 ) -> str:
-    """The id ``docs/contracts.md`` fixes: ``py3.11-cu121-torch2.4.1-xformers0.0.28.post1[-cudart]``."""
-    parts = [f"py{python}", str(cuda), f"torch{torch}"]
+    """The id ``docs/contracts.md`` fixes: ``py3.11-cu121-torch2.4.1-xformers0.0.28.post1[-cudart]``;
+    with ``platform`` (a matrix of rows for more than one platform), the platform tag follows
+    the CUDA: ``py3.11-cu121-manylinux_2_28_aarch64-torch2.4.1-…``."""
+    parts = [f"py{python}", str(cuda), *([platform] if platform else []), f"torch{torch}"]
     if xformers is not None:
         parts.append(f"xformers{xformers}")
     if add_cuda_runtime:
@@ -363,6 +372,9 @@ class _Loader:
 
     def platform(self, value: str, where: str) -> str | None:
         if PLATFORM_TAG.fullmatch(value):
+            if (why := unsupported_platform(value)) is not None:
+                self.problem(where, why)
+                return None
             return value
         self.problem(
             where, f"invalid platform tag {value!r}; expected e.g. 'manylinux_2_28_x86_64'"
@@ -407,7 +419,7 @@ class _Loader:
         explicit: list[_Row] = []
         for i, row in enumerate(self.tables(document.get("combinations"), "combinations")):
             explicit += build.explicit(row, f"combinations[{i}]")
-        rows = expanded + explicit
+        rows = _platform_in_ids(expanded + explicit)
         self.check_ids(rows)
         self.check_templates(rows, indexes)
         if not rows and not self.problems:
@@ -926,6 +938,30 @@ def _cuda_arch(text: str) -> str | None:
 def _arch_key(arch: str) -> tuple[int, int, str]:
     major, _, rest = arch.partition(".")
     return (int(major), int(rest[0]), rest[1:])
+
+
+def _platform_in_ids(rows: list[_Row]) -> list[_Row]:
+    """*rows*, with the platform in every id when they are for more than one platform: the
+    versions alone cannot tell an x86_64 row from an aarch64 one."""
+    if len({r.combination.platform for r in rows}) < 2:
+        return rows
+    return [
+        _Row(
+            origin=r.origin,
+            combination=replace(
+                r.combination,
+                id=combination_id(
+                    python=r.combination.python,
+                    cuda=r.combination.cuda,
+                    torch=r.combination.torch,
+                    xformers=r.combination.xformers,
+                    add_cuda_runtime=r.combination.add_cuda_runtime,
+                    platform=r.combination.platform,
+                ),
+            ),
+        )
+        for r in rows
+    ]
 
 
 def _glob_test(attr: str, patterns: Sequence[str]) -> Callable[[Combination], bool]:

@@ -85,6 +85,17 @@ cuda = "cu121"
             ["py3.11-cu121-torch2.4.1-xformers0.0.28.post1"],
             id="exclude-list",
         ),
+        # rows for two platforms: the versions alone would give both rows one id
+        pytest.param(
+            '[axes]\npython = ["3.11"]\n'
+            '[[pairs]]\ntorch = "2.4.1"\ncuda = "cu121"\n'
+            '[[pairs]]\ntorch = "2.4.1"\ncuda = "cu121"\nplatform = "manylinux_2_28_aarch64"\n',
+            [
+                "py3.11-cu121-manylinux_2_28_x86_64-torch2.4.1",
+                "py3.11-cu121-manylinux_2_28_aarch64-torch2.4.1",
+            ],
+            id="platform-in-ids-of-a-matrix-of-two-platforms",
+        ),
     ],
 )
 def test_valid_documents_expand_to_ids_in_order(document: str, ids: list[str]) -> None:
@@ -297,6 +308,20 @@ def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
                 " set a CUDA (e.g. 'cu121') or use an index without {cuda}",
             ],
             id="platform-index-contradictions",
+        ),
+        pytest.param(
+            '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\nplatform = "musllinux_1_2_x86_64"\n'
+            '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\nplatform = "win_amd64"\n'
+            '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\nplatform = "macosx_14_0_arm64"\n',
+            [
+                "combinations[0].platform: unsupported target platform 'musllinux_1_2_x86_64': "
+                "envbuilder resolves for Linux glibc targets (manylinux_X_Y_ARCH, manylinux1/2010/2014_ARCH, linux_ARCH); musllinux, macOS and Windows are not supported",
+                "combinations[1].platform: unsupported target platform 'win_amd64': "
+                "envbuilder resolves for Linux glibc targets (manylinux_X_Y_ARCH, manylinux1/2010/2014_ARCH, linux_ARCH); musllinux, macOS and Windows are not supported",
+                "combinations[2].platform: unsupported target platform 'macosx_14_0_arm64': "
+                "envbuilder resolves for Linux glibc targets (manylinux_X_Y_ARCH, manylinux1/2010/2014_ARCH, linux_ARCH); musllinux, macOS and Windows are not supported",
+            ],
+            id="platforms-envbuilder-does-not-resolve-for",
         ),
         pytest.param(
             PAIR + '[[combinations]]\npython = "3.11"\ncuda = "12.1"\ntorch = "2.4.1"\n'
