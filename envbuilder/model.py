@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envbuilder.errors import InputError
-from envbuilder.target import CudaBuild, CudaTag
+from envbuilder.target import CudaBuild, CudaTag, parse_cuda_build
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: One path component of an image repository name, as the registry API defines it.
 _REPO_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 
 __all__ = [
+    "READABLE_RESOLUTION_SCHEMAS",
     "RESOLUTION_SCHEMA",
     "STATUSES",
     "BuildRecord",
@@ -49,7 +50,12 @@ __all__ = [
     "suite_requirements_filename",
 ]
 
-RESOLUTION_SCHEMA = "envbuilder.resolution/1"
+#: /2 nests each answer's matrix cell (``combination``: the `Combination` it answers, every
+#: field) where /1 copied four of its fields (``id``, ``python``, ``cuda``, ``platform``) and
+#: the versions it asked for (``requested``). A /1 file is still read: its cells get the
+#: matrix defaults for what it did not record (indexes, runner, base image, note).
+RESOLUTION_SCHEMA = "envbuilder.resolution/2"
+READABLE_RESOLUTION_SCHEMAS = ("envbuilder.resolution/1", RESOLUTION_SCHEMA)
 
 Status = Literal["resolved", "unsatisfiable", "error"]
 STATUSES: tuple[Status, ...] = ("resolved", "unsatisfiable", "error")
@@ -127,6 +133,49 @@ class Combination:
     def image_tag(self, lock_sha256: str) -> str:
         """The image built from its lock of *lock_sha256* (`image_tag`)."""
         return image_tag(self.id, lock_sha256)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "python": self.python,
+            "cuda": str(self.cuda),
+            "torch": self.torch,
+            "xformers": self.xformers,
+            "platform": self.platform,
+            "torch_index": self.torch_index,
+            "xformers_index": self.xformers_index,
+            "add_cuda_runtime": self.add_cuda_runtime,
+            "base_image": self.base_image,
+            "runner": list(self.runner),
+            "note": self.note,
+            "xformers_source": self.xformers_source,
+            "cuda_archs": list(self.cuda_archs),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Combination:
+        cuda = parse_cuda_build(data["cuda"])
+        if cuda is None:
+            raise ValueError(f"combination {data['id']!r}: cuda {data['cuda']!r} is not a CUDA")
+        source = data.get("xformers_source", "never")
+        if source not in ("never", "always", "when-no-wheel-fits"):
+            raise ValueError(f"combination {data['id']!r}: xformers_source {source!r}")
+        return cls(
+            id=data["id"],
+            python=data["python"],
+            cuda=cuda,
+            torch=data["torch"],
+            xformers=data.get("xformers"),
+            platform=data["platform"],
+            torch_index=data.get("torch_index", "default"),
+            xformers_index=data.get("xformers_index", "default"),
+            add_cuda_runtime=bool(data.get("add_cuda_runtime", False)),
+            base_image=data.get("base_image"),
+            runner=tuple(data.get("runner", ())),
+            note=data.get("note", ""),
+            xformers_source=source,
+            cuda_archs=tuple(data.get("cuda_archs", ())),
+        )
 
     def fields_for_labels(self) -> dict[str, str]:
         return {
@@ -245,14 +294,14 @@ class Rejection:
 
 @dataclass(frozen=True, kw_only=True)
 class ResolvedCombination:
-    """The resolver's answer for one combination; the JSON of ``resolve --json``."""
+    """The resolver's answer for one combination; the JSON of ``resolve --json``.
 
-    id: str
+    It nests the matrix cell it answers (`combination`); ``id``, ``python``,
+    ``platform``, ``cuda`` and ``requested`` are that cell's."""
+
+    combination: Combination
     status: Status
     reason: str
-    python: str
-    cuda: str
-    platform: str
     torch: ResolvedTorch | None = None
     xformers: ResolvedXformers | None = None
     extra_runtime: tuple[str, ...] = ()  # e.g. ("nvidia-cuda-runtime-cu12==12.8.90",)
@@ -261,7 +310,6 @@ class ResolvedCombination:
     lock: str | None = None  # path of pylock.<id>.toml, relative to the output's parent
     lock_sha256: str | None = None
     requirements: str | None = None
-    requested: Requested | None = None  # absent in files written before it was recorded
     #: the conformance suite's own dependencies (matrix.toml [suite]), locked beside ``lock``;
     #: None when the combination has no suite group
     suite_lock: str | None = None
@@ -269,12 +317,32 @@ class ResolvedCombination:
     suite_lock_sha256: str | None = None
     #: xformers built from its sdist (then ``xformers`` describes the sdist, not a wheel)
     source_build: SourceBuild | None = None
-    #: the matrix cell this answers; known to the run that resolved it, not kept in JSON
-    combination: Combination | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.combination.id
+
+    @property
+    def python(self) -> str:
+        return self.combination.python
+
+    @property
+    def platform(self) -> str:
+        return self.combination.platform
+
+    @property
+    def cuda(self) -> str:
+        """The cell's CUDA as ids spell it: ``cu121``, ``cpu`` or ``default``."""
+        return str(self.combination.cuda)
+
+    @property
+    def requested(self) -> Requested:
+        """The versions the cell asked for (an unsatisfiable answer has no resolved torch)."""
+        return Requested(torch=self.combination.torch, xformers=self.combination.xformers)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        del data["combination"]
+        data["combination"] = self.combination.to_json()
         if self.torch is not None:
             data["torch"]["cuda"] = _cuda_json(self.torch.cuda)
         if self.xformers is not None:
@@ -287,16 +355,19 @@ class ResolvedCombination:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ResolvedCombination:
+    def from_json(
+        cls, data: Mapping[str, Any], schema: str = RESOLUTION_SCHEMA
+    ) -> ResolvedCombination:
         torch = data.get("torch")
         xf = data.get("xformers")
+        if schema == RESOLUTION_SCHEMA:
+            combination = Combination.from_json(data["combination"])
+        else:
+            combination = _cell_of_v1(data, torch)
         return cls(
-            id=data["id"],
+            combination=combination,
             status=data["status"],
             reason=data.get("reason", ""),
-            python=data["python"],
-            cuda=data["cuda"],
-            platform=data["platform"],
             torch=ResolvedTorch(**{**torch, "cuda": _cuda(torch["cuda"])}) if torch else None,
             xformers=(
                 ResolvedXformers(
@@ -312,7 +383,6 @@ class ResolvedCombination:
             lock=data.get("lock"),
             lock_sha256=data.get("lock_sha256"),
             requirements=data.get("requirements"),
-            requested=Requested(**data["requested"]) if data.get("requested") else None,
             suite_lock=data.get("suite_lock"),
             suite_requirements=data.get("suite_requirements"),
             suite_lock_sha256=data.get("suite_lock_sha256"),
@@ -320,6 +390,35 @@ class ResolvedCombination:
                 SourceBuild.from_json(data["source_build"]) if data.get("source_build") else None
             ),
         )
+
+
+def _cell_of_v1(data: Mapping[str, Any], torch: Mapping[str, Any] | None) -> Combination:
+    """The matrix cell a resolution/1 answer names: its copied fields, the versions it asked
+    for (``requested``, else the resolved torch's), the matrix defaults for the rest."""
+    requested = data.get("requested")
+    if requested is not None:
+        versions = Requested(torch=requested["torch"], xformers=requested.get("xformers"))
+    elif torch is not None:
+        xf = data.get("xformers")
+        public = str(torch["version"]).partition("+")[0]
+        versions = Requested(torch=public, xformers=xf["version"] if xf else None)
+    else:
+        raise InputError(
+            f"combination {data['id']!r} of an envbuilder.resolution/1 file records neither the "
+            "versions it asked for nor a resolved torch; run `nox -s resolve` again"
+        )
+    return Combination.from_json(
+        {
+            "id": data["id"],
+            "python": data["python"],
+            "cuda": data["cuda"],
+            "platform": data["platform"],
+            "torch": versions.torch,
+            "xformers": versions.xformers,
+            "add_cuda_runtime": bool(data.get("extra_runtime"))
+            or str(data["id"]).endswith("-cudart"),
+        }
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -344,15 +443,17 @@ class Resolution:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Resolution:
-        if data.get("schema") != RESOLUTION_SCHEMA:
+        schema = data.get("schema")
+        if schema not in READABLE_RESOLUTION_SCHEMAS:
             raise InputError(
-                f"unsupported resolution schema {data.get('schema')!r}; expected {RESOLUTION_SCHEMA!r}"
+                f"unsupported resolution schema {schema!r}; this envbuilder reads "
+                f"{', '.join(READABLE_RESOLUTION_SCHEMAS)}: run `nox -s resolve` again"
             )
         combos: Sequence[Mapping[str, Any]] = data.get("combinations", [])
         return cls(
             matrix=data["matrix"],
             matrix_sha256=data["matrix_sha256"],
-            combinations=tuple(ResolvedCombination.from_json(c) for c in combos),
+            combinations=tuple(ResolvedCombination.from_json(c, schema) for c in combos),
         )
 
 

@@ -67,7 +67,7 @@ from envbuilder.docker.plan import (
 )
 from envbuilder.errors import EnvbuilderError, InputError
 from envbuilder.files import atomic_writer
-from envbuilder.model import ResolvedCombination, ResolvedTorch, load_resolution
+from envbuilder.model import Combination, ResolvedCombination, ResolvedTorch, load_resolution
 from envbuilder.reporter import Reporter
 from envbuilder.settings import Settings
 from envbuilder.target import CudaTag
@@ -440,12 +440,15 @@ def synthetic_cases(work: Path, *, runtime_mb: int, torch_mb: int) -> list[Case]
         lock = work / "locks" / f"pylock.{combination_id}.toml"
         _write_lock(lock, [*runtime, torch, xformers, common])
         resolved = ResolvedCombination(
-            id=combination_id,
+            combination=Combination(
+                id=combination_id,
+                python="3.11",
+                cuda=CudaTag(12, 8),
+                torch=torch_version,
+                xformers=f"0.0.{90 + i}",
+            ),
             status="resolved",
             reason="synthetic benchmark combination",
-            python="3.11",
-            cuda="cu128",
-            platform="manylinux_2_28_x86_64",
             torch=ResolvedTorch(
                 version=torch_version,
                 cuda=CudaTag(12, 8),

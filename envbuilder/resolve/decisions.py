@@ -26,7 +26,6 @@ from envbuilder.model import (
     Combination,
     IndexSpec,
     Rejection,
-    Requested,
     ResolvedCombination,
     ResolvedTorch,
     ResolvedXformers,
@@ -76,20 +75,15 @@ class Decision:
         """The resolver's answer with this decision's findings."""
         c = self.combination
         return ResolvedCombination(
-            id=c.id,
+            combination=c,
             status=status,
             reason=reason,
-            python=c.python,
-            cuda=str(c.cuda),
-            platform=c.platform,
             torch=self.torch,
             xformers=self.xformers,
             extra_runtime=self.extra_runtime,
             notes=self.notes,
             rejected=self.rejected,
-            requested=Requested(torch=c.torch, xformers=c.xformers),
             source_build=self.source_build,
-            combination=c,
         )
 
     def pins(self) -> list[PinnedFile]:

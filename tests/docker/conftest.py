@@ -33,6 +33,7 @@ from envbuilder.model import (
     suite_lock_filename,
     suite_requirements_filename,
 )
+from tests.support.cells import cell
 from tests.support.wheels import BuiltWheel
 
 BASE_IMAGE = "envbuilder-test/python:3.11"
@@ -104,12 +105,9 @@ def resolved_record(
     combination_id: str, lock: Path, *, torch: str, cuda: str = "cpu"
 ) -> ResolvedCombination:
     return ResolvedCombination(
-        id=combination_id,
+        combination=cell(combination_id, python="3.11", cuda=cuda, torch=torch.partition("+")[0]),
         status="resolved",
         reason="",
-        python="3.11",
-        cuda=cuda,
-        platform="manylinux_2_28_x86_64",
         torch=ResolvedTorch(
             version=torch, cuda=None, cuda_source="none", filename="", url="", sha256="0" * 64
         ),
@@ -200,12 +198,9 @@ def torch_locks(tmp_path_factory: pytest.TempPathFactory) -> Path:
         combinations=(
             resolved_record(TORCH_ID, lock, torch=f"{TORCH_VERSION}+cpu"),
             ResolvedCombination(
-                id="py3.11-cpu-torch2.12.0",
+                combination=cell("py3.11-cpu-torch2.12.0"),
                 status="unsatisfiable",
                 reason="no torch 2.12.0 wheel for cp311 on any index",
-                python="3.11",
-                cuda="cpu",
-                platform="manylinux_2_28_x86_64",
             ),
         ),
     )

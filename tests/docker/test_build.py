@@ -359,7 +359,13 @@ def test_a_base_with_another_python_is_refused_before_any_download(
     tmp_path: Path,
 ) -> None:
     locked = synthetic_lock("test-wrong-python", [demo_tool(tmp_path / "wheels")])
-    for_312 = Locked(resolved=dataclasses.replace(locked.resolved, python="3.12"), lock=locked.lock)
+    resolved = locked.resolved
+    for_312 = Locked(
+        resolved=dataclasses.replace(
+            resolved, combination=dataclasses.replace(resolved.combination, python="3.12")
+        ),
+        lock=locked.lock,
+    )
     cache = WheelCache(tmp_path / "empty-cache")
     with pytest.raises(
         InputError, match=r"has Python 3\.11, the lock is for Python 3\.12; choose a base"

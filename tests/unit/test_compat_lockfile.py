@@ -21,6 +21,7 @@ from envbuilder.lockfile.model import USES, VERDICTS, use_verdict
 from envbuilder.lockfile.read import load_lockfile
 from envbuilder.lockfile.results import bind, documented_shape
 from envbuilder.model import ResolvedCombination, Status
+from tests.support.cells import cell
 
 DATA = Path(__file__).parents[1] / "data"
 SCHEMA = Path(__file__).parents[2] / "envbuilder" / "schemas" / "compat.schema.json"
@@ -223,12 +224,9 @@ CURRENT = "c" * 64
 
 def resolved(status: Status, lock_sha256: str | None = CURRENT) -> ResolvedCombination:
     return ResolvedCombination(
-        id="py3.12-cu124-torch2.5.1",
+        combination=cell("py3.12-cu124-torch2.5.1"),
         status=status,
         reason="",
-        python="3.12",
-        cuda="cu124",
-        platform="manylinux_2_28_x86_64",
         lock="locks/pylock.x.toml" if status == "resolved" else None,
         lock_sha256=lock_sha256 if status == "resolved" else None,
     )

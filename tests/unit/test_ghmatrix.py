@@ -49,12 +49,9 @@ def combo(
 
 def answer(c: Combination, status: Status, lock_sha256: str | None = None) -> ResolvedCombination:
     return ResolvedCombination(
-        id=c.id,
+        combination=c,
         status=status,
         reason="" if status == "resolved" else f"no wheel of torch {c.torch} for {c.cuda}",
-        python=c.python,
-        cuda=str(c.cuda),
-        platform=c.platform,
         lock_sha256=lock_sha256,
     )
 

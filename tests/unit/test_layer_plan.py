@@ -19,6 +19,7 @@ from envbuilder.docker.plan import (
 from envbuilder.errors import InputError
 from envbuilder.model import ResolvedCombination, ResolvedTorch, image_tag
 from envbuilder.target import library_path
+from tests.support.cells import cell
 
 SHA_A = "a" * 64
 SHA_B = "b" * 64
@@ -203,12 +204,9 @@ def test_a_lock_envbuilder_cannot_build_from_is_refused(text: str, problem: str)
 
 def test_labels_carry_the_combination_the_lock_and_the_manifest() -> None:
     resolved = ResolvedCombination(
-        id="py3.11-cpu-torch2.13.0",
+        combination=cell("py3.11-cpu-torch2.13.0"),
         status="resolved",
         reason="",
-        python="3.11",
-        cuda="cpu",
-        platform="manylinux_2_28_x86_64",
         torch=ResolvedTorch(
             version="2.13.0+cpu",
             cuda=None,
@@ -250,8 +248,7 @@ def test_labels_carry_the_combination_the_lock_and_the_manifest() -> None:
 
 def test_without_resolver_details_the_versions_come_from_the_lock() -> None:
     resolved = ResolvedCombination(
-        id="py3.11-cu128-torch2.9.1-xformers0.0.33.post2", status="resolved", reason="",
-        python="3.11", cuda="cu128", platform="manylinux_2_28_x86_64",
+        combination=cell("py3.11-cu128-torch2.9.1-xformers0.0.33.post2"), status="resolved", reason="",
     )  # fmt: skip
     labels = image_labels(
         resolved,
@@ -274,16 +271,14 @@ def test_without_resolver_details_the_versions_come_from_the_lock() -> None:
 )  # fmt: skip
 def test_the_lock_is_where_the_resolution_says(lock: str, expected: Path) -> None:
     resolved = ResolvedCombination(
-        id="py3.11-cpu-torch2.13.0", status="resolved", reason="", python="3.11", cuda="cpu",
-        platform="manylinux_2_28_x86_64", lock=lock,
+        combination=cell("py3.11-cpu-torch2.13.0"), status="resolved", reason="", lock=lock,
     )  # fmt: skip
     assert lock_path(resolved, Path("out/locks")) == expected
 
 
 def test_a_combination_without_a_lock_says_to_resolve() -> None:
     resolved = ResolvedCombination(
-        id="py3.11-cpu-torch2.13.0", status="resolved", reason="", python="3.11", cuda="cpu",
-        platform="manylinux_2_28_x86_64",
+        combination=cell("py3.11-cpu-torch2.13.0"), status="resolved", reason="",
     )  # fmt: skip
     with pytest.raises(
         InputError, match=r"has no lock; run `nox -s resolve -- py3\.11-cpu-torch2\.13\.0`"
@@ -297,8 +292,7 @@ def test_an_unresolved_combination_has_no_image(tmp_path: Path, status: str) -> 
     from envbuilder.docker.cache import WheelCache
 
     resolved = ResolvedCombination(
-        id="py3.11-cpu-torch2.12.0", status=status, reason="no torch 2.12.0 wheel for cp311",  # type: ignore[arg-type]
-        python="3.11", cuda="cpu", platform="manylinux_2_28_x86_64",
+        combination=cell("py3.11-cpu-torch2.12.0"), status=status, reason="no torch 2.12.0 wheel for cp311",  # type: ignore[arg-type]
     )  # fmt: skip
     with pytest.raises(
         InputError, match=f"is {status} \\(no torch 2.12.0 wheel for cp311\\); nothing to build"

@@ -39,7 +39,8 @@ from envbuilder.lockfile.model import (
 from envbuilder.lockfile.query import Query, answer, asked_cuda, select
 from envbuilder.lockfile.results import accept, find_results
 from envbuilder.lockfile.verdicts import combination_use_verdicts, gpu_verdicts, overall
-from envbuilder.model import Requested, ResolvedCombination
+from envbuilder.model import ResolvedCombination
+from tests.support.cells import cell
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -266,15 +267,11 @@ def committed() -> CompatLock:
         shas[data["combination"]] = data["lock_sha256"]
     combos = {
         cid: ResolvedCombination(
-            id=cid,
+            combination=cell(cid, python="3.12", cuda="cu130", torch="2.11.0"),
             status="resolved" if sha else "unsatisfiable",
             reason="" if sha else "xformers 0.0.35 is built for CUDA 12.8",
-            python="3.12",
-            cuda="cu130",
-            platform="manylinux_2_28_x86_64",
             lock_sha256=sha,
             extra_runtime=("nvidia-cuda-runtime-cu12==12.8.90",) if cid.endswith("cudart") else (),
-            requested=Requested(torch="2.11.0", xformers="0.0.35" if "xformers" in cid else None),
         )
         for cid, sha in shas.items()
     }

@@ -11,6 +11,7 @@ from envbuilder import cli
 from envbuilder.commands import resolve as command
 from envbuilder.model import Rejection, ResolvedCombination
 from envbuilder.reporter import Reporter
+from tests.support.cells import cell
 
 MATRIX = """
 [axes]
@@ -28,12 +29,9 @@ def _result(
     status: str, reason: str, *, cid: str = "py3.11-cu121-torch2.4.1"
 ) -> ResolvedCombination:
     return ResolvedCombination(
-        id=cid,
+        combination=cell(cid),
         status=status,  # type: ignore[arg-type]
         reason=reason,
-        python="3.11",
-        cuda="cu121",
-        platform="manylinux_2_28_x86_64",
         notes=("a note",),
         rejected=(Rejection(project="torch", filename="torch-2.4.1-cp312.whl", reason="tags"),),
     )
@@ -166,3 +164,52 @@ def test_elsewhere_there_is_no_bar() -> None:
     with command._Progress(Reporter(stream), total=1) as progress:
         progress.done(_result("resolved", "because"), 1.0)
     assert "resolving" not in stream.getvalue()
+
+
+def test_a_resolution_nests_the_cell_it_answers_and_reads_back_whole() -> None:
+    from envbuilder.model import RESOLUTION_SCHEMA, Resolution
+
+    answer = _result("resolved", "", cid="py3.11-cu121-torch2.4.1-xformers0.0.28.post1-cudart")
+    resolution = Resolution(matrix="m.toml", matrix_sha256="0" * 64, combinations=(answer,))
+    data = resolution.to_json()
+    assert data["schema"] == RESOLUTION_SCHEMA == "envbuilder.resolution/2"
+    written = data["combinations"][0]
+    # the cell is nested, not copied: no id, python, cuda, platform or requested beside it
+    assert {"id", "python", "cuda", "platform", "requested"}.isdisjoint(written)
+    assert written["combination"]["cuda"] == "cu121"
+    assert Resolution.from_json(data) == resolution
+
+
+def test_a_resolution_1_file_is_read_with_the_cell_it_recorded() -> None:
+    from envbuilder.model import Resolution
+    from envbuilder.target import CudaTag
+
+    answer = {
+        "id": "py3.11-cu121-torch2.4.1-cudart",
+        "status": "unsatisfiable",
+        "reason": "no wheel",
+        "python": "3.11",
+        "cuda": "cu121",
+        "platform": "manylinux_2_28_x86_64",
+        "requested": {"torch": "2.4.1", "xformers": None},
+    }
+    old = {"schema": "envbuilder.resolution/1", "matrix": "m", "matrix_sha256": "0" * 64}
+    (read,) = Resolution.from_json({**old, "combinations": [answer]}).combinations
+    c = read.combination
+    assert (c.id, c.python, c.cuda, c.platform, c.torch, c.xformers, c.add_cuda_runtime) == (
+        "py3.11-cu121-torch2.4.1-cudart",
+        "3.11",
+        CudaTag(12, 1),
+        "manylinux_2_28_x86_64",
+        "2.4.1",
+        None,
+        True,
+    )
+
+
+def test_an_unknown_resolution_schema_says_to_resolve_again() -> None:
+    from envbuilder.errors import InputError
+    from envbuilder.model import Resolution
+
+    with pytest.raises(InputError, match=r"'envbuilder\.resolution/9'.*run `nox -s resolve` again"):
+        Resolution.from_json({"schema": "envbuilder.resolution/9", "combinations": []})
