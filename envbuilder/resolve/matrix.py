@@ -254,6 +254,23 @@ class _Row:
     combination: Combination
 
 
+@dataclass(frozen=True, kw_only=True)
+class _RowKeys:
+    """The keys a ``[[pairs]]`` entry and a ``[[combinations]]`` row share, checked and with
+    the defaults filled in; its CUDA and Python make it a row."""
+
+    torch: str
+    xformers: str | None
+    add_cuda_runtime: bool
+    platform: str
+    base_image: str  # a template: {python}, {cuda}, {torch}, {xformers}
+    note: str
+    xformers_source: XformersSource
+    cuda_archs: tuple[str, ...] | None  # None: not set (a source build takes the runners')
+    torch_index: str
+    xformers_index: str
+
+
 @dataclass
 class _Loader:
     path: Path
@@ -719,38 +736,38 @@ class _RowBuilder:
             return []
         return [self.row(common, python=python, cuda=cuda, origin=where, where=where)]
 
-    def common(self, table: Mapping[str, Any], where: str) -> dict[str, Any] | None:
+    def common(self, table: Mapping[str, Any], where: str) -> _RowKeys | None:
         """The keys a pair and an explicit row share; None when any is invalid."""
         ld = self.loader
         before = len(ld.problems)
         d = self.defaults or MatrixDefaults()
-        out: dict[str, Any] = {}
+        torch: str | None = None
         if "torch" not in table:
             ld.problem(where, "missing key 'torch'")
         elif (s := ld.string(table["torch"], f"{where}.torch")) is not None:
-            out["torch"] = ld.version(s, f"{where}.torch")
-        out["xformers"] = None
+            torch = ld.version(s, f"{where}.torch")
+        xformers = None
         if "xformers" in table and (s := ld.string(table["xformers"], f"{where}.xformers")):
-            out["xformers"] = ld.version(s, f"{where}.xformers")
-        out["add_cuda_runtime"] = d.add_cuda_runtime
+            xformers = ld.version(s, f"{where}.xformers")
+        add_cuda_runtime = d.add_cuda_runtime
         if "add-cuda-runtime" in table:
             b = ld.boolean(table["add-cuda-runtime"], f"{where}.add-cuda-runtime")
-            out["add_cuda_runtime"] = d.add_cuda_runtime if b is None else b
-        out["platform"] = d.platform
+            add_cuda_runtime = d.add_cuda_runtime if b is None else b
+        platform: str | None = d.platform
         if "platform" in table and (s := ld.string(table["platform"], f"{where}.platform")):
-            out["platform"] = ld.platform(s, f"{where}.platform")
-        out["base_image"] = d.base_image
+            platform = ld.platform(s, f"{where}.platform")
+        base_image: str | None = d.base_image
         if "base-image" in table and (s := ld.string(table["base-image"], f"{where}.base-image")):
-            out["base_image"] = ld.template(s, f"{where}.base-image")
-        out["note"] = ""
+            base_image = ld.template(s, f"{where}.base-image")
+        note = ""
         if "note" in table and (s := ld.string(table["note"], f"{where}.note")) is not None:
-            out["note"] = s
-        out["xformers_source"] = "never"
+            note = s
+        xformers_source: XformersSource = "never"
         if "xformers-source" in table:
-            out["xformers_source"] = self.source_policy(table["xformers-source"], where)
-        out["cuda_archs"] = None
+            xformers_source = self.source_policy(table["xformers-source"], where)
+        cuda_archs = None
         if "cuda-archs" in table:
-            out["cuda_archs"] = self.cuda_archs(table["cuda-archs"], f"{where}.cuda-archs")
+            cuda_archs = self.cuda_archs(table["cuda-archs"], f"{where}.cuda-archs")
         index = d.index
         if "index" in table and (s := ld.string(table["index"], f"{where}.index")) is not None:
             index = s
@@ -760,23 +777,34 @@ class _RowBuilder:
             if "index" not in table
             else self.known_index(index, f"{where}.index")
         )
+        chosen = {"torch": "default", "xformers": "default"}
         if known:
-            out["torch_index"] = self.serving(index, "torch")
-            out["xformers_index"] = self.serving(index, "xformers")
+            chosen = {p: self.serving(index, p) for p in chosen}
         for project in ("torch", "xformers"):
             key = f"{project}-index"
             s = ld.string(table[key], f"{where}.{key}") if key in table else None
             if s is not None and self.known_index(s, f"{where}.{key}"):
-                out[f"{project}_index"] = s
+                chosen[project] = s
                 spec = self.indexes[s]
                 if spec.projects and project not in spec.projects:
                     ld.problem(
                         f"{where}.{key}",
                         f"index {s!r} serves only {', '.join(spec.projects)}, not {project!r}",
                     )
-        if len(ld.problems) > before or out.get("torch") is None:
+        if len(ld.problems) > before or torch is None or platform is None or base_image is None:
             return None
-        return out
+        return _RowKeys(
+            torch=torch,
+            xformers=xformers,
+            add_cuda_runtime=add_cuda_runtime,
+            platform=platform,
+            base_image=base_image,
+            note=note,
+            xformers_source=xformers_source,
+            cuda_archs=cuda_archs,
+            torch_index=chosen["torch"],
+            xformers_index=chosen["xformers"],
+        )
 
     def source_policy(self, value: Any, where: str) -> XformersSource:
         """``xformers-source``: true (always), false (never) or a policy by name."""
@@ -815,14 +843,12 @@ class _RowBuilder:
                 archs.add(arch)
         return None if bad else tuple(sorted(archs, key=_arch_key))
 
-    def source_build(
-        self, common: Mapping[str, Any], cuda: CudaBuild, where: str
-    ) -> tuple[str, ...]:
+    def source_build(self, common: _RowKeys, cuda: CudaBuild, where: str) -> tuple[str, ...]:
         """Check a row's source-build keys; its architectures (from the matrix's GPUs
         when the row names none)."""
         ld = self.loader
-        policy = common["xformers_source"]
-        archs: tuple[str, ...] | None = common["cuda_archs"]
+        policy = common.xformers_source
+        archs = common.cuda_archs
         if policy == "never":
             if archs is not None:
                 ld.problem(
@@ -830,12 +856,12 @@ class _RowBuilder:
                     "is only used by a source build; set xformers-source too, or remove it",
                 )
             return ()
-        if common["xformers"] is None:
+        if common.xformers is None:
             ld.problem(
                 f"{where}.xformers-source",
                 "the row has no xformers to build; set xformers or remove xformers-source",
             )
-        if common["add_cuda_runtime"]:
+        if common.add_cuda_runtime:
             ld.problem(
                 f"{where}.xformers-source",
                 "with add-cuda-runtime = true: a source build is made for torch's own CUDA and "
@@ -886,9 +912,9 @@ class _RowBuilder:
         return name if not spec.projects or project in spec.projects else "default"
 
     def row(
-        self, common: Mapping[str, Any], *, python: str, cuda: CudaBuild, origin: str, where: str
+        self, common: _RowKeys, *, python: str, cuda: CudaBuild, origin: str, where: str
     ) -> _Row:
-        if cuda == "cpu" and common["add_cuda_runtime"]:
+        if cuda == "cpu" and common.add_cuda_runtime:
             self.loader.problem(
                 where,
                 "cuda = 'cpu' with add-cuda-runtime = true: a CPU build has no CUDA runtime to add",
@@ -897,30 +923,30 @@ class _RowBuilder:
         cid = combination_id(
             python=python,
             cuda=cuda,
-            torch=common["torch"],
-            xformers=common["xformers"],
-            add_cuda_runtime=common["add_cuda_runtime"],
+            torch=common.torch,
+            xformers=common.xformers,
+            add_cuda_runtime=common.add_cuda_runtime,
         )
         fields = {
             "python": python,
             "cuda": cuda,
-            "torch": common["torch"],
-            "xformers": common["xformers"] or "",
+            "torch": common.torch,
+            "xformers": common.xformers or "",
         }
         combination = Combination(
             id=cid,
             python=python,
             cuda=cuda,
-            torch=common["torch"],
-            xformers=common["xformers"],
-            platform=common["platform"],
-            torch_index=common.get("torch_index", "default"),
-            xformers_index=common.get("xformers_index", "default"),
-            add_cuda_runtime=common["add_cuda_runtime"],
-            base_image=common["base_image"].format_map(fields),
+            torch=common.torch,
+            xformers=common.xformers,
+            platform=common.platform,
+            torch_index=common.torch_index,
+            xformers_index=common.xformers_index,
+            add_cuda_runtime=common.add_cuda_runtime,
+            base_image=common.base_image.format_map(fields),
             runner=self.runners.labels_for(cuda),
-            note=common["note"],
-            xformers_source=common["xformers_source"],
+            note=common.note,
+            xformers_source=common.xformers_source,
             cuda_archs=archs,
         )
         return _Row(origin=origin, combination=combination)
