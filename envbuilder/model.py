@@ -177,16 +177,6 @@ class Combination:
             cuda_archs=tuple(data.get("cuda_archs", ())),
         )
 
-    def fields_for_labels(self) -> dict[str, str]:
-        return {
-            "id": self.id,
-            "python": self.python,
-            "cuda": str(self.cuda),
-            "torch": self.torch,
-            "xformers": self.xformers or "",
-            "platform": self.platform,
-        }
-
 
 @dataclass(frozen=True, kw_only=True)
 class BuildRecord:

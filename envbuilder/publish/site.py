@@ -346,7 +346,7 @@ def picker_data(lock: CompatLock) -> dict[str, object]:
             "cuda": e.cuda_release or "",
             "arch": e.arch,
             "driver": e.minimum_driver or "",
-            "installable": e.lock is not None,
+            "installable": e.installable,
         }
         for e in lock.combinations
     }
