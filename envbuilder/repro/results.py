@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder import jsondoc
+from envbuilder.conformance._record import FAILED, STATUSES, Status
 from envbuilder.errors import InputError
 
 __all__ = ["Recorded", "ResultsFile", "choose", "load", "results_in"]
@@ -56,8 +57,10 @@ class Recorded:
         return str(self.check["name"])
 
     @property
-    def status(self) -> str:
-        return str(self.check.get("status", ""))
+    def status(self) -> Status | None:
+        """The check's status; None for one the suite does not make (or none at all)."""
+        value = self.check.get("status")
+        return next((s for s in STATUSES if s == value), None)
 
     @property
     def reason(self) -> str:
@@ -70,7 +73,7 @@ class Recorded:
 
     @property
     def failed(self) -> bool:
-        return self.status in ("fail", "error", "timeout", "invalid")
+        return self.status in FAILED
 
     @property
     def cuda(self) -> bool:

@@ -12,6 +12,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from envbuilder.conformance._record import Status
 from envbuilder.repro import _snippets
 from envbuilder.repro.cases import (
     DROPOUT_P,
@@ -68,7 +69,7 @@ class Origin:
     """Where the failure was recorded: the check, its outcome and the run's facts."""
 
     check: str
-    status: str
+    status: Status | None  # None: a status the suite does not make
     reason: str
     results_path: str
     combination: str | None
@@ -182,7 +183,9 @@ def _shapes(cases: Sequence[Seeded]) -> str:
 
 def _header(case: ReproCase, origin: Origin, filename: str) -> str:
     numbers = origin.numbers
-    recorded = f"{origin.status}: {first_clause(origin.reason) or '(no reason recorded)'}"
+    recorded = (
+        f"{origin.status or 'no status'}: {first_clause(origin.reason) or '(no reason recorded)'}"
+    )
     if isinstance(numbers.get("error"), int | float) and isinstance(
         numbers.get("bound"), int | float
     ):
@@ -222,7 +225,7 @@ def _constants(case: ReproCase, origin: Origin) -> list[tuple[str, object]]:
     device = "cuda" if origin.runner.get("gpus") else "cpu"
     common: list[tuple[str, object]] = [
         ("CHECK", origin.check),
-        ("RECORDED_STATUS", origin.status),
+        ("RECORDED_STATUS", origin.status or ""),
         ("RECORDED_REASON", first_clause(origin.reason)),
         ("FAILED_ON", _failed_on(origin)),
         ("DEVICE", device),
