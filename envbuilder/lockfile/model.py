@@ -3,9 +3,10 @@
 Written by ``envbuilder lock``, read by ``query``, ``export``, ``install``,
 ``doctor`` and ``publish``. The JSON shape is fixed by
 ``envbuilder/schemas/compat.schema.json``; these dataclasses are its typed view.
-This module imports nothing beyond the standard library (and the suite's
-stdlib-only record module, the home of the check vocabulary) so that ``doctor``
-works in any environment that has envbuilder's declared dependencies.
+This module imports only the standard library and the shared vocabulary: the
+suite's stdlib-only record module (check statuses, uses, workarounds), the
+resolver's records (`envbuilder.model`) and the target (``packaging``), so that
+``doctor`` works in any environment that has envbuilder's declared dependencies.
 """
 
 from __future__ import annotations
