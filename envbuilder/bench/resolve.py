@@ -204,7 +204,11 @@ def _jobs(resolution: Mapping[str, object]) -> list[dict[str, object]]:
             requirements.append(f"xformers=={combo['xformers']['version']}")
         requirements += list(combo.get("extra_runtime", []))
         jobs.append(
-            {"python": combo["python"], "platform": combo["platform"], "requirements": requirements}
+            {
+                "python": combo["combination"]["python"],
+                "platform": combo["combination"]["platform"],
+                "requirements": requirements,
+            }
         )
     return jobs
 
@@ -286,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 resolution = json.loads((out / "resolution.json").read_text(encoding="utf-8"))
                 pairings = _pairings(resolution)
                 extras = list(pairings)
-                pythons = sorted({c["python"] for c in resolution["combinations"]})
+                pythons = sorted({c["combination"]["python"] for c in resolution["combinations"]})
                 (project / "pyproject.toml").write_text(
                     anchor_project(pairings, pythons=pythons, index_url=index_url),
                     encoding="utf-8",

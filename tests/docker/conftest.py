@@ -208,7 +208,7 @@ def torch_locks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     document = resolution.to_json()
     for entry in document["combinations"]:  # the suite group's files, as the resolver names them
-        suite = entry["id"] == TORCH_ID
+        suite = entry["combination"]["id"] == TORCH_ID
         entry["suite_lock"] = f"locks/{suite_filename(TORCH_ID, 'pylock')}" if suite else None
         entry["suite_requirements"] = (
             f"locks/{suite_filename(TORCH_ID, 'requirements')}" if suite else None

@@ -104,7 +104,7 @@ def test_credentials_authenticate_but_are_never_written_or_shown(
             *argv, "--cache-dir", str(tmp_path / "cache"), "--json", env=env, cwd=tmp_path
         )
     doc = json.loads(proc.stdout)
-    statuses = {c["id"]: c["status"] for c in doc["combinations"]}
+    statuses = {c["combination"]["id"]: c["status"] for c in doc["combinations"]}
     if password_ok:
         assert proc.returncode == 0, proc.stderr
         assert statuses == {OK: "resolved", PER_CUDA: "resolved"}

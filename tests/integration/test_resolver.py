@@ -230,11 +230,11 @@ class Run:
     stderr: str
 
     def by_id(self) -> dict[str, dict[str, Any]]:
-        return {c["id"]: c for c in self.doc["combinations"]}
+        return {c["combination"]["id"]: c for c in self.doc["combinations"]}
 
     def written(self) -> dict[str, dict[str, Any]]:
         data = json.loads((self.out / "resolution.json").read_text(encoding="utf-8"))
-        return {c["id"]: c for c in data["combinations"]}
+        return {c["combination"]["id"]: c for c in data["combinations"]}
 
     def lock(self, cid: str) -> dict[str, Any]:
         path = self.out.parent / self.by_id()[cid]["lock"]  # docs/contracts.md: take it from here

@@ -54,7 +54,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], 
         rc = cli.main(argv)
     capture.write_text(buffer.getvalue(), encoding="utf-8")
     doc = json.loads(buffer.getvalue())
-    return rc, {c["id"]: c for c in doc["combinations"]}, out
+    return rc, {c["combination"]["id"]: c for c in doc["combinations"]}, out
 
 
 def test_the_run_succeeds_and_reports_exactly_the_selected_rows(
