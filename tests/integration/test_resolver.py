@@ -1038,7 +1038,7 @@ def test_the_suite_group_is_locked_with_hashes_beside_the_lock_and_agrees_with_i
             "modelkit": "1.0",
         }
         assert all(re.fullmatch(r"[0-9a-f]{64}", w["hashes"]["sha256"]) for p in suite["packages"] for w in p["wheels"])  # fmt: skip
-        assert suite["requires-python"] == f"=={entry['python']}.*"
+        assert suite["requires-python"] == f"=={entry['combination']['python']}.*"
         assert suite["tool"]["envbuilder"]["lock-sha256"] == entry["lock_sha256"]
         text = (run.out.parent / entry["suite_requirements"]).read_text(encoding="utf-8")
         assert re.findall(r"^(\S+==\S+) \\\n    --hash=sha256:[0-9a-f]{64}$", text, re.M) == [
