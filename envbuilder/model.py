@@ -326,8 +326,11 @@ class ResolvedCombination:
         return str(self.combination.cuda)
 
     @property
-    def requested(self) -> Requested:
-        """The versions the cell asked for (an unsatisfiable answer has no resolved torch)."""
+    def requested(self) -> Requested | None:
+        """The versions the cell asked for (an unsatisfiable answer has no resolved torch);
+        None only for a resolution/1 answer that recorded them nowhere."""
+        if not self.combination.torch:
+            return None
         return Requested(torch=self.combination.torch, xformers=self.combination.xformers)
 
     def to_json(self) -> dict[str, Any]:
@@ -392,11 +395,8 @@ def _cell_of_v1(data: Mapping[str, Any], torch: Mapping[str, Any] | None) -> Com
         xf = data.get("xformers")
         public = str(torch["version"]).partition("+")[0]
         versions = Requested(torch=public, xformers=xf["version"] if xf else None)
-    else:
-        raise InputError(
-            f"combination {data['id']!r} of an envbuilder.resolution/1 file records neither the "
-            "versions it asked for nor a resolved torch; run `nox -s resolve` again"
-        )
+    else:  # nothing names them: the cell's torch is unknown ("")
+        versions = Requested(torch="", xformers=None)
     return Combination.from_json(
         {
             "id": data["id"],

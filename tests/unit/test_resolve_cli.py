@@ -213,3 +213,21 @@ def test_an_unknown_resolution_schema_says_to_resolve_again() -> None:
 
     with pytest.raises(InputError, match=r"'envbuilder\.resolution/9'.*run `nox -s resolve` again"):
         Resolution.from_json({"schema": "envbuilder.resolution/9", "combinations": []})
+
+
+def test_a_resolution_1_answer_that_recorded_no_versions_asks_for_none() -> None:
+    """Files older than ``requested`` recorded the asked-for versions nowhere but in a
+    resolved torch: without one, nothing is made up (no version parsed out of the id)."""
+    from envbuilder.model import Resolution
+
+    answer = {
+        "id": "py3.11-cpu-torch2.13.0",
+        "status": "resolved",
+        "reason": "",
+        "python": "3.11",
+        "cuda": "cpu",
+        "platform": "manylinux_2_28_x86_64",
+    }
+    old = {"schema": "envbuilder.resolution/1", "matrix": "m", "matrix_sha256": "0" * 64}
+    (read,) = Resolution.from_json({**old, "combinations": [answer]}).combinations
+    assert (read.id, read.cuda, read.requested) == ("py3.11-cpu-torch2.13.0", "cpu", None)
