@@ -64,7 +64,7 @@ def add_source_build_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PATH",
         help="a source build's xformers wheel (its sha256 must be the lockfile's build "
-        "record's); default: the build cache",
+        "record's) (default: the build cache)",
     )
     parser.add_argument(
         "--build-cache",

@@ -41,7 +41,6 @@ from envbuilder.model import (
     ResolvedCombination,
     build_lock_filename,
     legacy_build_lock_filename,
-    lock_filename,
     suite_lock_filename,
     suite_requirements_filename,
 )

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder.docker.build import ensure_image
+from envbuilder.docker.build import ImageRequest, ensure_image
 from envbuilder.docker.cache import WheelCache
 from envbuilder.errors import InputError
 from envbuilder.lockfile.sourcebuilds import record_name
@@ -25,6 +25,7 @@ from envbuilder.model import SourceBuild, SourceFile
 from envbuilder.reporter import Reporter
 from envbuilder.sourcebuild.cache import RECORD_SCHEMA
 from envbuilder.sourcebuild.key import KEY_FORMAT
+from envbuilder.target import CudaTag
 from tests.docker.conftest import Locked
 from tests.support.wheels import BuiltWheel, build_wheel
 
@@ -32,7 +33,7 @@ SDIST = "5" * 64
 BUILD = SourceBuild(
     sdist=SourceFile(filename="xformers-0.0.35.tar.gz", url="https://x.invalid/x.tar.gz", sha256=SDIST),
     why="no wheel fits",
-    cuda="13.0",
+    cuda=CudaTag(13, 0),
     arch_list=("9.0",),
     flags=("TORCH_CUDA_ARCH_LIST=9.0",),
     build_requirements_in=("setuptools>=64",),
@@ -82,10 +83,11 @@ def test_the_image_installs_the_recorded_built_wheel_and_never_another(
     key = recorded(locked.lock.parent, cache, combination, built)
 
     def build() -> str:
-        return ensure_image(
-            resolved, locked.lock, base_image=base_image, log_dir=tmp_path / "logs",
-            cache=wheel_cache, reporter=Reporter(verbose=1),
+        request = ImageRequest(
+            resolved=resolved, lock_path=locked.lock, base_image=base_image,
+            log_dir=tmp_path / "logs", cache=wheel_cache,
         )  # fmt: skip
+        return ensure_image(request, reporter=Reporter(verbose=1))
 
     tag = build()
     out = docker_client.containers.run(

@@ -28,7 +28,7 @@ from envbuilder.model import (
     Status,
 )
 from envbuilder.resolve.matrix import parse_matrix
-from envbuilder.target import parse_cuda_build
+from envbuilder.target import CudaTag, parse_cuda_build
 
 GPU_RUNNER = ("self-hosted", "linux", "x64", "gpu")
 
@@ -360,7 +360,7 @@ def test_command_reports_a_missing_resolution_file_with_what_to_run(tmp_path: Pa
 SOURCE_BUILD = SourceBuild(
     sdist=SourceFile(filename="xformers-0.0.35.tar.gz", url="https://x.invalid/x.tar.gz", sha256="5" * 64),
     why="no wheel fits",
-    cuda="13.0",
+    cuda=CudaTag(13, 0),
     arch_list=("9.0",),
     flags=(),
     build_requirements_in=(),

@@ -28,6 +28,8 @@ from envbuilder.model import (
 from envbuilder.sourcebuild.cache import RECORD_SCHEMA
 from envbuilder.sourcebuild.image import built_wheel_for_image
 from envbuilder.sourcebuild.key import KEY_FORMAT
+from envbuilder.target import CudaTag
+from tests.support.cells import cell
 
 ID = "py3.12-cu130-torch2.11.0-xformers0.0.35"
 SDIST = "5" * 64
@@ -38,25 +40,22 @@ BUILD = SourceBuild(
         filename="xformers-0.0.35.tar.gz", url="https://x.invalid/x.tar.gz", sha256=SDIST
     ),
     why="no wheel fits: built for CUDA 12.8",
-    cuda="13.0",
+    cuda=CudaTag(13, 0),
     arch_list=("9.0",),
     flags=("TORCH_CUDA_ARCH_LIST=9.0",),
     build_requirements_in=("setuptools>=64",),
 )
 RESOLVED = ResolvedCombination(
-    id=ID,
+    combination=cell(ID),
     status="resolved",
     reason="xformers 0.0.35 built from source",
-    python="3.12",
-    cuda="cu130",
-    platform="manylinux_2_28_x86_64",
     xformers=ResolvedXformers(
         version="0.0.35",
         filename="xformers-0.0.35.tar.gz",
         url="https://x.invalid/x.tar.gz",
         sha256=SDIST,
         requires_torch=">=2.10",
-        built_with=BuildRecord(torch="", cuda="", arch_list=""),
+        built_with=BuildRecord(torch="", cuda=None, arch_list=""),
     ),
     source_build=BUILD,
 )
