@@ -177,7 +177,7 @@ def hook_environment(prefix: Path, libdir: str, *, apply: bool = True) -> Runtim
 def announce(entry: Entry, prefix: str, *, apply: bool) -> str | None:
     """Hook the environment at *prefix* for *entry*'s added CUDA runtime (only say how,
     unless *apply*) and the lines saying which mechanism it is."""
-    from envbuilder.docker.plan import library_path
+    from envbuilder.target import library_path
 
     if not entry.extra_runtime:
         return None
