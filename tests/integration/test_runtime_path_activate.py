@@ -63,7 +63,15 @@ def test_fish_activate_prepends_and_deactivate_restores(env: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("tcsh") is None, reason="tcsh is not installed")
 def test_csh_activate_prepends_and_deactivate_restores(env: Path) -> None:
-    script = (
-        f"source {env}/bin/activate.csh; echo $LD_LIBRARY_PATH; deactivate; echo $LD_LIBRARY_PATH"
+    # one command per line: csh expands an alias only on lines after the one defining it;
+    # an interactive csh has a prompt, which the stock activate.csh reads
+    script = "\n".join(
+        [
+            'set prompt="> "',
+            f"source {env}/bin/activate.csh",
+            "echo $LD_LIBRARY_PATH",
+            "deactivate",
+            "echo $LD_LIBRARY_PATH",
+        ]
     )
-    assert _shell(["tcsh", "-c"], script, "/a") == [f"{LIBDIR}:/a", "/a"]
+    assert _shell(["tcsh", "-f", "-c"], script, "/a") == [f"{LIBDIR}:/a", "/a"]
