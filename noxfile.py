@@ -186,7 +186,7 @@ def snapshot(session: nox.Session) -> None:
             " (the published lockfile, e.g. site/compat.lock.json)"
         )
     _install_project(session)
-    session.run("python", "-m", "envbuilder.lockfile.snapshot", *session.posargs)
+    session.run("envbuilder", "snapshot", *session.posargs)
 
 
 @nox.session(python=PYTHON, tags=["check"])

@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "install": "envbuilder.commands.install",
     "doctor": "envbuilder.commands.doctor",
     "publish": "envbuilder.commands.publish",
+    "snapshot": "envbuilder.commands.snapshot",
     "repro": "envbuilder.commands.repro",
 }
 

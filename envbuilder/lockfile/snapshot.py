@@ -3,8 +3,8 @@
 
 ``envbuilder/data/`` holds a published lockfile and, with ``--with-locks``, the
 pylocks it names (at their paths relative to it, as the site publishes them). It is
-generated, never edited: ``nox -s snapshot -- LOCKFILE|URL`` runs ``python -m
-envbuilder.lockfile.snapshot``, which checks the lockfile (its content hash) and each
+generated, never edited: ``nox -s snapshot -- LOCKFILE|URL`` runs ``envbuilder
+snapshot`` (``envbuilder/commands/snapshot.py``), which checks the lockfile (its content hash) and each
 pylock (its sha256) and replaces the directory as a whole. The release builds the
 wheel after it. The lockfile's own content hash makes any edit by hand fail on read.
 
@@ -27,9 +27,7 @@ import ipaddress
 import os
 import re
 import shutil
-import sys
 import tempfile
-from collections.abc import Sequence
 from datetime import datetime
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -38,6 +36,7 @@ from envbuilder.lockfile.model import DEFAULT_LOCKFILE, CompatLock
 
 __all__ = [
     "ALLOWED_HOSTS",
+    "data_directory",
     "embedded",
     "foreign_hosts",
     "newest_evidence",
@@ -49,7 +48,7 @@ __all__ = [
 DATA = "data"
 README = (
     "# The lockfile snapshot the wheel carries\n\n"
-    "Written by `nox -s snapshot -- LOCKFILE|URL` (`python -m envbuilder.lockfile.snapshot`)"
+    "Written by `nox -s snapshot -- LOCKFILE|URL` (`envbuilder snapshot`)"
     " from a published lockfile and its locks; never edit these files by hand (the lockfile's"
     " content hash and the locks' sha256 are checked on every read).\n"
 )
@@ -175,51 +174,6 @@ def write_snapshot(
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m envbuilder.lockfile.snapshot LOCKFILE|URL [OUT] [--with-locks]
-    [--allow-host HOST]...`` (``nox -s snapshot``)."""
-    import argparse
-
-    from envbuilder.errors import EnvbuilderError
-    from envbuilder.lockfile.published import lockfile_argument
-    from envbuilder.lockfile.read import load_lockfile
-    from envbuilder.settings import Settings
-
-    parser = argparse.ArgumentParser(
-        prog="python -m envbuilder.lockfile.snapshot",
-        description="Write the lockfile snapshot the wheel carries (envbuilder/data/).",
-    )
-    parser.add_argument("lockfile", metavar="LOCKFILE|URL", help="the published lockfile")
-    parser.add_argument(
-        "out", nargs="?", type=Path, help="the directory to replace (default: envbuilder/data)"
-    )
-    parser.add_argument(
-        "--with-locks",
-        action="store_true",
-        help="carry the pylocks too (refused when they name a package index's host)",
-    )
-    parser.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="HOST",
-        help="a URL host the files may name besides the reserved ones (repeatable)",
-    )
-    ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    out = ns.out if ns.out is not None else Path(__file__).parents[1] / DATA
-    try:
-        settings = Settings.from_environment(os.environ)
-        lockfile = lockfile_argument(ns.lockfile, settings, with_locks=ns.with_locks)
-        written = write_snapshot(
-            lockfile, out, with_locks=ns.with_locks, allow_hosts=frozenset(ns.allow_host)
-        )
-        day = newest_evidence(load_lockfile(lockfile)) or "no runs"
-    except EnvbuilderError as e:
-        print(f"snapshot: error: {e}", file=sys.stderr)
-        return e.return_code
-    print(f"wrote {out}: {len(written)} files, newest evidence {day}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def data_directory() -> Path:
+    """The snapshot's directory inside this envbuilder's package (what the wheel carries)."""
+    return Path(__file__).parents[1] / DATA

@@ -92,6 +92,29 @@ def test_a_pylock_naming_an_index_host_is_refused_and_nothing_is_replaced(
     assert write_snapshot(lockfile, out, with_locks=True, allow_hosts=frozenset({"index.corp.lan"}))
 
 
+def test_the_snapshot_command_writes_the_lockfile_and_refuses_an_index_host(
+    lockfile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``envbuilder snapshot`` (what ``nox -s snapshot`` runs): the lockfile and a README;
+    with ``--with-locks`` a pylock naming an index host stops it, exit 2, nothing replaced."""
+    out = tmp_path / "data"
+    assert main(["snapshot", str(lockfile), str(out)]) == 0
+    assert (out / DEFAULT_LOCKFILE).read_bytes() == lockfile.read_bytes()
+    assert "`envbuilder snapshot`" in (out / "README.md").read_text(encoding="utf-8")
+    pylock = lockfile.parent / "locks" / f"pylock.{VERIFIED}.toml"
+    old = hashlib.sha256(pylock.read_bytes()).hexdigest()
+    pylock.write_bytes(pylock.read_bytes().replace(b"wheels.invalid", b"index.corp.lan"))
+    new = hashlib.sha256(pylock.read_bytes()).hexdigest()
+    resolution = lockfile.parent / "locks" / "resolution.json"
+    resolution.write_text(resolution.read_text().replace(old, new))  # a lock of that index
+    argv = ["lock", "--resolution", "locks/resolution.json", "--results", str(DATA / "results")]
+    assert main([*argv, "-o", "compat.lock.json"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert main(["snapshot", str(lockfile), str(out), "--with-locks"]) == 2
+    assert "index.corp.lan" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_a_lockfile_only_snapshot_says_where_the_locks_come_from(
     lockfile: Path, tmp_path: Path
 ) -> None:
