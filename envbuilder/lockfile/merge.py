@@ -52,10 +52,8 @@ from envbuilder.lockfile.model import (
     RetiredEntry,
     Run,
     SourceBuildEntry,
-    TorchBuild,
     UseVerdict,
     Verdict,
-    XformersBuild,
 )
 from envbuilder.lockfile.results import (
     Rejected,
@@ -176,36 +174,20 @@ def _entry(
         status=combo.status, resolver_reason=combo.reason, runs=runs, stale_runs=stale_runs
     )
     gpus, uses, verdict, last = judged.gpus, judged.uses, judged.verdict, judged.last
-    torch, xformers = (
-        (combo.requested.torch, combo.requested.xformers) if combo.requested else (None, None)
-    )
     if runs:  # the verdict is made of them: they date it
         lock_sha256 = combo.lock_sha256 if combo.status == "resolved" else None
         last = _evidence(runs, lock_sha256, verdict, uses)
-    torch_build = TorchBuild.of(combo.torch) if combo.torch else None
-    xformers_build = XformersBuild.of(combo.xformers) if combo.xformers else None
     release = required_cuda(
-        torch_build.cuda if torch_build else None,
-        xformers_build.built_with.cuda if xformers_build else None,
+        combo.torch.cuda if combo.torch else None,
+        combo.xformers.built_with.cuda if combo.xformers else None,
     )
     return Entry(
-        id=combo.id,
-        python=combo.python,
-        cuda=combo.cuda,
-        platform=combo.platform,
+        resolved=combo,
         arch=platform_arch(combo.platform),
         cuda_release=release,
         minimum_driver=minimum_driver(release) if release else None,
-        torch=combo.torch.version if combo.torch else torch,
-        xformers=combo.xformers.version if combo.xformers else xformers,
-        status=combo.status,
-        resolver_reason=combo.reason,
         lock=pointer,
         packages=pins,
-        torch_build=torch_build,
-        xformers_build=xformers_build,
-        extra_runtime=combo.extra_runtime,
-        notes=combo.notes,
         runs=tuple(runs),
         stale_runs=tuple(stale_runs),
         last_verified=last,

@@ -29,9 +29,16 @@ from envbuilder.conformance._record import (
     Workaround,
 )
 from envbuilder.model import STATUSES as RESOLVE_STATUSES
-from envbuilder.model import BuildRecord, CudaSource, ResolvedTorch, ResolvedXformers
+from envbuilder.model import (
+    BuildRecord,
+    Combination,
+    CudaSource,
+    ResolvedCombination,
+    ResolvedTorch,
+    ResolvedXformers,
+)
 from envbuilder.model import Status as ResolveStatus
-from envbuilder.target import CudaTag
+from envbuilder.target import CudaTag, parse_cuda_build
 
 __all__ = [
     "COMPAT_SCHEMA",
@@ -626,25 +633,22 @@ class LastVerified:
 
 @dataclass(frozen=True, kw_only=True)
 class Entry:
-    """One combination in the lockfile."""
+    """One combination in the lockfile: the resolver's answer, nested, and what was measured.
 
-    id: str
-    python: str
-    cuda: str
-    platform: str  # the wheel platform tag resolved for, e.g. "manylinux_2_28_x86_64"
-    arch: str  # the CPU architecture that tag names: "x86_64", "aarch64"
+    ``resolved`` is the resolution's record of the combination; ``id``, ``python``, ``cuda``,
+    ``platform``, ``torch``, ``xformers``, ``status``, ``resolver_reason``, the builds,
+    ``extra_runtime`` and ``notes`` are its, read through it. The JSON stays flat (those
+    keys beside the lockfile's own), so an entry read back holds only what the lockfile
+    records of the answer (`_resolved_of`): no URLs (the entry's pylock holds them), no
+    rejected candidates, and the matrix cell's settings the lockfile does not name at their
+    defaults."""
+
+    resolved: ResolvedCombination
+    arch: str  # the CPU architecture its platform tag names: "x86_64", "aarch64"
     cuda_release: str | None  # the newest CUDA its binaries were built with ("13.0"); None: CPU
     minimum_driver: str | None  # the NVIDIA driver that release needs (`CompatLock.drivers`)
-    torch: str | None
-    xformers: str | None
-    status: ResolveStatus  # the resolver's
-    resolver_reason: str
     lock: LockPointer | None
     packages: tuple[PackagePin, ...]
-    torch_build: TorchBuild | None
-    xformers_build: XformersBuild | None
-    extra_runtime: tuple[str, ...]
-    notes: tuple[str, ...]
     runs: tuple[Run, ...]  # on the current lock: the verdict is made of these
     stale_runs: tuple[Run, ...] = ()  # on older locks of this combination: kept, not counted
     last_verified: LastVerified | None = None  # `runs`; without runs the newest stale lock's
@@ -655,19 +659,97 @@ class Entry:
     source_build: SourceBuildEntry | None = None
 
     @property
+    def id(self) -> str:
+        return self.resolved.id
+
+    @property
+    def python(self) -> str:
+        return self.resolved.python
+
+    @property
+    def cuda(self) -> str:
+        """The cell's CUDA as ids spell it: ``cu121``, ``cpu`` or ``default``."""
+        return self.resolved.cuda
+
+    @property
+    def platform(self) -> str:
+        """The wheel platform tag resolved for, e.g. ``manylinux_2_28_x86_64``."""
+        return self.resolved.platform
+
+    @property
+    def torch(self) -> str | None:
+        """The resolved torch's version, else the one the cell asked for."""
+        if self.resolved.torch is not None:
+            return self.resolved.torch.version
+        requested = self.resolved.requested
+        return requested.torch if requested else None
+
+    @property
+    def xformers(self) -> str | None:
+        """The resolved xformers' version, else the one the cell asked for."""
+        if self.resolved.xformers is not None:
+            return self.resolved.xformers.version
+        requested = self.resolved.requested
+        return requested.xformers if requested else None
+
+    @property
+    def status(self) -> ResolveStatus:
+        """The resolver's status."""
+        return self.resolved.status
+
+    @property
+    def resolver_reason(self) -> str:
+        return self.resolved.reason
+
+    @property
+    def torch_build(self) -> TorchBuild | None:
+        return None if self.resolved.torch is None else TorchBuild.of(self.resolved.torch)
+
+    @property
+    def xformers_build(self) -> XformersBuild | None:
+        xformers = self.resolved.xformers
+        return None if xformers is None else XformersBuild.of(xformers)
+
+    @property
+    def extra_runtime(self) -> tuple[str, ...]:
+        return self.resolved.extra_runtime
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.resolved.notes
+
+    @property
     def installable(self) -> bool:
         return self.lock is not None
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["packages"] = [p.to_json() for p in self.packages]
-        data["torch_build"] = None if self.torch_build is None else self.torch_build.to_json()
-        data["xformers_build"] = (
-            None if self.xformers_build is None else self.xformers_build.to_json()
-        )
-        if self.source_build is None:
-            del data["source_build"]  # entries of wheels from an index stay as they were
-        else:
+        torch_build, xformers_build = self.torch_build, self.xformers_build
+        data: dict[str, Any] = {
+            "id": self.id,
+            "python": self.python,
+            "cuda": self.cuda,
+            "platform": self.platform,
+            "arch": self.arch,
+            "cuda_release": self.cuda_release,
+            "minimum_driver": self.minimum_driver,
+            "torch": self.torch,
+            "xformers": self.xformers,
+            "status": self.status,
+            "resolver_reason": self.resolver_reason,
+            "lock": None if self.lock is None else asdict(self.lock),
+            "packages": [p.to_json() for p in self.packages],
+            "torch_build": None if torch_build is None else torch_build.to_json(),
+            "xformers_build": None if xformers_build is None else xformers_build.to_json(),
+            "extra_runtime": list(self.extra_runtime),
+            "notes": list(self.notes),
+            "runs": [asdict(r) for r in self.runs],
+            "stale_runs": [asdict(r) for r in self.stale_runs],
+            "last_verified": None if self.last_verified is None else asdict(self.last_verified),
+            "gpus": [asdict(g) for g in self.gpus],
+            "uses": [asdict(u) for u in self.uses],
+            "verdict": asdict(self.verdict),
+        }
+        if self.source_build is not None:  # entries of wheels from an index stay as they were
             data["source_build"] = self.source_build.to_json()
         return data
 
@@ -675,32 +757,14 @@ class Entry:
     def from_json(cls, data: Mapping[str, Any]) -> Entry:
         lock = data.get("lock")
         last = data.get("last_verified")
-        if not isinstance(data["id"], str):
-            raise ValueError(f"a combination's id is {data['id']!r}, not a string")
+        pointer = LockPointer(**lock) if lock else None
         return cls(
-            id=data["id"],
-            python=data["python"],
-            cuda=data["cuda"],
-            platform=data["platform"],
+            resolved=_resolved_of(data, pointer),
             arch=data["arch"],
             cuda_release=data.get("cuda_release"),
             minimum_driver=data.get("minimum_driver"),
-            torch=data.get("torch"),
-            xformers=data.get("xformers"),
-            status=_one_of(data["status"], RESOLVE_STATUSES, "resolver status"),
-            resolver_reason=data.get("resolver_reason", ""),
-            lock=LockPointer(**lock) if lock else None,
+            lock=pointer,
             packages=tuple(PackagePin.from_json(p) for p in data.get("packages", ())),
-            torch_build=(
-                TorchBuild.from_json(data["torch_build"]) if data.get("torch_build") else None
-            ),
-            xformers_build=(
-                XformersBuild.from_json(data["xformers_build"])
-                if data.get("xformers_build")
-                else None
-            ),
-            extra_runtime=tuple(data.get("extra_runtime", ())),
-            notes=tuple(data.get("notes", ())),
             runs=tuple(Run.from_json(r) for r in data.get("runs", ())),
             stale_runs=tuple(Run.from_json(r) for r in data.get("stale_runs", ())),
             last_verified=LastVerified.from_json(last) if last else None,
@@ -713,6 +777,73 @@ class Entry:
                 else None
             ),
         )
+
+
+def _resolved_of(data: Mapping[str, Any], lock: LockPointer | None) -> ResolvedCombination:
+    """The resolver's answer as a lockfile entry records it (flat, beside the entry's own keys).
+
+    A lockfile records no URLs (they read as ``""``: the entry's pylock holds them), no
+    rejected candidates and no paths of the resolver's output; the cell's torch and xformers
+    are the versions the entry names (public part), its other matrix settings the defaults,
+    apart from ``add_cuda_runtime``, which its extra runtime shows."""
+    cid = data["id"]
+    if not isinstance(cid, str):
+        raise ValueError(f"a combination's id is {cid!r}, not a string")
+    cuda = parse_cuda_build(data["cuda"]) if isinstance(data["cuda"], str) else None
+    if cuda is None:
+        raise ValueError(f"combination {cid!r}: cuda {data['cuda']!r} is not a CUDA")
+    torch = TorchBuild.from_json(data["torch_build"]) if data.get("torch_build") else None
+    xformers = (
+        XformersBuild.from_json(data["xformers_build"]) if data.get("xformers_build") else None
+    )
+    for name, build in (("torch", torch), ("xformers", xformers)):
+        if build is not None and data.get(name) != build.version:
+            raise ValueError(
+                f"combination {cid!r}: {name} {data.get(name)!r} is not the version of its "
+                f"{name}_build ({build.version!r}); regenerate the lockfile with `nox -s lock`"
+            )
+    extra_runtime = tuple(data.get("extra_runtime", ()))
+    cell = Combination(
+        id=cid,
+        python=data["python"],
+        cuda=cuda,
+        platform=data["platform"],
+        torch=str(data.get("torch") or "").partition("+")[0],
+        xformers=data.get("xformers"),
+        add_cuda_runtime=bool(extra_runtime) or cid.endswith("-cudart"),
+    )
+    return ResolvedCombination(
+        combination=cell,
+        status=_one_of(data["status"], RESOLVE_STATUSES, "resolver status"),
+        reason=data.get("resolver_reason", ""),
+        torch=None
+        if torch is None
+        else ResolvedTorch(
+            version=torch.version,
+            cuda=torch.cuda,
+            cuda_source=torch.cuda_source,
+            filename=torch.filename,
+            url="",
+            sha256=torch.sha256,
+            size=torch.size,
+            index=torch.index,
+        ),
+        xformers=None
+        if xformers is None
+        else ResolvedXformers(
+            version=xformers.version,
+            filename=xformers.filename,
+            url="",
+            sha256=xformers.sha256,
+            requires_torch=xformers.requires_torch,
+            built_with=xformers.built_with,
+            size=xformers.size,
+            index=xformers.index,
+        ),
+        extra_runtime=extra_runtime,
+        notes=tuple(data.get("notes", ())),
+        lock_sha256=None if lock is None else lock.sha256,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

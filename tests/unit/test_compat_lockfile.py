@@ -17,10 +17,11 @@ import pytest
 from envbuilder.cli import main
 from envbuilder.errors import InputError
 from envbuilder.lockfile.canonical import seal
-from envbuilder.lockfile.model import USES, VERDICTS, use_verdict
+from envbuilder.lockfile.merge import build_lockfile
+from envbuilder.lockfile.model import USES, VERDICTS, CompatLock, Entry, use_verdict
 from envbuilder.lockfile.read import load_lockfile
 from envbuilder.lockfile.results import bind, documented_shape
-from envbuilder.model import ResolvedCombination, Status
+from envbuilder.model import ResolvedCombination, Status, load_resolution
 from tests.support.cells import cell
 
 DATA = Path(__file__).parents[1] / "data"
@@ -488,6 +489,9 @@ def _set(path: tuple[str | int, ...], value: object) -> Callable[[dict[str, Any]
         (_set(("combinations", 0, "runs", 0, "checks", 0, "status"), "ok"), "check status 'ok'"),
         (_set(("combinations", 0, "runs"), 5), "malformed lockfile"),
         (_set(("combinations", 6, "id"), []), "a combination's id is [], not a string"),
+        (_set(("combinations", 0, "cuda"), "cu9x"), "cuda 'cu9x' is not a CUDA"),
+        # the entry's torch is its resolved torch's: a file that says otherwise is not one `lock` wrote
+        (_set(("combinations", 0, "torch"), "9.9.9"), "torch '9.9.9' is not the version of its"),
     ],
 )
 @pytest.mark.parametrize(
@@ -512,6 +516,54 @@ def test_a_sealed_lockfile_with_values_no_reader_knows_is_refused(
     err = capsys.readouterr().err
     assert f"{path}: malformed lockfile" in err and message in err
     assert not (workdir / "site").exists()
+
+
+def test_an_entry_nests_the_resolvers_record_and_is_written_flat(workdir: Path) -> None:
+    """`lock` nests each combination's `ResolvedCombination` in its entry (nothing copied);
+    the file keeps compat/3's flat keys, and an entry read back writes the same JSON."""
+    resolution = load_resolution(workdir / "locks" / "resolution.json")
+    compat, _ = build_lockfile(
+        resolution,
+        resolution_path=workdir / "locks" / "resolution.json",
+        results=[workdir / "results"],
+        out=workdir / "compat.lock.json",
+    )
+    answers = resolution.by_id()
+    for entry in compat.combinations:
+        answer = answers[entry.id]
+        assert entry.resolved is answer
+        assert (entry.python, entry.cuda, entry.platform, entry.status, entry.resolver_reason) == (
+            answer.python,
+            answer.cuda,
+            answer.platform,
+            answer.status,
+            answer.reason,
+        )
+        assert entry.torch == (answer.torch.version if answer.torch else answer.combination.torch)
+        data = entry.to_json()
+        assert "resolved" not in data and "combination" not in data
+        read = Entry.from_json(json.loads(json.dumps(data)))
+        assert read.to_json() == data
+        assert (read.id, read.status, read.extra_runtime) == (
+            entry.id,
+            entry.status,
+            entry.extra_runtime,
+        )
+        # what a lockfile does not record reads as absent: URLs live in the entry's pylock
+        if read.resolved.torch is not None:
+            assert read.resolved.torch.url == ""
+            assert read.torch_build == entry.torch_build
+        assert read.resolved.rejected == ()
+
+
+def test_the_embedded_snapshot_reads_back_to_its_own_bytes() -> None:
+    """Published compat/3 files (the snapshot in the wheel) read into nested entries and
+    write the very bytes they were read from."""
+    path = Path(__file__).parents[2] / "envbuilder" / "data" / "compat.lock.json"
+    raw = path.read_bytes()
+    snapshot = CompatLock.from_json(json.loads(raw))
+    assert snapshot.combinations and all(e.resolved.id == e.id for e in snapshot.combinations)
+    assert seal(snapshot.to_json()) == raw
 
 
 def test_a_lockfile_without_its_hash_is_refused(workdir: Path) -> None:

@@ -258,12 +258,14 @@ def test_markdown_table_writes_text_from_results_literally(
         replace(c, reason=text, numbers={**c.numbers, "cause": text}) if c.name in failing else c
         for c in run.checks
     )
+    torch = entry.resolved.torch
+    assert torch is not None
     hostile = replace(
         entry,
         # the resolver's reason is the action of an unsatisfiable combination
         verdict=replace(entry.verdict, verdict="unsatisfiable", reason=text),
         gpus=(gpu,),
-        torch=text,
+        resolved=replace(entry.resolved, torch=replace(torch, version=text)),
         runs=(replace(run, checks=checks), *entry.runs[1:]),
     )
     lock = replace(

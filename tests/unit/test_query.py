@@ -231,25 +231,14 @@ def _entry(combo: ResolvedCombination, runs: tuple[Run, ...]) -> Entry:
     uses = combination_use_verdicts(status=combo.status, resolver_reason=combo.reason, gpus=gpus)
     resolved = combo.status == "resolved"
     return Entry(
-        id=combo.id,
-        python=combo.python,
-        cuda=combo.cuda,
-        platform=combo.platform,
+        resolved=combo,
         arch="x86_64",
         cuda_release="13.0",
         minimum_driver="580.65.06",
-        torch="2.11.0",
-        xformers="0.0.35" if "xformers" in combo.id else None,
-        status=combo.status,
-        resolver_reason=combo.reason,
         lock=LockPointer(path=f"locks/{combo.id}.toml", sha256=combo.lock_sha256 or "")
         if resolved
         else None,
         packages=(),
-        torch_build=None,
-        xformers_build=None,
-        extra_runtime=combo.extra_runtime,
-        notes=(),
         runs=runs,
         gpus=gpus,
         uses=uses,
