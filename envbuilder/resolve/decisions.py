@@ -6,14 +6,19 @@ notes, and its status — ``decided`` (ready to be locked), ``unsatisfiable``
 (a reason why the combination cannot work) or ``error`` (the evidence
 could not be read). Nothing here does I/O of its own: a fake evidence
 source with no HTTP server is enough to test it.
+
+Each step (torch, then xformers' wheel or sdist) returns its choice with
+what it found on the way, or a failure carrying what it found before it
+stopped, so that an answer short of ``decided`` still lists the files
+refused and the notes gathered; `decide` joins them in step order.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Generic, Literal, TypeVar
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -129,25 +134,67 @@ class Decision:
         return text
 
 
-class _Unsatisfiable(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+@dataclass(frozen=True, kw_only=True)
+class _Found:
+    """What a step found besides its choice; steps' findings join with ``+`` in step order."""
+
+    rejected: tuple[Rejection, ...] = ()
+    notes: tuple[str, ...] = ()
+    indexes: tuple[IndexArgument, ...] = ()
+    dependencies: tuple[str, ...] = ()
+    raw_dependencies: tuple[str, ...] = ()
+    extra_runtime: tuple[str, ...] = ()
+
+    def __add__(self, other: _Found) -> _Found:
+        return _Found(
+            rejected=self.rejected + other.rejected,
+            notes=self.notes + other.notes,
+            indexes=tuple(dict.fromkeys(self.indexes + other.indexes)),
+            dependencies=self.dependencies + other.dependencies,
+            raw_dependencies=self.raw_dependencies + other.raw_dependencies,
+            extra_runtime=self.extra_runtime + other.extra_runtime,
+        )
 
 
-@dataclass
-class _Findings:
-    """What the steps of one `decide` call found so far (local to that call)."""
+_T = TypeVar("_T")
 
-    rejected: list[Rejection] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    indexes: list[IndexArgument] = field(default_factory=list)
-    dependencies: list[str] = field(default_factory=list)
-    raw_dependencies: list[str] = field(default_factory=list)
-    extra_runtime: list[str] = field(default_factory=list)
-    torch: ResolvedTorch | None = None
-    xformers: ResolvedXformers | None = None
+
+@dataclass(frozen=True, kw_only=True)
+class _Chosen(Generic[_T]):
+    """A step's choice and what it found on the way."""
+
+    value: _T
+    found: _Found
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Failed:
+    """A step that could not choose: why, and what it found before it stopped."""
+
+    status: Literal["unsatisfiable", "error"]
+    reason: str
+    found: _Found
+    xformers: ResolvedXformers | None = None  # the wheel chosen when its checks refuse it
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Xformers:
+    """xformers as chosen: a wheel, or an sdist with what building it needs."""
+
+    xformers: ResolvedXformers
     source_build: SourceBuild | None = None
+
+
+def _unsatisfiable(reason: str, found: _Found) -> _Failed:
+    return _Failed(status="unsatisfiable", reason=reason, found=found)
+
+
+def _unreadable(e: EnvbuilderError | ValueError, found: _Found) -> _Failed:
+    """Evidence that could not be read is an ``error`` answer, keeping what was found before."""
+    if isinstance(e, EnvbuilderError):
+        return _Failed(status="error", reason=str(e), found=found)
+    # evidence the resolver cannot read, e.g. a broken build record
+    return _Failed(status="error", reason=f"unreadable evidence: {e}", found=found)
 
 
 @functools.cache
@@ -165,6 +212,28 @@ def index_url(spec: IndexSpec, cuda: str, default_index_url: str) -> str:
     return url
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Inputs:
+    """What every step of one decision reads; the steps return what they find."""
+
+    c: Combination
+    target: Target
+    evidence: Evidence
+    indexes: Mapping[str, IndexSpec]
+    default_index_url: str
+    default_url: str  # the default index's URL for this combination
+
+    def index_argument(self, spec: IndexSpec) -> tuple[str, _Found]:
+        """``spec``'s URL, and the index argument uv needs for it (none for the default)."""
+        url = index_url(spec, str(self.c.cuda), self.default_index_url)
+        if spec.url is None:
+            return url, _Found()
+        role: Literal["index", "find-links"] = (
+            "find-links" if spec.kind == "find-links" else "index"
+        )
+        return url, _Found(indexes=(IndexArgument(role=role, url=url),))
+
+
 def decide(
     combination: Combination,
     evidence: Evidence,
@@ -174,109 +243,114 @@ def decide(
 ) -> Decision:
     """Choose torch and xformers for ``combination`` from the evidence."""
     target = target_of(combination.python, combination.platform)
-    found = _Findings()
     default_spec = indexes.get("default", IndexSpec(name="default", url=None))
-    found.indexes.append(
-        IndexArgument(
-            role="default", url=index_url(default_spec, str(combination.cuda), default_index_url)
-        )
+    default = IndexArgument(
+        role="default", url=index_url(default_spec, str(combination.cuda), default_index_url)
     )
-    status: Literal["decided", "unsatisfiable", "error"] = "decided"
-    reason = ""
-    steps = _Steps(combination, target, evidence, indexes, default_index_url, found)
-    try:
-        found.torch = steps.torch()
-        if combination.xformers is not None:
-            steps.xformers()
-    except _Unsatisfiable as e:
-        status, reason = "unsatisfiable", e.reason
-    except EnvbuilderError as e:
-        status, reason = "error", str(e)
-    except ValueError as e:  # evidence the resolver cannot read, e.g. a broken build record
-        status, reason = "error", f"unreadable evidence: {e}"
-    return Decision(
-        combination=combination,
+    inputs = _Inputs(
+        c=combination,
         target=target,
-        status=status,
-        reason=reason,
-        torch=found.torch,
-        xformers=found.xformers,
-        extra_runtime=tuple(found.extra_runtime),
-        notes=tuple(found.notes),
-        rejected=tuple(found.rejected),
-        indexes=tuple(found.indexes),
-        dependencies=tuple(found.dependencies),
-        raw_dependencies=tuple(found.raw_dependencies),
-        source_build=found.source_build,
+        evidence=evidence,
+        indexes=indexes,
+        default_index_url=default_index_url,
+        default_url=default.url,
+    )
+    found = _Found(indexes=(default,))
+
+    def answer(
+        found: _Found,
+        outcome: _Failed | None,
+        torch: ResolvedTorch | None = None,
+        xformers: _Xformers | None = None,
+    ) -> Decision:
+        status: Literal["decided", "unsatisfiable", "error"] = "decided"
+        reason = ""
+        chosen_xformers = xformers.xformers if xformers is not None else None
+        if outcome is not None:
+            status, reason, chosen_xformers = outcome.status, outcome.reason, outcome.xformers
+        return Decision(
+            combination=combination,
+            target=target,
+            status=status,
+            reason=reason,
+            torch=torch,
+            xformers=chosen_xformers,
+            extra_runtime=found.extra_runtime,
+            notes=found.notes,
+            rejected=found.rejected,
+            indexes=found.indexes,
+            dependencies=found.dependencies,
+            raw_dependencies=found.raw_dependencies,
+            source_build=xformers.source_build if xformers is not None else None,
+        )
+
+    torch = _torch(inputs)
+    found += torch.found
+    if isinstance(torch, _Failed):
+        return answer(found, torch)
+    if combination.xformers is None:
+        return answer(found, None, torch.value)
+    xformers = _xformers(inputs, torch.value)
+    found += xformers.found
+    if isinstance(xformers, _Failed):
+        return answer(found, xformers, torch.value)
+    return answer(found, None, torch.value, xformers.value)
+
+
+def _fitting_wheels(
+    inputs: _Inputs, spec: IndexSpec, project: str, version: str, *, local_label: str | None = None
+) -> _Chosen[tuple[DistributionFile, ...]] | _Failed:
+    """The wheels of ``project==version`` on ``spec`` that fit the target, best first;
+    none fitting is unsatisfiable."""
+    target = inputs.target
+    found = _Found()
+    try:
+        url, found = inputs.index_argument(spec)
+        files = inputs.evidence.release_files(url, project, spec.kind, version)
+        ranked = rank_wheels(
+            files, project=project, version=version, target=target, local_label=local_label
+        )
+        found += _Found(rejected=tuple(ranked.rejected), notes=tuple(ranked.notes))
+        if ranked.candidates:
+            return _Chosen(value=tuple(ranked.candidates), found=found)
+        where = f"index {spec.name!r} ({url})"
+        page = inputs.evidence.page(url, project, spec.kind)
+    except (EnvbuilderError, ValueError) as e:
+        return _unreadable(e, found)
+    if not page:
+        found += _Found(notes=(f"index {spec.name!r} lists no files for {project}",))
+    if not ranked.rejected:
+        return _unsatisfiable(_not_on_index(project, version, where, page), found)
+    offered = describe_release(files, project=project, version=version, local_label=local_label)
+    return _unsatisfiable(
+        f"no {project} {version} wheel fits {target.describe()} on {where}: "
+        + offered
+        + _refused(ranked.rejected, target),
+        found,
     )
 
 
-@dataclass(frozen=True)
-class _Steps:
-    """The steps of one decision; they record what they find in ``found``."""
-
-    c: Combination
-    target: Target
-    evidence: Evidence
-    indexes: Mapping[str, IndexSpec]
-    default_index_url: str
-    found: _Findings
-
-    def _index_argument(self, spec: IndexSpec) -> str:
-        url = index_url(spec, str(self.c.cuda), self.default_index_url)
-        if spec.url is not None:
-            arg = IndexArgument(
-                role="find-links" if spec.kind == "find-links" else "index", url=url
-            )
-            if arg not in self.found.indexes:
-                self.found.indexes.append(arg)
-        return url
-
-    def _fitting_wheels(
-        self, spec: IndexSpec, project: str, version: str, *, local_label: str | None = None
-    ) -> tuple[DistributionFile, ...]:
-        """The wheels of ``project==version`` on ``spec`` that fit the target, best first;
-        none fitting is unsatisfiable."""
-        url = self._index_argument(spec)
-        files = self.evidence.release_files(url, project, spec.kind, version)
-        ranked = rank_wheels(
-            files, project=project, version=version, target=self.target, local_label=local_label
-        )
-        self.found.rejected += ranked.rejected
-        self.found.notes += ranked.notes
-        if not ranked.candidates:
-            where = f"index {spec.name!r} ({url})"
-            page = self.evidence.page(url, project, spec.kind)
-            if not page:
-                self.found.notes.append(f"index {spec.name!r} lists no files for {project}")
-            if not ranked.rejected:
-                raise _Unsatisfiable(_not_on_index(project, version, where, page))
-            offered = describe_release(
-                files, project=project, version=version, local_label=local_label
-            )
-            raise _Unsatisfiable(
-                f"no {project} {version} wheel fits {self.target.describe()} on {where}: "
-                + offered
-                + _refused(ranked.rejected, self.target)
-            )
-        return tuple(ranked.candidates)
-
-    def torch(self) -> ResolvedTorch:
-        c = self.c
-        spec = self.indexes[c.torch_index]
-        candidates = self._fitting_wheels(
-            spec, "torch", c.torch, local_label=str(c.cuda) if spec.per_cuda else None
-        )
-        wanted_cuda = c.cuda if isinstance(c.cuda, CudaTag) else None
-        problems: list[str] = []
-        for file in candidates:
+def _torch(inputs: _Inputs) -> _Chosen[ResolvedTorch] | _Failed:
+    """The first fitting torch wheel whose CUDA is the combination's."""
+    c = inputs.c
+    spec = inputs.indexes[c.torch_index]
+    wheels = _fitting_wheels(
+        inputs, spec, "torch", c.torch, local_label=str(c.cuda) if spec.per_cuda else None
+    )
+    if isinstance(wheels, _Failed):
+        return wheels
+    found = wheels.found
+    wanted_cuda = c.cuda if isinstance(c.cuda, CudaTag) else None
+    problems: list[str] = []
+    try:
+        for file in wheels.value:
             filename = file.filename
             version = parse_wheel_filename(filename)[1]
-            requirements = requirements_of(self.evidence.metadata(file))
-            found = cuda_from_local_label(version)
-            if found is None:
-                found = cuda_from_requirements(requirements, self.target)
-            cuda, source, evidence = found
+            requirements = requirements_of(inputs.evidence.metadata(file))
+            read = cuda_from_local_label(version)
+            if read is None:
+                read = cuda_from_requirements(requirements, inputs.target)
+            cuda, source, evidence = read
             mismatch = None
             if c.cuda == "cpu" and cuda is not None:
                 mismatch = (
@@ -287,14 +361,15 @@ class _Steps:
                 built = f"CUDA {cuda.version}" if cuda else "a CPU build"
                 mismatch = f"{built} ({evidence}), but the combination asks for {c.cuda}"
             if mismatch:
-                self.found.rejected.append(
-                    Rejection(project="torch", filename=filename, reason=mismatch)
-                )
+                rejection = Rejection(project="torch", filename=filename, reason=mismatch)
+                found += _Found(rejected=(rejection,))
                 problems.append(f"{filename} is {mismatch}")
                 continue
-            self.found.dependencies += applicable_requirements(requirements, self.target)
-            self.found.raw_dependencies += portable_requirements(requirements)
-            return ResolvedTorch(
+            found += _Found(
+                dependencies=tuple(applicable_requirements(requirements, inputs.target)),
+                raw_dependencies=tuple(portable_requirements(requirements)),
+            )
+            torch = ResolvedTorch(
                 version=str(version),
                 cuda=cuda,
                 cuda_source=source,
@@ -304,41 +379,199 @@ class _Steps:
                 size=file.size,
                 index=spec.name,
             )
-        raise _Unsatisfiable(f"no torch {c.torch} build for {c.cuda}: " + "; ".join(problems))
+            return _Chosen(value=torch, found=found)
+    except (EnvbuilderError, ValueError) as e:
+        return _unreadable(e, found)
+    return _unsatisfiable(f"no torch {c.torch} build for {c.cuda}: " + "; ".join(problems), found)
 
-    def xformers(self) -> None:
-        """xformers' wheel, or its sdist and build group when the row asks for a source build."""
-        if self.c.xformers_source == "always":
-            self._source_build("xformers-source = 'always'")
-            return
-        kept = (
-            len(self.found.dependencies),
-            len(self.found.raw_dependencies),
-            len(self.found.notes),
+
+def _xformers(inputs: _Inputs, torch: ResolvedTorch) -> _Chosen[_Xformers] | _Failed:
+    """xformers' wheel, or its sdist and build group when the row asks for a source build."""
+    c = inputs.c
+    if c.xformers_source == "always":
+        return _source_build(inputs, torch, "xformers-source = 'always'")
+    wheel = _xformers_wheel(inputs, torch)
+    if not isinstance(wheel, _Failed):
+        return _Chosen(value=_Xformers(xformers=wheel.value), found=wheel.found)
+    if wheel.status != "unsatisfiable" or c.xformers_source != "when-no-wheel-fits":
+        return wheel
+    # the wheel is not used: its notes and dependencies go, what was refused and where stays
+    kept = _Found(rejected=wheel.found.rejected, indexes=wheel.found.indexes)
+    built = _source_build(inputs, torch, f"no wheel fits: {wheel.reason}")
+    if isinstance(built, _Failed):
+        return replace(built, found=kept + built.found)
+    return _Chosen(value=built.value, found=kept + built.found)
+
+
+def _xformers_wheel(inputs: _Inputs, torch: ResolvedTorch) -> _Chosen[ResolvedXformers] | _Failed:
+    """The best fitting xformers wheel, refused if its Requires-Dist or build record rule out
+    the combination's torch."""
+    c = inputs.c
+    assert c.xformers is not None
+    spec = inputs.indexes[c.xformers_index]
+    wheels = _fitting_wheels(inputs, spec, "xformers", c.xformers)
+    if isinstance(wheels, _Failed):
+        return wheels
+    found = wheels.found
+    file = wheels.value[0]
+    filename = file.filename
+    try:
+        xf_requirements = requirements_of(inputs.evidence.metadata(file))
+        req = torch_requirement(xf_requirements, inputs.target)
+        found += _Found(
+            dependencies=tuple(
+                applicable_requirements(xf_requirements, inputs.target, exclude=["torch"])
+            ),
+            raw_dependencies=tuple(portable_requirements(xf_requirements, exclude=["torch"])),
         )
-        try:
-            self._xformers_wheel()
-        except _Unsatisfiable as e:
-            if self.c.xformers_source != "when-no-wheel-fits":
-                raise
-            del self.found.dependencies[kept[0] :]
-            del self.found.raw_dependencies[kept[1] :]
-            del self.found.notes[kept[2] :]  # about the wheel, which is not used
-            self.found.xformers = None
-            self._source_build(f"no wheel fits: {e.reason}")
+        record = inputs.evidence.build_record(file)
+        if record is None:
+            record = BuildRecord(torch=None, cuda=None, arch_list=None)
+            found += _Found(notes=(f"{filename} has no {BUILD_RECORD}: its build CUDA is unknown",))
+        xformers = ResolvedXformers(
+            version=c.xformers,
+            filename=filename,
+            url=file.url,
+            sha256=_sha256(file),
+            requires_torch=str(req.specifier) if req is not None else "",
+            built_with=record,
+            size=file.size,
+            index=spec.name,
+        )
+    except (EnvbuilderError, ValueError) as e:
+        return _unreadable(e, found)
+    if req is not None and not req.specifier.contains(Version(torch.version), prereleases=True):
+        refused = _unsatisfiable(
+            f"xformers {c.xformers} requires torch{req.specifier} (its Requires-Dist), "
+            f"which torch {torch.version} does not satisfy",
+            found,
+        )
+        return replace(refused, xformers=xformers)
+    checked = _check_build(inputs, xformers, torch)
+    if isinstance(checked, _Failed):
+        return replace(checked, found=found + checked.found, xformers=xformers)
+    return _Chosen(value=xformers, found=found + checked)
 
-    def _source_build(self, why: str) -> None:
-        """Lock xformers' sdist and what building it needs; impossible is unsatisfiable."""
-        c = self.c
-        torch = self.found.torch
-        assert c.xformers is not None and torch is not None
-        spec = self.indexes[c.xformers_index]
-        url = self._index_argument(spec)
+
+def _check_build(
+    inputs: _Inputs, xformers: ResolvedXformers, torch: ResolvedTorch
+) -> _Found | _Failed:
+    """What xformers' build record says about running it with ``torch``: notes, a CUDA
+    runtime to add, or why it cannot run."""
+    c = inputs.c
+    notes: list[str] = []
+    record = xformers.built_with
+    built = f"torch {record.torch}" if record.torch else "an unrecorded torch"
+    if record.torch:
+        try:
+            built_release = Version(record.torch).release[:2]
+            if built_release != Version(torch.version).release[:2]:
+                notes.append(
+                    f"xformers {xformers.version} was built against torch {record.torch}; "
+                    f"this combination runs it with torch {torch.version}"
+                )
+        except InvalidVersion:
+            pass
+    unneeded = "add-cuda-runtime = true: no runtime added: "
+    built_v, torch_v = _version(record.cuda), _version(torch.cuda)
+    match compare_cuda(record.cuda, torch.cuda):
+        case "same":
+            if c.add_cuda_runtime:
+                notes.append(
+                    f"{unneeded}xformers {xformers.version} was built with CUDA {built_v}, "
+                    f"the CUDA of torch {torch.version}, whose runtime torch brings"
+                )
+        case "no-record":
+            if c.add_cuda_runtime:
+                notes.append(
+                    f"{unneeded}xformers {xformers.version} records no build CUDA, "
+                    "so no other runtime is known to be needed"
+                )
+        case "minor":
+            notes.append(
+                f"CUDA minor versions differ: xformers built with CUDA {built_v}, "
+                f"torch built with CUDA {torch_v} (same major; minor-version compatible)"
+            )
+            if c.add_cuda_runtime:
+                notes.append(
+                    f"{unneeded}xformers {xformers.version} was built with CUDA {built_v}, "
+                    f"the CUDA major of torch {torch.version} ({torch_v}), "
+                    "whose runtime torch brings"
+                )
+        case "cpu-torch":
+            return _unsatisfiable(
+                f"xformers {xformers.version} is a CUDA {built_v} build ({built}), "
+                f"but torch {torch.version} is a CPU build: its extension cannot run",
+                _Found(notes=tuple(notes)),
+            )
+        case "major":
+            assert record.cuda is not None and torch.cuda is not None
+            built_cuda = record.cuda
+            major = built_cuda.major
+            problem = (
+                f"xformers {xformers.version} was built for {built} with CUDA {built_v}, "
+                f"but torch {torch.version} is built with CUDA {torch_v}: "
+                f"xformers' C++/CUDA extension needs libcudart.so.{major}, which this torch does not bring"
+            )
+            try:
+                runtime = _cuda_runtime(inputs, built_cuda)
+            except (EnvbuilderError, ValueError) as e:
+                return _unreadable(e, _Found(notes=tuple(notes)))
+            if runtime is None:
+                return _unsatisfiable(
+                    f"{problem}; no CUDA {built_cuda.version} runtime wheel for {inputs.target.describe()} "
+                    f"on the default index (looked for "
+                    f"{', '.join(cuda_runtime_projects(major))}), so add-cuda-runtime "
+                    "cannot add one",
+                    _Found(notes=tuple(notes)),
+                )
+            if not c.add_cuda_runtime:
+                return _unsatisfiable(
+                    f"{problem}; set add-cuda-runtime = true to add {runtime}",
+                    _Found(notes=tuple(notes)),
+                )
+            notes.append(f"{problem}; added {runtime} (add-cuda-runtime = true)")
+            return _Found(notes=tuple(notes), extra_runtime=(runtime,))
+    return _Found(notes=tuple(notes))
+
+
+def _cuda_runtime(inputs: _Inputs, cuda: CudaTag) -> str | None:
+    """The newest CUDA runtime wheel of the build's major.minor for the target on the
+    default index, from the first of `cuda_runtime_projects` that has one."""
+    for project in cuda_runtime_projects(cuda.major):
+        best = _newest(inputs, project, cuda)
+        if best is not None:
+            return f"{project}=={best}"
+    return None
+
+
+def _newest(inputs: _Inputs, project: str, cuda: CudaTag) -> Version | None:
+    """The newest release of ``project`` on the default index with a wheel for the target
+    and ``cuda``'s major.minor as its own."""
+    best: Version | None = None
+    for file in inputs.evidence.page(inputs.default_url, project, "simple"):
+        if file.yanked or (version := file_version(file.filename, project)) is None:
+            continue
+        tags = parse_wheel_filename(file.filename)[3]
+        fits = any(t in inputs.target.tag_priority for t in tags)
+        if fits and version.release[:2] == (cuda.major, cuda.minor):
+            best = version if best is None or version > best else best
+    return best
+
+
+def _source_build(inputs: _Inputs, torch: ResolvedTorch, why: str) -> _Chosen[_Xformers] | _Failed:
+    """Lock xformers' sdist and what building it needs; impossible is unsatisfiable."""
+    c, target = inputs.c, inputs.target
+    assert c.xformers is not None
+    spec = inputs.indexes[c.xformers_index]
+    found = _Found()
+    try:
+        url, found = inputs.index_argument(spec)
         wanted = Version(c.xformers)
         sdists = sorted(
             (
                 f
-                for f in self.evidence.release_files(url, "xformers", spec.kind, c.xformers)
+                for f in inputs.evidence.release_files(url, "xformers", spec.kind, c.xformers)
                 if not f.filename.endswith(".whl")
                 and not f.yanked
                 and sdist_version(f.filename, "xformers") == wanted
@@ -346,46 +579,57 @@ class _Steps:
             key=lambda f: (not f.filename.endswith(".tar.gz"), f.filename),
         )
         if not sdists:
-            raise _Unsatisfiable(
+            return _unsatisfiable(
                 f"{why}; and xformers {c.xformers} has no sdist on index {spec.name!r} "
-                "to build it from"
+                "to build it from",
+                found,
             )
         if torch.cuda is None:
-            raise _Unsatisfiable(
+            return _unsatisfiable(
                 f"{why}; a source build compiles xformers' CUDA kernels, "
-                f"but torch {torch.version} is a CPU build"
+                f"but torch {torch.version} is a CPU build",
+                found,
             )
         if not c.cuda_archs:
-            raise _Unsatisfiable(f"{why}; a source build needs cuda-archs, and the row has none")
+            return _unsatisfiable(
+                f"{why}; a source build needs cuda-archs, and the row has none", found
+            )
         for arch in c.cuda_archs:
             if (problem := arch_problem(torch.cuda, arch)) is not None:
-                raise _Unsatisfiable(f"{why}; {problem}")
+                return _unsatisfiable(f"{why}; {problem}", found)
         file = sdists[0]
-        info = self.evidence.sdist_info(file)
+        info = inputs.evidence.sdist_info(file)
         requires = _requirements(info.requires_dist, file.filename)
-        req = torch_requirement(requires, self.target)
+        req = torch_requirement(requires, target)
         if req is not None and not req.specifier.contains(Version(torch.version), prereleases=True):
-            raise _Unsatisfiable(
+            return _unsatisfiable(
                 f"{why}; and xformers {c.xformers}'s sdist requires torch{req.specifier}, "
-                f"which torch {torch.version} does not satisfy"
+                f"which torch {torch.version} does not satisfy",
+                found,
             )
         build: list[str] = []
         for r in _requirements(info.build_requires, f"{file.filename} [build-system]"):
             if canonicalize_name(r.name) == "torch":  # the combination's own torch
                 if not r.specifier.contains(Version(torch.version), prereleases=True):
-                    raise _Unsatisfiable(
+                    return _unsatisfiable(
                         f"{why}; and xformers {c.xformers} builds only with torch{r.specifier} "
-                        f"(its [build-system] requires), not torch {torch.version}"
+                        f"(its [build-system] requires), not torch {torch.version}",
+                        found,
                     )
                 continue
-            build += applicable_requirements([r], self.target)
+            build += applicable_requirements([r], target)
         named = {canonicalize_name(Requirement(b).name) for b in build}
         build += [tool for tool in BUILD_TOOLS if canonicalize_name(tool) not in named]
-        build += self._compiler(torch.cuda, why)
-        self.found.dependencies += applicable_requirements(requires, self.target, exclude=["torch"])
-        self.found.raw_dependencies += portable_requirements(requires, exclude=["torch"])
+        compiler = _compiler(inputs, torch.cuda, why)
+        if isinstance(compiler, str):
+            return _unsatisfiable(compiler, found)
+        build += compiler
+        found += _Found(
+            dependencies=tuple(applicable_requirements(requires, target, exclude=["torch"])),
+            raw_dependencies=tuple(portable_requirements(requires, exclude=["torch"])),
+        )
         archs = ";".join(c.cuda_archs)
-        self.found.xformers = ResolvedXformers(
+        xformers = ResolvedXformers(
             version=c.xformers,
             filename=file.filename,
             url=file.url,
@@ -395,7 +639,7 @@ class _Steps:
             size=file.size,
             index=spec.name,
         )
-        self.found.source_build = SourceBuild(
+        source_build = SourceBuild(
             sdist=SourceFile(
                 filename=file.filename, url=file.url, sha256=_sha256(file), size=file.size
             ),
@@ -405,157 +649,35 @@ class _Steps:
             flags=build_flags(version=c.xformers, arch_list=c.cuda_archs),
             build_requirements_in=tuple(dict.fromkeys(build)),
         )
-        self.found.notes.append(
-            f"xformers {c.xformers} is built from {file.filename} for CUDA {torch.cuda.version}, "
-            f"architectures {archs} (envbuilder build-wheel {c.id})"
-        )
+    except (EnvbuilderError, ValueError) as e:
+        return _unreadable(e, found)
+    note = (
+        f"xformers {c.xformers} is built from {file.filename} for CUDA {torch.cuda.version}, "
+        f"architectures {archs} (envbuilder build-wheel {c.id})"
+    )
+    chosen = _Xformers(xformers=xformers, source_build=source_build)
+    return _Chosen(value=chosen, found=found + _Found(notes=(note,)))
 
-    def _compiler(self, cuda: CudaTag, why: str) -> list[str]:
-        """The CUDA ``cuda`` compiler, header and CCCL wheels for the target, each the newest
-        release of that major.minor on the default index; any missing is unsatisfiable."""
+
+def _compiler(inputs: _Inputs, cuda: CudaTag, why: str) -> list[str] | str:
+    """The CUDA ``cuda`` compiler, header and CCCL wheels for the target, each the newest
+    release of that major.minor on the default index; any missing, why it is unsatisfiable."""
+    chosen: list[str] = []
+    missing: list[str] = []
+    for project in compiler_projects(cuda.major):
+        best = _newest(inputs, project, cuda)
+        if best is None:
+            missing.append(project)
+        else:
+            chosen.append(f"{project}=={best}")
+    if missing:
         major, minor = cuda.major, cuda.minor
-        url = self.found.indexes[0].url
-        chosen: list[str] = []
-        missing: list[str] = []
-        for project in compiler_projects(major):
-            best: Version | None = None
-            for file in self.evidence.page(url, project, "simple"):
-                if file.yanked or (version := file_version(file.filename, project)) is None:
-                    continue
-                tags = parse_wheel_filename(file.filename)[3]
-                fits = any(t in self.target.tag_priority for t in tags)
-                if fits and version.release[:2] == (major, minor):
-                    best = version if best is None or version > best else best
-            if best is None:
-                missing.append(project)
-            else:
-                chosen.append(f"{project}=={best}")
-        if missing:
-            raise _Unsatisfiable(
-                f"{why}; and no CUDA {major}.{minor} compiler wheels for "
-                f"{self.target.describe()} on the default index: none of "
-                f"{', '.join(f'{m} {major}.{minor}.*' for m in missing)}"
-            )
-        return chosen
-
-    def _xformers_wheel(self) -> None:
-        c = self.c
-        torch = self.found.torch
-        assert c.xformers is not None and torch is not None
-        spec = self.indexes[c.xformers_index]
-        file = self._fitting_wheels(spec, "xformers", c.xformers)[0]
-        filename = file.filename
-        xf_requirements = requirements_of(self.evidence.metadata(file))
-        req = torch_requirement(xf_requirements, self.target)
-        self.found.dependencies += applicable_requirements(
-            xf_requirements, self.target, exclude=["torch"]
+        return (
+            f"{why}; and no CUDA {major}.{minor} compiler wheels for "
+            f"{inputs.target.describe()} on the default index: none of "
+            f"{', '.join(f'{m} {major}.{minor}.*' for m in missing)}"
         )
-        self.found.raw_dependencies += portable_requirements(xf_requirements, exclude=["torch"])
-        requires = str(req.specifier) if req is not None else ""
-        record = self.evidence.build_record(file)
-        if record is None:
-            record = BuildRecord(torch=None, cuda=None, arch_list=None)
-            self.found.notes.append(f"{filename} has no {BUILD_RECORD}: its build CUDA is unknown")
-        xformers = ResolvedXformers(
-            version=c.xformers,
-            filename=filename,
-            url=file.url,
-            sha256=_sha256(file),
-            requires_torch=requires,
-            built_with=record,
-            size=file.size,
-            index=spec.name,
-        )
-        self.found.xformers = xformers
-        if req is not None and not req.specifier.contains(Version(torch.version), prereleases=True):
-            raise _Unsatisfiable(
-                f"xformers {c.xformers} requires torch{req.specifier} (its Requires-Dist), "
-                f"which torch {torch.version} does not satisfy"
-            )
-        self._check_build(xformers, torch)
-
-    def _check_build(self, xformers: ResolvedXformers, torch: ResolvedTorch) -> None:
-        record = xformers.built_with
-        built = f"torch {record.torch}" if record.torch else "an unrecorded torch"
-        if record.torch:
-            try:
-                built_release = Version(record.torch).release[:2]
-                if built_release != Version(torch.version).release[:2]:
-                    self.found.notes.append(
-                        f"xformers {xformers.version} was built against torch {record.torch}; "
-                        f"this combination runs it with torch {torch.version}"
-                    )
-            except InvalidVersion:
-                pass
-        unneeded = "add-cuda-runtime = true: no runtime added: "
-        built_v, torch_v = _version(record.cuda), _version(torch.cuda)
-        match compare_cuda(record.cuda, torch.cuda):
-            case "same":
-                if self.c.add_cuda_runtime:
-                    self.found.notes.append(
-                        f"{unneeded}xformers {xformers.version} was built with CUDA {built_v}, "
-                        f"the CUDA of torch {torch.version}, whose runtime torch brings"
-                    )
-            case "no-record":
-                if self.c.add_cuda_runtime:
-                    self.found.notes.append(
-                        f"{unneeded}xformers {xformers.version} records no build CUDA, "
-                        "so no other runtime is known to be needed"
-                    )
-            case "minor":
-                self.found.notes.append(
-                    f"CUDA minor versions differ: xformers built with CUDA {built_v}, "
-                    f"torch built with CUDA {torch_v} (same major; minor-version compatible)"
-                )
-                if self.c.add_cuda_runtime:
-                    self.found.notes.append(
-                        f"{unneeded}xformers {xformers.version} was built with CUDA {built_v}, "
-                        f"the CUDA major of torch {torch.version} ({torch_v}), "
-                        "whose runtime torch brings"
-                    )
-            case "cpu-torch":
-                raise _Unsatisfiable(
-                    f"xformers {xformers.version} is a CUDA {built_v} build ({built}), "
-                    f"but torch {torch.version} is a CPU build: its extension cannot run"
-                )
-            case "major":
-                assert record.cuda is not None and torch.cuda is not None
-                built_cuda = record.cuda
-                major = built_cuda.major
-                problem = (
-                    f"xformers {xformers.version} was built for {built} with CUDA {built_v}, "
-                    f"but torch {torch.version} is built with CUDA {torch_v}: "
-                    f"xformers' C++/CUDA extension needs libcudart.so.{major}, which this torch does not bring"
-                )
-                runtime = self._cuda_runtime(built_cuda)
-                if runtime is None:
-                    raise _Unsatisfiable(
-                        f"{problem}; no CUDA {built_cuda.version} runtime wheel for {self.target.describe()} "
-                        f"on the default index (looked for "
-                        f"{', '.join(cuda_runtime_projects(major))}), so add-cuda-runtime "
-                        "cannot add one"
-                    )
-                if not self.c.add_cuda_runtime:
-                    raise _Unsatisfiable(f"{problem}; set add-cuda-runtime = true to add {runtime}")
-                self.found.extra_runtime.append(runtime)
-                self.found.notes.append(f"{problem}; added {runtime} (add-cuda-runtime = true)")
-
-    def _cuda_runtime(self, cuda: CudaTag) -> str | None:
-        """The newest CUDA runtime wheel of the build's major.minor for the target on the
-        default index, from the first of `cuda_runtime_projects` that has one."""
-        url = self.found.indexes[0].url
-        for project in cuda_runtime_projects(cuda.major):
-            best: Version | None = None
-            for file in self.evidence.page(url, project, "simple"):
-                if file.yanked or (version := file_version(file.filename, project)) is None:
-                    continue
-                tags = parse_wheel_filename(file.filename)[3]
-                fits = any(t in self.target.tag_priority for t in tags)
-                if fits and version.release[:2] == (cuda.major, cuda.minor):
-                    best = version if best is None or version > best else best
-            if best is not None:
-                return f"{project}=={best}"
-        return None
+    return chosen
 
 
 def _requirements(lines: Sequence[str], where: str) -> list[Requirement]:

@@ -267,3 +267,64 @@ def test_no_wheel_fits_says_what_the_release_has_wheels_for(
         f"no torch 2.4.1 wheel fits cp311 on manylinux_2_28_x86_64 on index 'default' ({DEFAULT}): "
         + says
     )
+
+
+CP312 = wheel("torch", "2.4.1", "cp312-cp312-manylinux_2_28_x86_64")
+OLD_BUILD = (
+    "xformers 0.0.28.post1 was built against torch 2.3.0; this combination runs it with torch 2.4.1"
+)
+
+
+def without_sha256(file: DistributionFile) -> DistributionFile:
+    return DistributionFile(filename=file.filename, url=file.url)
+
+
+def torch_without_sha256() -> FakeEvidence:
+    source = evidence()
+    source.files["torch"] = [without_sha256(TORCH)]
+    return source
+
+
+def xformers_without_sha256() -> FakeEvidence:
+    source = evidence()
+    source.files["xformers"] = [without_sha256(XFORMERS)]
+    return source
+
+
+@pytest.mark.parametrize(
+    ("source", "status", "reason", "torch", "xformers", "notes"),
+    [
+        # xformers' Requires-Dist refuses torch: both choices stay in the answer
+        (evidence(xformers_requires="torch==2.3.0"), "unsatisfiable",
+         "xformers 0.0.28.post1 requires torch==2.3.0 (its Requires-Dist), which torch 2.4.1 does not satisfy",
+         TORCH, XFORMERS, ()),
+        # the build record's note is kept beside the reason it ends in
+        (evidence(record=BuildRecord(torch="2.3.0", cuda=CudaTag(13, 0), arch_list=None)),
+         "unsatisfiable", "no CUDA 13.0 runtime wheel", TORCH, XFORMERS, (OLD_BUILD,)),
+        # unreadable evidence: what was refused before it stays
+        (torch_without_sha256(), "error",
+         "'torch-2.4.1-cp311-cp311-manylinux_2_28_x86_64.whl' has no sha256 on its index",
+         None, None, ()),
+        (xformers_without_sha256(), "error",
+         "'xformers-0.0.28.post1-cp311-cp311-manylinux_2_28_x86_64.whl' has no sha256 on its index",
+         TORCH, None, ()),
+    ],
+)  # fmt: skip
+def test_an_answer_short_of_decided_keeps_what_was_found_before_it(
+    source: FakeEvidence,
+    status: str,
+    reason: str,
+    torch: DistributionFile | None,
+    xformers: DistributionFile | None,
+    notes: tuple[str, ...],
+) -> None:
+    source.files["torch"].append(CP312)
+    d = run(combination(), source)
+    result = d.result("unsatisfiable" if d.status == "unsatisfiable" else "error", d.reason)
+    assert d.status == status
+    assert reason in result.reason
+    assert [r.filename for r in result.rejected] == [CP312.filename]
+    assert (result.torch and result.torch.filename) == (torch and torch.filename)
+    assert (result.xformers and result.xformers.filename) == (xformers and xformers.filename)
+    assert result.notes == notes
+    assert result.extra_runtime == () and result.source_build is None
