@@ -303,3 +303,29 @@ def test_a_build_group_under_its_old_name_is_renamed_offline(tmp_path: Path) -> 
     assert result.source_build.build_lock == f"locks/{build_lock_filename(row().id)}"
     assert (old.parent / build_lock_filename(row().id)).read_text(encoding="utf-8") == text
     assert not old.exists()
+
+
+@pytest.mark.parametrize(
+    ("pages", "status", "xformers"),
+    [(None, "decided", SDIST.filename), ({}, "unsatisfiable", None)],
+)
+def test_a_source_build_keeps_the_files_refused_and_drops_the_wheel_s_findings(
+    pages: dict[str, list[DistributionFile]] | None, status: str, xformers: str | None
+) -> None:
+    """The wheel refused for its CUDA is not used: its notes and dependencies go; the files
+    refused on the way stay, in the answer and in an impossible source build's too."""
+    evidence = index(pages=pages)
+    aarch64 = wheel("xformers", "0.0.35", "py39-none-manylinux_2_28_aarch64")
+    evidence.files["xformers"].append(aarch64)
+    evidence.requires[WHEEL.filename] = ["torch>=2.10", "numpy", "only-the-wheel-needs-this"]
+    d = decide(
+        row(),
+        evidence,
+        indexes={"default": IndexSpec(name="default", url=None)},
+        default_index_url=DEFAULT,
+    )
+    assert d.status == status, d.reason
+    assert aarch64.filename in [r.filename for r in d.rejected]
+    assert (d.xformers and d.xformers.filename) == xformers
+    assert not any("only-the-wheel" in r for r in d.dependencies + d.raw_dependencies)
+    assert not any("built against torch 2.10" in n for n in d.notes)
