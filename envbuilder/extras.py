@@ -52,6 +52,7 @@ COMMAND_NEEDS: dict[str, tuple[Need, ...]] = {
     "conformance": (Need(module="docker", extra="docker", unless="in_place"),),
     "lock": (Need(module="jsonschema", extra="resolve"),),
     "publish": (),
+    "snapshot": (),
     "query": (),
     "export": (),
     "install": (),  # uv only for --installer uv, found on PATH too: see lockfile.install

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.model import build_lock_filename, legacy_build_lock_filename, load_resolution
     from envbuilder.reporter import Reporter
     from envbuilder.sourcebuild.builder import BuildFailed, BuildPlan, build_wheel
-    from envbuilder.sourcebuild.cache import BuiltWheelCache
+    from envbuilder.sourcebuild.cache import BuiltWheelCache, record_name
 
     reporter = Reporter(verbose=args.verbose)
     settings = args.settings
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
             raise
     record = outcome.built.record
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
-    write_atomic(args.locks / f"build-record.{resolved.id}.json", text)
+    write_atomic(args.locks / record_name(resolved.id), text)
     how = "cache hit" if outcome.hit else "built"
     reporter.line(
         f"{how} in {outcome.seconds:.2f} s: {outcome.built.path.name} "

@@ -174,7 +174,7 @@ def _run_in_place(
             "no lock hash for %s (no locks/resolution.json entry): lock_sha256 stays null",
             combination.id,
         )
-    out = args.out_dir / f"{combination.id}.json"
+    out = args.out_dir / combination.results_file
     if out.is_dir():
         raise InputError(f"{out}: is a directory; the results file goes there")
     try:
@@ -259,11 +259,11 @@ def _run_in_containers(
                 "-m",
                 "envbuilder.conformance",
                 "--out",
-                f"/results/{combination.id}.json",
+                f"/results/{combination.results_file}",
                 *_suite_argv(args, combination.id, resolved.lock_sha256),
             ]
             reporter.command(["docker", "run", tag, *command])
-            results = f"{combination.id}.json"
+            results = combination.results_file
             status, copied = run_suite_container(
                 client,
                 tag,

@@ -1128,18 +1128,6 @@ def recipe_digest() -> str:
     return digest.hexdigest()
 
 
-def _image_label(client: DockerClient, ref: str, label: str) -> str | None:
-    """The label of the image ``ref``; "" when it has none; None when there is no image."""
-    from docker.errors import ImageNotFound
-
-    try:
-        image = client.images.get(ref)
-    except ImageNotFound:
-        return None
-    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
-    return str(labels.get(label, ""))
-
-
 def _image_exists(client: DockerClient, ref: str) -> bool:
     return _image_id(client, ref) is not None
 

@@ -846,6 +846,20 @@ def _resolved_of(data: Mapping[str, Any], lock: LockPointer | None) -> ResolvedC
     )
 
 
+def _cuda_spelling(data: Mapping[str, Any], what: str) -> str | None:
+    """A record's ``cuda`` as ids spell it (``cu121``, ``cpu``, ``default``), checked;
+    None where the record names none."""
+    match data:
+        case {"cuda": str() as value} if str(parse_cuda_build(value)) == value:
+            return value
+        case {"cuda": None}:
+            return None
+        case {"cuda": other}:
+            raise ValueError(f"{what} {data.get('id')!r}: cuda {other!r} is not a CUDA value")
+        case _:
+            return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class RetiredEntry:
     """A combination the resolution no longer has, kept for its runs (never offered).
@@ -869,7 +883,7 @@ class RetiredEntry:
         return cls(
             id=data["id"],
             python=data.get("python"),
-            cuda=data.get("cuda"),
+            cuda=_cuda_spelling(data, "retired combination"),
             platform=data.get("platform"),
             torch=data.get("torch"),
             xformers=data.get("xformers"),

@@ -24,7 +24,7 @@ from typing import Any
 from envbuilder.errors import InputError
 from envbuilder.lockfile.model import Entry, SourceBuildEntry
 from envbuilder.model import ResolvedCombination
-from envbuilder.sourcebuild.cache import RECORD_SCHEMA
+from envbuilder.sourcebuild.cache import RECORD_SCHEMA, record_name
 from envbuilder.sourcebuild.key import KEY_FORMAT
 
 __all__ = [
@@ -43,11 +43,6 @@ BUILD_RECORDS_DIR = Path("results") / "build-records"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _MODES = ("in-place", "docker")
 _TOOLCHAINS = ("host", "wheels")
-
-
-def record_name(combination: str) -> str:
-    """The build record's file name, in ``locks/`` as in ``results/build-records/``."""
-    return f"build-record.{combination}.json"
 
 
 def build_command(combination: str) -> str:

@@ -14,9 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECORD_NAME", "RECORD_SCHEMA", "BuiltWheel", "BuiltWheelCache"]
+__all__ = ["RECORD_NAME", "RECORD_SCHEMA", "BuiltWheel", "BuiltWheelCache", "record_name"]
 
 RECORD_NAME = "build-record.json"
+
+
+def record_name(combination: str) -> str:
+    """A combination's build record file name, in ``locks/`` as in ``results/build-records/``
+    (beside the wheel in the cache it is `RECORD_NAME`)."""
+    return f"build-record.{combination}.json"
+
+
 RECORD_SCHEMA = "envbuilder.source-build/1"
 
 

@@ -33,7 +33,7 @@ from urllib.parse import urljoin
 
 from envbuilder.errors import IndexError_, InputError
 from envbuilder.files import atomic_writer
-from envbuilder.sourcebuild.cache import RECORD_SCHEMA, BuiltWheel, BuiltWheelCache
+from envbuilder.sourcebuild.cache import RECORD_SCHEMA, BuiltWheel, BuiltWheelCache, record_name
 
 if TYPE_CHECKING:
     from envbuilder.lockfile.model import Entry
@@ -59,7 +59,7 @@ def wheel_asset(combination: str, wheel_filename: str) -> str:
 
 def record_asset(combination: str) -> str:
     """The build record's release asset name, as it is named in ``locks/``."""
-    return _UNSAFE.sub("_", f"build-record.{combination}.json")
+    return _UNSAFE.sub("_", record_name(combination))
 
 
 def write_assets(built: BuiltWheel, combination: str, directory: Path) -> tuple[Path, Path]:

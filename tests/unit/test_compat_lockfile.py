@@ -18,7 +18,7 @@ from envbuilder.cli import main
 from envbuilder.errors import InputError
 from envbuilder.lockfile.canonical import seal
 from envbuilder.lockfile.merge import build_lockfile
-from envbuilder.lockfile.model import USES, VERDICTS, CompatLock, Entry, use_verdict
+from envbuilder.lockfile.model import USES, VERDICTS, CompatLock, Entry, RetiredEntry, use_verdict
 from envbuilder.lockfile.read import load_lockfile
 from envbuilder.lockfile.results import bind, documented_shape
 from envbuilder.model import ResolvedCombination, Status, load_resolution
@@ -723,3 +723,29 @@ def test_install_never_builds_a_source_distribution(
     words = commands[0].split()
     for flag in flags:
         assert flag in words
+
+
+@pytest.mark.parametrize(
+    ("cuda", "ok"),
+    [
+        ("cu121", True),
+        ("cpu", True),
+        ("default", True),
+        (None, True),
+        ("12.1", False),
+        ("cu9x", False),
+        (121, False),
+    ],
+)
+def test_a_retired_combinations_cuda_is_read_as_ids_spell_it(cuda: object, ok: bool) -> None:
+    """A retired record keeps its CUDA as its id spells it; anything else is malformed."""
+    snapshot = json.loads(
+        (Path(__file__).parents[2] / "envbuilder/data/compat.lock.json").read_text()
+    )
+    verified = next(e["last_verified"] for e in snapshot["combinations"] if e.get("last_verified"))
+    data = {"id": "py3.11-cu121-torch2.4.1", "cuda": cuda, "last_verified": verified}
+    if ok:
+        assert RetiredEntry.from_json(data).cuda == cuda
+    else:
+        with pytest.raises(ValueError, match="is not a CUDA value"):
+            RetiredEntry.from_json(data)
