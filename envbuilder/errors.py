@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "EnvbuilderError",
+    "HttpNotFound",
     "IndexError_",
     "InputError",
     "MissingToolError",
@@ -47,6 +48,10 @@ class OutputError(EnvbuilderError):
 
 class IndexError_(EnvbuilderError):
     """A package index could not be read (unreachable, bad response, offline cache miss)."""
+
+
+class HttpNotFound(IndexError_):
+    """The server answered 404 or 410: the resource does not exist."""
 
 
 class MissingToolError(EnvbuilderError):

@@ -66,10 +66,11 @@ from envbuilder.docker.plan import (
     plan_layers,
 )
 from envbuilder.errors import EnvbuilderError, InputError
-from envbuilder.files import atomic_writer
+from envbuilder.files import atomic_writer, sha256_file
 from envbuilder.model import Combination, ResolvedCombination, ResolvedTorch, load_resolution
 from envbuilder.reporter import Reporter
 from envbuilder.settings import Settings
+from envbuilder.sourcebuild.image import image_wheel
 from envbuilder.target import CudaTag
 
 __all__ = ["main"]
@@ -156,7 +157,7 @@ def _main(argv: Sequence[str]) -> int:
     def request(case: Case, **kwargs: Any) -> ImageRequest:
         return ImageRequest(
             resolved=case.resolved, lock_path=case.lock, base_image=base, log_dir=log_dir,
-            cache=cache, **kwargs,
+            cache=cache, built_wheel=image_wheel(case.resolved, case.lock, cache), **kwargs,
         )  # fmt: skip
 
     def layered_build(case: Case, **kwargs: Any) -> str:
@@ -455,21 +456,13 @@ def synthetic_cases(work: Path, *, runtime_mb: int, torch_mb: int) -> list[Case]
                 cuda_source="requires-dist",
                 filename=torch.name,
                 url=torch.as_uri(),
-                sha256=_sha256(torch),
+                sha256=sha256_file(torch),
             ),
             lock=str(lock),
             lock_sha256=lock_digest(lock.read_bytes()),
         )
         cases.append(Case(resolved=resolved, lock=lock))
     return cases
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _write_lock(path: Path, wheels: Sequence[Path]) -> None:
@@ -484,7 +477,7 @@ def _write_lock(path: Path, wheels: Sequence[Path]) -> None:
                     {
                         "url": wheel.as_uri(),
                         "size": wheel.stat().st_size,
-                        "hashes": {"sha256": _sha256(wheel)},
+                        "hashes": {"sha256": sha256_file(wheel)},
                     }
                 ],
             }

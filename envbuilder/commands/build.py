@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.model import load_resolution
     from envbuilder.reporter import Reporter
     from envbuilder.resolve.matrix import load_matrix
+    from envbuilder.sourcebuild.image import image_wheel
 
     reporter = Reporter(verbose=args.verbose)
     locks: Path = args.locks
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
             revision=settings.revision,
             no_cache=args.no_cache,
             keep_stages=args.keep_stages,
+            built_wheel=image_wheel(rc, lock_path(rc, locks), cache),
         )
         tag = ensure_image(request, client=client, reporter=reporter)
         built.append(tag)

@@ -218,6 +218,7 @@ def _run_in_containers(
             ensure_image,
             lock_path,
         )
+        from envbuilder.sourcebuild.image import image_wheel
     except ImportError as e:
         raise MissingToolError(
             f"the Docker image builder (envbuilder.docker.build) is not available: {e}; "
@@ -252,6 +253,7 @@ def _run_in_containers(
                 log_dir=args.locks / "build-logs",
                 cache=cache,
                 revision=settings.revision,
+                built_wheel=image_wheel(resolved, lock_path(resolved, args.locks), cache),
             )
             tag = ensure_image(request, client=client, reporter=reporter)
             command = [

@@ -326,7 +326,9 @@ class ImageRequest:
     ``no_cache``; either way every layer is the same bytes. ``base_image``
     defaults to ``python:<python>-slim``. ``keep_stages`` keeps the installed
     trees and layer tars (for debugging) and names their directory. The build's
-    log goes to ``log_dir``; wheels come through ``cache``.
+    log goes to ``log_dir``; wheels come through ``cache``. A source-build combination's
+    image installs ``built_wheel``, the wheel its build record pins
+    (`envbuilder.sourcebuild.image.image_wheel`); the image build never compiles one.
     """
 
     resolved: ResolvedCombination
@@ -338,6 +340,7 @@ class ImageRequest:
     force: bool = False
     no_cache: bool = False
     keep_stages: bool = False
+    built_wheel: LockedWheel | None = None
 
 
 def ensure_image(
@@ -368,10 +371,15 @@ def ensure_image(
             "resolution; the lock changed after resolving, run `nox -s resolve` again"
         )
     tag = image_tag(resolved.id, lock_sha256)
-    from envbuilder.sourcebuild.image import built_wheel_for_image
-
-    built = built_wheel_for_image(resolved, lock_path, build_cache=cache.root.parent / "source-builds")  # fmt: skip
-    plan = plan_layers(with_built_wheel(load_lock(lock_bytes, source=lock_path), built))
+    if resolved.source_build is not None and request.built_wheel is None:
+        raise InputError(
+            f"{resolved.id} builds xformers from source, and no built wheel was given for its "
+            "image; an image build never compiles xformers itself: `envbuilder build` takes "
+            "the wheel its build record pins"
+        )
+    plan = plan_layers(
+        with_built_wheel(load_lock(lock_bytes, source=lock_path), request.built_wheel)
+    )
     suite, suite_sha256 = _suite_wheels(resolved, lock_path, plan)
     client = docker_client(client)
     base_ref = base_image or f"python:{resolved.python}-slim"

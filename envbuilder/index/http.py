@@ -44,7 +44,7 @@ from urllib3 import HTTPResponse
 
 from envbuilder import __version__
 from envbuilder.credentials import Credentials
-from envbuilder.errors import IndexError_
+from envbuilder.errors import HttpNotFound, IndexError_
 from envbuilder.files import atomic_writer
 
 __all__ = [
@@ -70,10 +70,6 @@ MAX_BODY = 64 * 2**20
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 _CHUNK = 64 * 1024
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
-
-
-class HttpNotFound(IndexError_):
-    """The server answered 404 or 410: the resource does not exist."""
 
 
 class _Transient(Exception):

@@ -25,7 +25,7 @@ provide it. ``--dry-run`` makes the same checks and prints the commands the
 real run would run, the exported lock kept at a printed path, so that they can
 be pasted. A combination whose xformers is built from source also needs the
 wheel its build record pins (`sourcebuilds`), installed after the lock's files: from
-``--wheel``, the build cache, else published beside a lockfile URL (`sourcebuild.published`).
+``--wheel``, the build cache, else published beside a lockfile URL (`lockfile.published_wheel`).
 """
 
 from __future__ import annotations
@@ -277,9 +277,9 @@ def install(args: InstallRequest, report: Reporter) -> int:
                 f"! verified only with the workaround {workaround!r}: apply it in your code"
             )
 
+    from envbuilder.lockfile.published_wheel import lockfile_url, wheel_for_install
     from envbuilder.lockfile.sourcebuilds import staged_wheel
     from envbuilder.lockfile.sourcebuilds import wheel_install_command as built_command
-    from envbuilder.sourcebuild.published import lockfile_url, wheel_for_install
 
     cache = args.build_cache or args.settings.cache_dir / "source-builds"
     built, fetched = wheel_for_install(

@@ -15,25 +15,18 @@ does; it must be a build of the combination's locked sdist for its architectures
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import LockedWheel
 from envbuilder.errors import InputError
+from envbuilder.files import sha256_file
 from envbuilder.model import ResolvedCombination
 
-__all__ = ["built_wheel_for_image"]
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+__all__ = ["built_wheel_for_image", "image_wheel"]
 
 
 def built_wheel_for_image(
@@ -48,7 +41,7 @@ def built_wheel_for_image(
     *records* are the directories searched for its build record (default: the lock's
     directory, then ``results/build-records``); the wheel is taken from *build_cache*
     under the record's key and its sha256 checked here, before any layer is built."""
-    from envbuilder.lockfile.sourcebuilds import (
+    from envbuilder.sourcebuild.records import (
         BUILD_RECORDS_DIR,
         build_command,
         find_build_record,
@@ -76,7 +69,7 @@ def built_wheel_for_image(
             f"{build_cache} does not hold it: build it there (`{build}`), or fetch the "
             f"published one (`envbuilder install {resolved.id} --lock URL` puts it there)"
         )
-    digest = _sha256(wheel)
+    digest = sha256_file(wheel)
     if digest != sha256:
         raise InputError(
             f"{wheel} has sha256 {digest}, not the {sha256} its build record {path} names; "
@@ -93,4 +86,14 @@ def built_wheel_for_image(
         url=wheel.resolve().as_uri(),
         sha256=sha256,
         size=wheel.stat().st_size,
+    )
+
+
+def image_wheel(
+    resolved: ResolvedCombination, lock_path: Path, cache: WheelCache
+) -> LockedWheel | None:
+    """`built_wheel_for_image` with the build cache beside the image build's wheel cache
+    (``<cache's parent>/source-builds``, where ``build-wheel`` and ``install`` put it)."""
+    return built_wheel_for_image(
+        resolved, lock_path, build_cache=cache.root.parent / "source-builds"
     )

@@ -24,6 +24,7 @@ from envbuilder.lockfile.sourcebuilds import record_name
 from envbuilder.model import SourceBuild, SourceFile
 from envbuilder.reporter import Reporter
 from envbuilder.sourcebuild.cache import RECORD_SCHEMA
+from envbuilder.sourcebuild.image import image_wheel
 from envbuilder.sourcebuild.key import KEY_FORMAT
 from envbuilder.target import CudaTag
 from tests.docker.conftest import Locked
@@ -86,6 +87,7 @@ def test_the_image_installs_the_recorded_built_wheel_and_never_another(
         request = ImageRequest(
             resolved=resolved, lock_path=locked.lock, base_image=base_image,
             log_dir=tmp_path / "logs", cache=wheel_cache,
+            built_wheel=image_wheel(resolved, locked.lock, wheel_cache),
         )  # fmt: skip
         return ensure_image(request, reporter=Reporter(verbose=1))
 

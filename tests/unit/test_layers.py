@@ -185,6 +185,16 @@ STAGE_RULES: tuple[StageRule, ...] = (
     ),
     StageRule("envbuilder.ghmatrix", "envbuilder.docker", why="it plans jobs, builds nothing"),
     StageRule("envbuilder.index", "envbuilder.resolve", why="the resolver uses the index"),
+    StageRule(
+        "envbuilder.docker",
+        "envbuilder.sourcebuild",
+        why="the source builder runs in its containers; a built wheel comes in the request",
+    ),
+    StageRule(
+        "envbuilder.sourcebuild",
+        "envbuilder.lockfile",
+        why="the lockfile records its builds; build records are read where they are made",
+    ),
 )
 
 
@@ -249,12 +259,24 @@ def _injected(module: str, source: str) -> list[str]:
             "from envbuilder.resolve import wheels",
             "envbuilder.resolve.wheels",
         ),
+        (
+            "envbuilder.docker.fake",
+            "def f():\n    from envbuilder.sourcebuild.image import image_wheel",
+            "envbuilder.sourcebuild.image",
+        ),
+        (
+            "envbuilder.sourcebuild.fake",
+            "from envbuilder.lockfile.sourcebuilds import recorded_wheel",
+            "envbuilder.lockfile.sourcebuilds",
+        ),
         # and letting through what is allowed
         ("envbuilder.lockfile.fake", "from envbuilder.conformance._record import USES", None),
         ("envbuilder.lockfile.fake", "from envbuilder.conformance import _record", None),
         ("envbuilder.lockfile.fake", "from envbuilder.model import Resolution", None),
         ("envbuilder.ghmatrix", "from envbuilder.model import Combination", None),
         ("envbuilder.resolve.fake", "from envbuilder.index.http import HttpClient", None),
+        ("envbuilder.sourcebuild.fake", "from envbuilder.docker.plan import LockedWheel", None),
+        ("envbuilder.lockfile.fake", "from envbuilder.sourcebuild.cache import record_name", None),
     ],
 )
 def test_each_stage_rule_rejects_an_injected_import(

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.lockfile.published_wheel import lockfile_url
 from envbuilder.settings import Settings
 from envbuilder.sourcebuild.cache import BuiltWheelCache
-from envbuilder.sourcebuild.published import lockfile_url, record_asset, wheel_asset, write_assets
+from envbuilder.sourcebuild.published import record_asset, wheel_asset, write_assets
 
 ID = "py3.12-cu130-torch2.11.0-xformers0.0.35"
 WHEEL = "xformers-0.0.35-py39-none-linux_x86_64.whl"

@@ -158,3 +158,24 @@ def test_a_lock_that_holds_the_project_too_is_refused() -> None:
     built = LockedWheel(**{**xformers.__dict__, "filename": WHEEL, "sha256": "9" * 64})
     with pytest.raises(InputError, match="one xformers only; resolve again"):
         with_built_wheel([TORCH, xformers], built)
+
+
+def test_an_image_request_of_a_source_build_without_its_wheel_is_refused(tmp_path: Path) -> None:
+    """`ensure_image` installs only the wheel its caller looked up by the build record: a
+    request without one stops before any Docker call, instead of an image without xformers."""
+    from envbuilder.docker.build import ImageRequest, ensure_image
+    from envbuilder.docker.cache import WheelCache
+    from envbuilder.docker.plan import lock_digest
+
+    lock = tmp_path / "pylock.toml"
+    lock.write_bytes(b'lock-version = "1.0"\ncreated-by = "envbuilder"\npackages = []\n')
+    resolved = ResolvedCombination(
+        **{**RESOLVED.__dict__, "lock_sha256": lock_digest(lock.read_bytes())}
+    )
+    request = ImageRequest(
+        resolved=resolved, lock_path=lock, log_dir=tmp_path, cache=WheelCache(tmp_path / "wheels")
+    )
+    with pytest.raises(
+        InputError, match="builds xformers from source, and no built wheel was given"
+    ):
+        ensure_image(request)
