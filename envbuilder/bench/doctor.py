@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import os
 import statistics
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from functools import partial
 from importlib import metadata
 from pathlib import Path
 
+from envbuilder.bench._cold import drop_caches
 from envbuilder.lockfile.doctor import run_probe, start_probe
 from envbuilder.lockfile.record_check import ExpectedFile, check_files, expected_files
 
@@ -44,16 +44,6 @@ __all__ = ["main"]
 DOCTOR_FIRST_TARGET_S = 5.0
 FIRST_TARGET_S = 10.0
 STAMPED_TARGET_S = 1.0
-DROP_CACHES = Path("/proc/sys/vm/drop_caches")
-
-
-def _drop_caches() -> bool:
-    try:
-        os.sync()
-        DROP_CACHES.write_text("3\n")
-    except OSError:
-        return False
-    return True
 
 
 def _serial(files: Sequence[ExpectedFile]) -> None:
@@ -75,7 +65,7 @@ def _doctor_first(files: Sequence[ExpectedFile], python: str, stamp: Path) -> No
 
 def _timed(fn: Callable[[], object], cold: bool) -> float:
     if cold:
-        _drop_caches()
+        drop_caches()
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
@@ -96,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = [str(p) for p in args.site] if args.site else sys.path
     files = expected_files(metadata.distributions(path=paths))
     size = sum(f.path.stat().st_size for f in files if f.path.exists())
-    cold = _drop_caches()
+    cold = drop_caches()
     print(
         f"doctor bench: {len(files)} RECORD files, {size / 2**20:.0f} MiB, "
         f"{'cold page cache before each arm' if cold else 'WARM page cache (cannot drop it here)'}"

@@ -35,13 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envbuilder.bench._cold import drop_caches
+
 __all__ = ["ANCHORS", "GOALS", "main"]
 
 #: seconds, by run: the goal (issue 27) and the anchor measured before (freshly started H200)
 GOALS: Mapping[str, float] = {"quick": 30.0, "full": 120.0}
 ANCHORS: Mapping[str, float] = {"quick": 38.0, "full": 200.0}
 
-DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 #: the compiler caches a freshly started machine does not have
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
 
@@ -60,22 +61,13 @@ class Timed:
         return self.results is not None and self.wall_s <= GOALS[self.size]
 
 
-def _drop_caches() -> bool:
-    try:
-        os.sync()
-        DROP_CACHES.write_text("3\n")
-    except OSError:
-        return False
-    return True
-
-
 def _run(label: str, size: str, out: Path, python: str, extra: Sequence[str]) -> Timed:
     command = [python, "-m", "envbuilder.conformance", "--out", str(out), *extra]
     if size == "quick":
         command.insert(3, "--quick")
     caches = Path(tempfile.mkdtemp(prefix=f"suite-bench-{label}-caches-"))
     env = dict(os.environ) | {name: str(caches / name.lower()) for name in CACHE_VARIABLES}
-    cold = _drop_caches()
+    cold = drop_caches()
     print(f"+ {' '.join(command)}", flush=True)
     log = out.with_suffix(".log")
     start = time.monotonic()
