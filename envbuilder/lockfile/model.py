@@ -507,6 +507,8 @@ class CheckOutcome:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CheckOutcome:
         uses = data.get("uses")
+        if not isinstance(data["name"], str):
+            raise ValueError(f"check name {data['name']!r} is not a string")
         return cls(
             name=data["name"],
             group=data["group"],

@@ -68,9 +68,11 @@ resolved, no runs on the current lock, runs on an      ``unverified``, for every
                                                          <sha12>: <verdict>" (that
                                                          use's verdict then)
 resolved, with runs (on the current lock)              per GPU model and use the worst
-                                                         of its runs (runs that
-                                                         disagree are all kept, flagged
-                                                         ``conflict``); per use the
+                                                         of its runs (all kept; runs
+                                                         that disagree on a check both
+                                                         ran are flagged ``conflict``,
+                                                         a --quick run beside a full
+                                                         one is not); per use the
                                                          worst of the GPUs; overall
                                                          the worst of the uses
 =====================================================  ============================
@@ -392,33 +394,53 @@ def _conflicted(chosen: Verdict, gpu: str, distinct: Sequence[str]) -> Verdict:
     )
 
 
-def _worst_of_runs(runs: Sequence[Run], gpu: str, pick: Callable[[Run], Verdict]) -> Verdict:
+def runs_disagree(runs: Sequence[Run]) -> bool:
+    """Whether some check that two of ``runs`` both ran said different things in them.
+
+    Runs whose verdicts differ only because one ran checks the other did not (a --quick
+    run beside a full one, or suites of two versions) do not disagree: the worst verdict
+    stands and nothing is flagged. Runs without a record of their checks disagree when
+    their verdicts do."""
+    seen: dict[str, str] = {}
+    for run in runs:
+        for c in run.checks:
+            if seen.setdefault(c.name, c.status) != c.status:
+                return True
+    if any(not r.checks for r in runs):
+        keys = {(r.verdict.verdict, tuple(u.verdict.verdict for u in r.uses)) for r in runs}
+        return len(keys) > 1
+    return False
+
+
+def _worst_of_runs(
+    runs: Sequence[Run], gpu: str, pick: Callable[[Run], Verdict], *, disagree: bool
+) -> Verdict:
     """The worst verdict of ``runs``; among equals, the one of the run with the most gate
-    checks speaks (a full run's reason rather than a --quick run's)."""
+    checks speaks (a full run's reason rather than a --quick run's). When the runs
+    *disagree* (`runs_disagree`) and their verdicts differ, the reason says so."""
     distinct = sorted({pick(r).verdict for r in runs}, key=VERDICT_RANK.__getitem__)
     by_evidence = sorted(runs, key=lambda r: -sum(1 for c in r.checks if c.gate))
     chosen = worst(pick(r) for r in by_evidence)
-    return _conflicted(chosen, gpu, distinct) if len(distinct) > 1 else chosen
+    return _conflicted(chosen, gpu, distinct) if disagree and len(distinct) > 1 else chosen
 
 
 def gpu_verdicts(runs: Sequence[Run]) -> tuple[GpuVerdict, ...]:
-    """Group runs by GPU model; flag (never drop) runs of one model that disagree on any use."""
+    """Group runs by GPU model; flag (never drop) runs of one model that disagree on a check
+    they both ran (`runs_disagree`)."""
     keys = sorted({(r.gpu, r.compute_capability or "") for r in runs})
     out: list[GpuVerdict] = []
     for gpu, cc in keys:
         mine = [r for r in runs if (r.gpu, r.compute_capability or "") == (gpu, cc)]
-        conflict = (
-            len({(r.verdict.verdict, tuple(u.verdict.verdict for u in r.uses)) for r in mine}) > 1
-        )
+        conflict = runs_disagree(mine)
         out.append(
             GpuVerdict(
                 gpu=gpu,
                 compute_capability=cc or None,
-                verdict=_worst_of_runs(mine, gpu, lambda r: r.verdict),
+                verdict=_worst_of_runs(mine, gpu, lambda r: r.verdict, disagree=conflict),
                 uses=tuple(
                     UseVerdict(
                         use=u,
-                        verdict=_worst_of_runs(mine, gpu, partial(_for_use, u)),
+                        verdict=_worst_of_runs(mine, gpu, partial(_for_use, u), disagree=conflict),
                     )
                     for u in USES
                 ),

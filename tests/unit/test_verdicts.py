@@ -639,6 +639,31 @@ def test_agreeing_runs_of_one_gpu_are_described_by_the_one_with_most_evidence() 
         assert use_verdict(gpu.uses, "training").reason == "all 7 gate checks passed"
 
 
+def test_a_quick_run_beside_a_full_one_that_failed_more_is_no_conflict() -> None:
+    """The full run ran checks the --quick one did not, and one of them failed: the verdicts
+    differ, but no check said two things, so the worst stands and nothing is flagged."""
+
+    def ran(source: str, checks: tuple[CheckOutcome, ...]) -> Run:
+        uses = run_use_verdicts(checks)
+        return replace(
+            run(source, "H200", "9.0", "verified"), checks=checks, uses=uses, verdict=overall(uses)
+        )
+
+    shared = (check("attention.sdpa.c0", uses=TC), check("attention.sdpa.c1", uses=TC))
+    quick = ran("a.quick.json", shared)
+    full = ran("b.json", (*shared, check("compile.xformers.c2", "fail", uses=TC)))
+    assert quick.verdict.verdict != full.verdict.verdict
+    (gpu,) = gpu_verdicts([quick, full])
+    assert not gpu.conflict
+    assert use_verdict(gpu.uses, "training-compiled").verdict == full.verdict.verdict
+    assert "conflicting" not in use_verdict(gpu.uses, "training-compiled").reason
+    # the same check passing in one run and failing in the other is a conflict
+    flaky = ran("c.json", (check("attention.sdpa.c0", "fail", uses=TC), shared[1]))
+    (gpu,) = gpu_verdicts([quick, flaky])
+    assert gpu.conflict
+    assert "conflicting" in use_verdict(gpu.uses, "training-compiled").reason
+
+
 # ---- workarounds that keep xformers and those that replace it ------------------------------
 
 KEEP: Workaround = "dynamo-disable"  # the user's code still calls xformers
