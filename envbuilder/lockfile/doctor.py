@@ -12,7 +12,8 @@ installed there. Standard-library files run in its interpreter, by path:
 importing torch (about 1 s against tens of seconds for a cold import of torch
 and xformers); `_smoke` imports torch and xformers and runs the GPU smoke test.
 `start_probe` runs the light one first and the full one only where a GPU device
-is present (or when asked), beside the file hashing rather than after it.
+is present, where the light one finds something not loading (an import decides a
+failure), or when asked, beside the file hashing rather than after it.
 """
 
 from __future__ import annotations
@@ -303,7 +304,7 @@ class ProbeRun:
     def _run(self, python: str, full: bool, timeout: float) -> None:
         if not full:
             light = _report_of(_extload, python, timeout)
-            if "probe_error" in light or not light.get("gpu_present"):
+            if "probe_error" in light or not (light.get("gpu_present") or light_failed(light)):
                 self._report = light
                 return
         self._report = run_probe(python, timeout)
@@ -313,12 +314,25 @@ class ProbeRun:
         return self._report
 
 
+def light_failed(report: Mapping[str, Any]) -> bool:
+    """Whether the light probe found torch's or xformers' libraries not loading: only an
+    import decides that, since ``import torch`` loads the CUDA runtimes of the ``nvidia-*``
+    wheels beside it first (measured on an H200: xformers 0.0.35's extension needs
+    ``libcudart.so.12``, which only ``nvidia-cuda-runtime-cu12`` brings; the light probe
+    could not load it, ``import xformers.ops`` then did)."""
+    xformers = report.get("xformers")
+    return report.get("torch") is None or (
+        isinstance(xformers, Mapping) and xformers.get("extension_loaded") is False
+    )
+
+
 def start_probe(
     python: str = sys.executable, *, full: bool = False, timeout: float = 300
 ) -> ProbeRun:
     """Start probing *python*: the light probe (`_extload`: torch's libraries and xformers'
     extension link, nothing imported), then the full one (`_smoke`: import and GPU smoke
-    test) where it finds a GPU device, or at once when *full*."""
+    test) where it finds a GPU device or a library that does not load (`light_failed`),
+    or at once when *full*."""
     return ProbeRun(python, full=full, timeout=timeout)
 
 

@@ -119,13 +119,12 @@ def test_doctor_checks_another_environment(environment: tuple[Path, Path]) -> No
     assert "(0 hashed, " in found["installed-files"]["detail"]
     assert found["probe"]["status"] == "skip"
 
-    # by default, with no GPU here, torch is not imported: its libraries are loaded, and a
-    # torch without them (the stand-in) fails
+    # by default, with no GPU here, torch's libraries are loaded without importing it; the
+    # stand-in has none, and then an import decides: the stand-in imports, so it passes
     light = doctor(lockfile, python, "--no-hashes")
-    assert light.returncode == 1
-    assert (
-        "  ✕ torch: torch's libraries do not load: torch has no _C extension module" in light.stdout
-    )
+    assert light.returncode == 0, light.stdout
+    assert "torch's libraries do not load" not in light.stdout
+    assert "not imported" not in light.stdout
 
     # a file of that environment changed: found, named, and the doctor fails
     site = next((python.parent.parent / "lib").glob("python*/site-packages"))
