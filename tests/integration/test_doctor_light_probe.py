@@ -61,20 +61,3 @@ def test_the_extension_links_only_where_torch_defines_its_symbols(
     assert xformers["extension_loaded"] is defined
     if not defined:
         assert "undefined symbol: _ZN3c1017no_such_function_in_c10Ev" in xformers["warnings"][0]
-
-
-def test_a_light_probe_failure_is_decided_by_an_import(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``import torch`` loads the CUDA runtimes beside it before xformers' extension, which
-    the light probe does not: where the light probe finds the extension not loading, the
-    doctor imports (the full probe) instead of reporting the light probe's failure."""
-    from envbuilder.lockfile.doctor import start_probe
-
-    symbol = "_ZN3c1017no_such_function_in_c10Ev"
-    monkeypatch.setenv("PYTHONPATH", str(_fake_xformers(tmp_path, symbol)))
-    light = _report_of(_extload, sys.executable, 120)
-    assert light["xformers"]["extension_loaded"] is False
-    report = start_probe(sys.executable, timeout=300).report()
-    assert not report.get("light"), report
-    assert "must not be imported" in str(report), report
