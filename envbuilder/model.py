@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envbuilder.errors import InputError
-from envbuilder.target import CudaBuild, CudaTag, parse_cuda_build
+from envbuilder.target import CudaBuild, CudaTag, read_cuda_build
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: One path component of an image repository name, as the registry API defines it.
@@ -154,9 +154,7 @@ class Combination:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Combination:
-        cuda = parse_cuda_build(data["cuda"])
-        if cuda is None:
-            raise ValueError(f"combination {data['id']!r}: cuda {data['cuda']!r} is not a CUDA")
+        cuda = read_cuda_build(data["cuda"], f"combination {data['id']!r}")
         source = data.get("xformers_source", "never")
         if source not in ("never", "always", "when-no-wheel-fits"):
             raise ValueError(f"combination {data['id']!r}: xformers_source {source!r}")

@@ -35,6 +35,7 @@ __all__ = [
     "names_cuda_runtime",
     "normalise_cuda",
     "parse_cuda_build",
+    "read_cuda_build",
     "unsupported_platform",
 ]
 
@@ -119,6 +120,15 @@ def parse_cuda_build(text: str) -> CudaBuild | None:
         return CudaTag.parse(text)
     except ValueError:
         return None
+
+
+def read_cuda_build(value: object, where: str) -> CudaBuild:
+    """A record's ``cuda`` read back (`parse_cuda_build` of a string); anything else is a
+    ValueError naming *where* the value was found."""
+    build = parse_cuda_build(value) if isinstance(value, str) else None
+    if build is None:
+        raise ValueError(f"{where}: cuda {value!r} is not a CUDA value")
+    return build
 
 
 def normalise_cuda(text: str) -> str | None:

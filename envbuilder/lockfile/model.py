@@ -38,7 +38,7 @@ from envbuilder.model import (
     ResolvedXformers,
 )
 from envbuilder.model import Status as ResolveStatus
-from envbuilder.target import CudaTag, parse_cuda_build
+from envbuilder.target import CudaTag, read_cuda_build
 
 __all__ = [
     "COMPAT_SCHEMA",
@@ -791,9 +791,7 @@ def _resolved_of(data: Mapping[str, Any], lock: LockPointer | None) -> ResolvedC
     cid = data["id"]
     if not isinstance(cid, str):
         raise ValueError(f"a combination's id is {cid!r}, not a string")
-    cuda = parse_cuda_build(data["cuda"]) if isinstance(data["cuda"], str) else None
-    if cuda is None:
-        raise ValueError(f"combination {cid!r}: cuda {data['cuda']!r} is not a CUDA")
+    cuda = read_cuda_build(data["cuda"], f"combination {cid!r}")
     torch = TorchBuild.from_json(data["torch_build"]) if data.get("torch_build") else None
     xformers = (
         XformersBuild.from_json(data["xformers_build"]) if data.get("xformers_build") else None
@@ -851,15 +849,15 @@ def _resolved_of(data: Mapping[str, Any], lock: LockPointer | None) -> ResolvedC
 def _cuda_spelling(data: Mapping[str, Any], what: str) -> str | None:
     """A record's ``cuda`` as ids spell it (``cu121``, ``cpu``, ``default``), checked;
     None where the record names none."""
+    where = f"{what} {data.get('id')!r}"
     match data:
-        case {"cuda": str() as value} if str(parse_cuda_build(value)) == value:
-            return value
         case {"cuda": None}:
             return None
-        case {"cuda": other}:
-            raise ValueError(f"{what} {data.get('id')!r}: cuda {other!r} is not a CUDA value")
-        case _:
-            return None
+        case {"cuda": value}:
+            if str(read_cuda_build(value, where)) != value:
+                raise ValueError(f"{where}: cuda {value!r} is not a CUDA value as ids spell it")
+            return str(value)
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
