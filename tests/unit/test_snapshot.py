@@ -72,20 +72,26 @@ def test_with_locks_carries_the_pylocks_of_reserved_hosts(lockfile: Path, tmp_pa
     assert f"pylock.{VERIFIED}.toml" in {p.name for p in written}
 
 
+def lock_from_an_index_host(lockfile: Path) -> None:
+    """Make *lockfile*'s verified combination a lock of an index at ``index.corp.lan``:
+    its pylock names that host, and the resolution and the lockfile are made again."""
+    pylock = lockfile.parent / "locks" / f"pylock.{VERIFIED}.toml"
+    old = hashlib.sha256(pylock.read_bytes()).hexdigest()
+    pylock.write_bytes(pylock.read_bytes().replace(b"wheels.invalid", b"index.corp.lan"))
+    new = hashlib.sha256(pylock.read_bytes()).hexdigest()
+    resolution = lockfile.parent / "locks" / "resolution.json"
+    resolution.write_text(resolution.read_text().replace(old, new))
+    argv = ["lock", "--resolution", "locks/resolution.json", "--results", str(DATA / "results")]
+    assert main([*argv, "-o", "compat.lock.json"]) == 0
+
+
 def test_a_pylock_naming_an_index_host_is_refused_and_nothing_is_replaced(
     lockfile: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "data"
     write_snapshot(lockfile, out)
     before = sorted(p.name for p in out.iterdir())
-    pylock = lockfile.parent / "locks" / f"pylock.{VERIFIED}.toml"
-    old = hashlib.sha256(pylock.read_bytes()).hexdigest()
-    pylock.write_bytes(pylock.read_bytes().replace(b"wheels.invalid", b"index.corp.lan"))
-    new = hashlib.sha256(pylock.read_bytes()).hexdigest()
-    resolution = lockfile.parent / "locks" / "resolution.json"
-    resolution.write_text(resolution.read_text().replace(old, new))  # a lock of that index
-    argv = ["lock", "--resolution", "locks/resolution.json", "--results", str(DATA / "results")]
-    assert main([*argv, "-o", "compat.lock.json"]) == 0
+    lock_from_an_index_host(lockfile)
     with pytest.raises(InputError, match=r"names the host\(s\) index\.corp\.lan; .*--with-locks"):
         write_snapshot(lockfile, out, with_locks=True)
     assert sorted(p.name for p in out.iterdir()) == before
@@ -101,14 +107,7 @@ def test_the_snapshot_command_writes_the_lockfile_and_refuses_an_index_host(
     assert main(["snapshot", str(lockfile), str(out)]) == 0
     assert (out / DEFAULT_LOCKFILE).read_bytes() == lockfile.read_bytes()
     assert "`envbuilder snapshot`" in (out / "README.md").read_text(encoding="utf-8")
-    pylock = lockfile.parent / "locks" / f"pylock.{VERIFIED}.toml"
-    old = hashlib.sha256(pylock.read_bytes()).hexdigest()
-    pylock.write_bytes(pylock.read_bytes().replace(b"wheels.invalid", b"index.corp.lan"))
-    new = hashlib.sha256(pylock.read_bytes()).hexdigest()
-    resolution = lockfile.parent / "locks" / "resolution.json"
-    resolution.write_text(resolution.read_text().replace(old, new))  # a lock of that index
-    argv = ["lock", "--resolution", "locks/resolution.json", "--results", str(DATA / "results")]
-    assert main([*argv, "-o", "compat.lock.json"]) == 0
+    lock_from_an_index_host(lockfile)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert main(["snapshot", str(lockfile), str(out), "--with-locks"]) == 2
     assert "index.corp.lan" in capsys.readouterr().err
