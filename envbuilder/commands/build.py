@@ -104,9 +104,10 @@ def run(args: argparse.Namespace) -> int:
             reporter.line(f"- {combination.id}: skipped, {rc.status}: {rc.reason}")
             continue
         base = args.base_image or base_image_for(combination.base_image, combination.python)
+        lock = lock_path(rc, locks)
         request = ImageRequest(
             resolved=rc,
-            lock_path=lock_path(rc, locks),
+            lock_path=lock,
             force=args.force,
             base_image=base,
             log_dir=log_dir,
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             revision=settings.revision,
             no_cache=args.no_cache,
             keep_stages=args.keep_stages,
-            built_wheel=image_wheel(rc, lock_path(rc, locks), cache),
+            built_wheel=image_wheel(rc, lock, cache),
         )
         tag = ensure_image(request, client=client, reporter=reporter)
         built.append(tag)

@@ -246,14 +246,15 @@ def _run_in_containers(
                 f" run `nox -s resolve -- {combination.id}`"
             )
         with reporter.step(f"conformance {combination.id}"):
+            lock = lock_path(resolved, args.locks)
             request = ImageRequest(
                 resolved=resolved,
-                lock_path=lock_path(resolved, args.locks),
+                lock_path=lock,
                 base_image=base_image_for(combination.base_image, combination.python),
                 log_dir=args.locks / "build-logs",
                 cache=cache,
                 revision=settings.revision,
-                built_wheel=image_wheel(resolved, lock_path(resolved, args.locks), cache),
+                built_wheel=image_wheel(resolved, lock, cache),
             )
             tag = ensure_image(request, client=client, reporter=reporter)
             command = [
