@@ -12,7 +12,8 @@ sha256 where known - files on an index are immutable.
 Every body is bounded: read within the URL's time budget in all (a server
 trickling a byte at a time is cut off, not only one that stops), and no
 larger than ``max_bytes`` once decompressed (a gzip bomb is refused after
-``max_bytes``, not inflated in memory). A response that varies on a
+``max_bytes``, not inflated in memory). A streamed file (`HttpClient.stream`)
+is bounded the same way, by its size where the caller knows it. A response that varies on a
 header carrying a secret (``Vary: Authorization``) is never written to the
 cache: CacheControl would store the request's header beside it.
 """
@@ -51,8 +52,10 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "DEFAULT_URL_BUDGET",
     "MAX_BODY",
+    "MAX_FILE",
     "RETRY_STATUSES",
     "SECRET_HEADERS",
+    "SLOWEST_RATE",
     "HttpClient",
     "HttpNotFound",
     "HttpResponse",
@@ -66,6 +69,11 @@ DEFAULT_TIMEOUT = 30.0
 DEFAULT_URL_BUDGET = 90.0
 #: The most bytes a whole response may hold once decompressed (index pages, ``.metadata``).
 MAX_BODY = 64 * 2**20
+#: The most bytes a streamed file (`HttpClient.stream`) may hold unless its size is known:
+#: beyond the largest wheel on the indexes (torch's CUDA wheels are under 3 GiB).
+MAX_FILE = 4 * 2**30
+#: The slowest transfer (bytes per second) a stream is given time for, beyond the URL budget.
+SLOWEST_RATE = 256 * 1024
 #: Request headers that carry a secret: a response that varies on one is not cached.
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 _CHUNK = 64 * 1024
@@ -356,6 +364,10 @@ class HttpClient:
                     verify=self._verify,
                     stream=True,
                 )
+            except requests.exceptions.SSLError as e:
+                if not _tls_may_pass(e):
+                    raise IndexError_(f"GET {shown!r} failed: {_cause(e)}") from e
+                problem = f"GET {shown!r} failed: {_cause(e)}"
             except _TRANSIENT as e:
                 problem = f"GET {shown!r} failed: {_cause(e)}"
             except requests.exceptions.RequestException as e:
@@ -398,7 +410,21 @@ class HttpClient:
     def _read_body(
         self, url: str, resp: requests.Response, deadline: float, max_bytes: int
     ) -> bytes:
-        """The whole body, decoded, read by ``deadline`` and at most ``max_bytes`` long.
+        """The whole body, decoded, read by ``deadline`` and at most ``max_bytes`` long
+        (`_body`); a body that broke off is `_Transient`, retried."""
+        return b"".join(self._body(url, resp, deadline, max_bytes, self.url_budget))
+
+    def _body(
+        self,
+        url: str,
+        resp: requests.Response,
+        deadline: float,
+        max_bytes: int,
+        seconds: float,
+        chunk_size: int = _CHUNK,
+    ) -> Iterator[bytes]:
+        """The body's chunks, decoded, read by ``deadline`` (*seconds* after the start, for
+        the message) and at most ``max_bytes`` long in all.
 
         The raw bytes are read through CacheControl (which keeps them as they came)
         and inflated here with a bound on the output, so a small compressed body
@@ -408,13 +434,13 @@ class HttpClient:
         """
         shown = self.credentials.show(url)
         decoder = _decoder(resp.headers.get("content-encoding", ""), shown)
+        counted = not getattr(resp, "from_cache", False)
         watchdog = _Watchdog(resp, deadline)
-        parts: list[bytes] = []
         size = transferred = 0
         try:
             while True:
                 try:
-                    chunk = resp.raw.read(_CHUNK, decode_content=False)
+                    chunk = resp.raw.read(chunk_size, decode_content=False)
                 except (
                     requests.exceptions.RequestException,
                     urllib3.exceptions.HTTPError,
@@ -426,6 +452,8 @@ class HttpClient:
                 if watchdog.fired or not chunk:
                     break
                 transferred += len(chunk)
+                if counted:
+                    self._counters.add_bytes(len(chunk))
                 if decoder is not None:
                     try:
                         chunk = decoder.decompress(chunk, max_bytes + 1 - size)
@@ -440,19 +468,17 @@ class HttpClient:
                         f"{' once decompressed' if decoder is not None else ''}; refusing it "
                         "(a decompression bomb or the wrong URL?)"
                     )
-                parts.append(chunk)
+                if chunk:
+                    yield chunk
         finally:
             watchdog.cancel()
         if watchdog.fired:
             raise IndexError_(
-                f"GET {shown!r}: the body was not read within {self.url_budget:.0f} s in all "
+                f"GET {shown!r}: the body was not read within {seconds:.0f} s in all "
                 f"({transferred} bytes came; a server sending it too slowly?)"
             )
         if decoder is not None and not decoder.eof and transferred:
             raise _Transient("the compressed body ends early")
-        if not getattr(resp, "from_cache", False):
-            self._counters.add_bytes(transferred)
-        return b"".join(parts)
 
     def _refuse_status(self, url: str, resp: requests.Response, what: str = "") -> None:
         shown = self.credentials.show(url)
@@ -524,11 +550,24 @@ class HttpClient:
 
         return self._retrying(self._range_session, url, headers, read)
 
-    def stream(self, url: str, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+    def stream(
+        self,
+        url: str,
+        *,
+        chunk_size: int = 1 << 20,
+        max_bytes: int = MAX_FILE,
+        seconds: float | None = None,
+    ) -> Iterator[bytes]:
         """GET a whole file in chunks, past the HTTP cache (wheels are too big to keep
         twice); the status line is retried (a body that breaks off is the caller's to
-        retry: it has the chunks), verified with the CA bundle and refused offline."""
+        retry: it has the chunks), verified with the CA bundle and refused offline.
+
+        The body is bounded like every other (`_body`): at most ``max_bytes`` once
+        decoded (a file's known size, else `MAX_FILE`), read within ``seconds`` (default:
+        the URL budget plus ``max_bytes`` at `SLOWEST_RATE`)."""
         shown = self.credentials.show(url)
+        if seconds is None:
+            seconds = self.url_budget + max_bytes / SLOWEST_RATE
 
         def opened(resp: requests.Response, _deadline: float) -> requests.Response:
             self._refuse_status(url, resp)
@@ -536,14 +575,15 @@ class HttpClient:
                 raise IndexError_(_status_message(shown, resp))
             return resp
 
-        resp = self._retrying(self._range_session, url, None, opened, keep_open=True)
+        # a file's sha256 is over its own bytes: asked for as they are
+        headers = {"Accept-Encoding": "identity"}
+        resp = self._retrying(self._range_session, url, headers, opened, keep_open=True)
         with resp:
+            deadline = time.monotonic() + seconds
             try:
-                for chunk in resp.iter_content(chunk_size):
-                    self._counters.add_bytes(len(chunk))
-                    yield chunk
-            except requests.exceptions.RequestException as e:
-                raise IndexError_(f"GET {shown!r}: reading the body failed: {_cause(e)}") from e
+                yield from self._body(url, resp, deadline, max_bytes, seconds, chunk_size)
+            except _Transient as e:
+                raise IndexError_(f"GET {shown!r}: reading the body failed: {e}") from e
 
     def get_range(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``start..end`` (inclusive) of ``url``, by an HTTP Range request."""
@@ -654,6 +694,11 @@ class _Watchdog:
     def _cut(self) -> None:
         connection = getattr(self._resp.raw, "_connection", None)
         sock = getattr(connection, "sock", None)
+        if not isinstance(sock, socket.socket):
+            # a body that ends when the connection does (no length, HTTP/1.0): http.client
+            # hands the socket from the connection to the response's reader
+            reader = getattr(getattr(self._resp.raw, "_fp", None), "fp", None)
+            sock = getattr(getattr(reader, "raw", None), "_sock", None)
         self.fired = True
         if isinstance(sock, socket.socket):
             with contextlib.suppress(OSError):  # already closed
@@ -697,6 +742,27 @@ def _body_cause(e: BaseException) -> str:
 
 def _status_message(shown: str, resp: requests.Response) -> str:
     return f"GET {shown!r}: HTTP {resp.status_code} {resp.reason or ''}".rstrip()
+
+
+#: TLS failures that asking again cannot change: the server speaks no TLS or another
+#: version of it, or its certificate does not verify
+_TLS_FINAL = (
+    "WRONG_VERSION_NUMBER",
+    "UNSUPPORTED_PROTOCOL",
+    "PROTOCOL_VERSION",
+    "VERSION_TOO_LOW",
+    "NO_PROTOCOLS_AVAILABLE",
+    "CERTIFICATE_VERIFY_FAILED",
+    "HOSTNAME MISMATCH",
+    "DOESN'T MATCH",
+)
+
+
+def _tls_may_pass(error: requests.exceptions.SSLError) -> bool:
+    """Whether a TLS failure may pass on retry (a handshake cut short may; a version or
+    certificate error never does)."""
+    text = str(error).upper()
+    return not any(marker in text for marker in _TLS_FINAL)
 
 
 def _retry_after(resp: requests.Response) -> float | None:

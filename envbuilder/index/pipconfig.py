@@ -136,7 +136,7 @@ def default_index_url(
     Without its user name and password: those are `index_credentials`."""
     configured = pip_config_value("index-url", environ=environ, config_files=config_files)
     if configured:
-        return _configured_url(configured.split()[0], "index-url")[0]
+        return _configured_url(configured.strip(), "index-url")[0]
     return _pip_builtin_index()
 
 
@@ -146,7 +146,7 @@ def extra_index_urls(
     """pip's ``extra-index-url`` list (whitespace-separated, as pip splits it), without
     user names and passwords."""
     value = pip_config_value("extra-index-url", environ=environ, config_files=config_files)
-    return [split_credentials(url)[0] for url in value.split()] if value else []
+    return [_configured_url(url, "extra-index-url")[0] for url in value.split()] if value else []
 
 
 def find_links(
@@ -165,18 +165,34 @@ def index_credentials(
     found = Credentials()
     for key in ("index-url", "extra-index-url", "find-links"):
         value = pip_config_value(key, environ=environ, config_files=config_files)
-        for url in (value or "").split():
+        # index-url is one URL (pip splits only the list options): "not a url" is refused
+        # whole, as `index_url` refuses it
+        urls = [value.strip()] if key == "index-url" and value else (value or "").split()
+        for url in urls:
             found = found.merged(_configured_url(url, key)[1])
     return found
 
 
+#: The schemes an index URL can have (``find-links`` also takes a directory's path).
+_INDEX_SCHEMES = ("http", "https", "file")
+
+
 def _configured_url(url: str, key: str) -> tuple[str, Credentials]:
     """`split_credentials` of a URL pip's configuration gives; one that cannot be split
-    (``http://[::1/simple``, a port that is no number) is bad input naming it and the
-    setting, its password hidden."""
+    (``http://[::1/simple``, a port that is no number), or an index URL that is not an
+    http(s) URL with a host or a ``file:`` URL (``not a url``, ``htps://…``), is bad input
+    naming it and the setting, its password hidden: read as a directory of wheels, it
+    would make every combination unsatisfiable."""
     try:
         clean, found = split_credentials(url)
-        urlsplit(clean).port  # noqa: B018 - parsing the port is what raises for "host:abc"
+        parts = urlsplit(clean)
+        parts.port  # noqa: B018 - parsing the port is what raises for "host:abc"
+        scheme = parts.scheme.lower()
+        if key != "find-links":
+            if scheme not in _INDEX_SCHEMES or any(c.isspace() for c in clean):
+                raise ValueError("not an http, https or file URL")
+            if scheme != "file" and not parts.hostname:
+                raise ValueError("no host")
     except ValueError as e:
         raise InputError(
             f"malformed {key} {redact_text(url)!r} ({e}): correct PIP_{key.upper().replace('-', '_')} "

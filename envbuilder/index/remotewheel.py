@@ -34,9 +34,11 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuilder import jsondoc
 from envbuilder.errors import IndexError_
 from envbuilder.index import _zipentry
 from envbuilder.index.http import HttpClient, HttpNotFound
@@ -44,9 +46,11 @@ from envbuilder.index.simple import DistributionFile, is_local, local_path
 
 __all__ = [
     "BLOCK_SIZE",
+    "BUILD_RECORD",
     "MAX_MEMBER",
     "TAIL_SIZE",
     "RangeFile",
+    "check_build_record",
     "check_metadata",
     "metadata_member_name",
     "parse_metadata",
@@ -239,7 +243,58 @@ def check_metadata(data: bytes, filename: str, source: str) -> email.message.Mes
             problems.append(f"Version {str(message['Version'])!r} is not a version")
     if problems:
         raise IndexError_(f"{source}: not the core metadata of {filename!r}: {'; '.join(problems)}")
+    for line in message.get_all("Requires-Dist") or ():
+        try:
+            Requirement(str(line))
+        except InvalidRequirement as e:
+            raise IndexError_(
+                f"{source}: Requires-Dist {str(line)!r} of {filename!r} is not a requirement"
+                f" ({e}); refusing the wheel rather than dropping one of its requirements"
+            ) from e
     return message
+
+
+#: xformers' build record, and the type each field it is read for must have where present
+BUILD_RECORD = "xformers/cpp_lib.json"
+_BUILD_RECORD_FIELDS: tuple[tuple[str, str, tuple[type, ...], str], ...] = (
+    ("version", "torch", (str,), "a string"),
+    ("version", "cuda", (int, str), "an integer (1201) or a string (12.1)"),
+    ("env", "TORCH_CUDA_ARCH_LIST", (str,), "a string"),
+)
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+def check_build_record(data: bytes, filename: str) -> None:
+    """`IndexError_` saying how ``data`` is a malformed ``xformers/cpp_lib.json``: not a JSON
+    object, or a field the resolver reads (``version.torch``, ``version.cuda``,
+    ``env.TORCH_CUDA_ARCH_LIST``) of another type. A missing field or ``null`` is no record of
+    it; a wrong type is a broken record, never read as "unknown"."""
+    try:
+        doc = jsondoc.parse(data)
+    except jsondoc.NotJSON as e:
+        raise IndexError_(f"{filename!r}: malformed {BUILD_RECORD}: {e}") from e
+    if not isinstance(doc, dict):
+        raise IndexError_(
+            f"{filename!r}: malformed {BUILD_RECORD}: the document is {_kind(doc)}, not an object"
+        )
+    for section in ("version", "env"):
+        if doc.get(section) is not None and not isinstance(doc[section], dict):
+            raise IndexError_(
+                f"{filename!r}: malformed {BUILD_RECORD}: {section!r} is"
+                f" {_kind(doc[section])}, not an object"
+            )
+    for section, key, types, expected in _BUILD_RECORD_FIELDS:
+        value = (doc.get(section) or {}).get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            raise IndexError_(
+                f"{filename!r}: malformed {BUILD_RECORD}: '{section}.{key}' is {_kind(value)}"
+                f" ({value!r:.40}), not {expected}"
+            )
 
 
 def _metadata_in(names: list[str], filename: str) -> str | None:
@@ -431,5 +486,9 @@ def read_core_metadata(client: HttpClient, file: DistributionFile) -> email.mess
 
 
 def read_member(client: HttpClient, file: DistributionFile, member_name: str) -> bytes | None:
-    """One member of the wheel (e.g. ``xformers/cpp_lib.json``), or None if it has none."""
-    return _read(client, file, member_name)
+    """One member of the wheel (e.g. ``xformers/cpp_lib.json``, checked by
+    `check_build_record`), or None if it has none."""
+    data = _read(client, file, member_name)
+    if data is not None and member_name == BUILD_RECORD:
+        check_build_record(data, file.filename)
+    return data

@@ -226,6 +226,23 @@ def _json_file(entry: object, page_url: str, number: int) -> DistributionFile:
     )
 
 
+def _check_api_version(version: str, page_url: str) -> None:
+    """PEP 691: a client refuses a major version it does not know (this one reads 1.x); a
+    newer minor version only adds."""
+    major, _, minor = version.partition(".")
+    if not major.isdigit() or not (minor.isdigit() or not minor):
+        raise IndexError_(
+            f"{page_url!r}: meta.api-version {version!r} is not a version; envbuilder reads"
+            " the Simple API 1.x"
+        )
+    if int(major) != 1:
+        raise IndexError_(
+            f"{page_url!r}: meta.api-version {version!r} is major version {int(major)};"
+            " envbuilder reads the Simple API 1.x only (PEP 691: a client refuses other major"
+            " versions)"
+        )
+
+
 def parse_json_page(
     document: bytes | str | Mapping[str, Any], *, page_url: str, project: str
 ) -> ProjectPage:
@@ -242,6 +259,7 @@ def parse_json_page(
     meta = data.get("meta")
     if not isinstance(meta, dict) or not isinstance(meta.get("api-version"), str):
         raise IndexError_(f"{page_url!r}: PEP 691 JSON page without meta.api-version")
+    _check_api_version(str(meta["api-version"]), page_url)
     files = [_json_file(entry, page_url, n) for n, entry in enumerate(data["files"])]
     name = canonicalize_name(str(data.get("name") or project))
     versions = data.get("versions")

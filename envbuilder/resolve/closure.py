@@ -10,26 +10,28 @@ not the host — is uv's job. The result is written as a PEP 751
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote
 
-from packaging.pylock import Pylock
+from packaging.pylock import PackageWheel, Pylock
 from packaging.version import Version
 
 from envbuilder.credentials import Credentials, redact_text
 from envbuilder.errors import EnvbuilderError
 from envbuilder.extras import missing
 from envbuilder.index import http as index_http
+from envbuilder.index.relay import IndexRelay
 from envbuilder.pylock import (
     LockedArchive,
     LockedPackage,
@@ -51,6 +53,7 @@ __all__ = [
     "find_uv",
     "lock_inputs",
     "lock_requirements",
+    "remember_interpreter",
     "select_for_target",
 ]
 
@@ -112,9 +115,10 @@ def _uv_dies_with_us() -> Any:
     return arm
 
 
-def _netrc_pipe(text: str) -> int:
-    """A pipe's read end that yields ``text``: uv reads its netrc from ``/dev/fd/N``, so
-    the password is never in a file (nothing is left behind however envbuilder ends)."""
+def _text_pipe(text: str) -> int:
+    """A pipe's read end that yields ``text``: uv reads it as ``/dev/fd/N`` (its netrc,
+    its constraints), so that a password is never in a file and nothing is left behind
+    however envbuilder ends."""
     read_fd, write_fd = os.pipe()
     data = text.encode("utf-8")
 
@@ -125,18 +129,22 @@ def _netrc_pipe(text: str) -> int:
         except OSError:  # uv ended without reading it all
             pass
 
-    threading.Thread(target=feed, name="netrc", daemon=True).start()
+    threading.Thread(target=feed, name="uv-pipe", daemon=True).start()
     return read_fd
 
 
-def _run_uv(argv: list[str], env: Mapping[str, str], pass_fds: tuple[int, ...]) -> tuple[int, str]:
-    """uv's exit status and its output (stderr, else stdout); uv is stopped when
+def _run_uv(
+    argv: list[str], env: Mapping[str, str], pass_fds: tuple[int, ...], stdin: str
+) -> tuple[int, str, str]:
+    """uv's exit status, stdout and stderr, ``stdin`` fed to it; uv is stopped when
     envbuilder is (an exception here, Ctrl-C, or envbuilder's death)."""
     proc = subprocess.Popen(
         argv,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        encoding="utf-8",
         env=dict(env),
         pass_fds=pass_fds,
         preexec_fn=_uv_dies_with_us(),
@@ -144,12 +152,32 @@ def _run_uv(argv: list[str], env: Mapping[str, str], pass_fds: tuple[int, ...]) 
     for fd in pass_fds:
         os.close(fd)  # uv holds its own copy
     try:
-        stdout, stderr = proc.communicate()
+        stdout, stderr = proc.communicate(stdin)
     except BaseException:
         proc.kill()
         proc.wait()
         raise
-    return proc.returncode, stderr or stdout
+    return proc.returncode, stdout, stderr
+
+
+def remember_interpreter(*, uv: str, python: str, cache_dir: Path) -> None:
+    """Have uv record ``python`` in its cache (``uv python find``) before the closures.
+
+    Every ``uv pip compile --python`` runs the interpreter to ask what it is unless
+    its cache already knows; the closures of a run start together on a cold cache,
+    so each asked (a Python start-up apiece). Asked once before the first of them,
+    they all find the answer. A failure only costs that saving."""
+    env = dict(os.environ)
+    env.update(
+        {"UV_PYTHON_DOWNLOADS": "never", "UV_CACHE_DIR": str(cache_dir), "UV_NO_CONFIG": "1"}
+    )
+    try:
+        returncode, _, stderr = _run_uv([uv, "python", "find", python], env, (), "")
+    except OSError as e:
+        logger.debug("uv python find %s: %s", python, e)
+        return
+    if returncode != 0:
+        logger.debug("uv python find %s: %s", python, stderr.strip())
 
 
 def lock_inputs(
@@ -183,6 +211,7 @@ def compile_closure(
     ca_bundle: str | None = None,
     environ: Mapping[str, str] | None = None,
     credentials: Credentials | None = None,
+    relay: IndexRelay | None = None,
 ) -> Pylock:
     """Run ``uv pip compile --universal`` from ``python_floor`` up; return its PEP 751 document.
 
@@ -202,6 +231,9 @@ def compile_closure(
     uv's requests get envbuilder's read timeout and as many retries as fit in its
     time budget per URL (``UV_HTTP_TIMEOUT``, ``UV_HTTP_RETRIES``, unless the
     environment sets them): a hung page costs uv what it costs envbuilder.
+    With a ``relay``, uv reads the http(s) indexes' pages and core metadata through it
+    (fetched once per run, shared by every uv process); its answer names the
+    indexes' own URLs.
     """
     if not requirements:
         return read_lock('lock-version = "1.0"\ncreated-by = "uv"\npackages = []\n', source="uv")
@@ -231,56 +263,86 @@ def compile_closure(
     )
     if ca_bundle:
         env["SSL_CERT_FILE"] = ca_bundle
-    with tempfile.TemporaryDirectory(prefix="envbuilder-uv-") as tmp:
-        req_in = Path(tmp) / "requirements.in"
-        req_in.write_text("".join(f"{r}\n" for r in requirements), encoding="utf-8")
-        constraints_in = Path(tmp) / "constraints.txt"
-        constraints_in.write_text("".join(f"{c}\n" for c in constraints), encoding="utf-8")
-        out = Path(tmp) / "pylock.toml"
-        pass_fds: tuple[int, ...] = ()
-        if credentials:
-            # The user's own netrc still counts: its entries follow ours.
-            own = Path(env.get("NETRC") or Path.home() / ".netrc")
-            kept = own.read_text(encoding="utf-8", errors="replace") if own.is_file() else ""
-            netrc_fd = _netrc_pipe(credentials.netrc_text() + kept)
-            env["NETRC"] = f"/dev/fd/{netrc_fd}"
-            pass_fds = (netrc_fd,)
-        argv = [
-            uv, "pip", "compile", str(req_in),
-            "--universal",
-            "--python-version", python_floor,
-            "--generate-hashes",
-            "--format", "pylock.toml",
-            "--no-header",
-            "--quiet",
-            "-o", str(out),
-        ]  # fmt: skip
-        if python is not None:
-            argv += ["--python", python]
-        if constraints:
-            argv += ["--constraints", str(constraints_in)]
-        for index in indexes:
-            argv += index.argv()
-        if offline:
-            argv.append("--offline")
-        logger.debug("running %s", argv)
-        returncode, output = _run_uv(argv, env, pass_fds)
-        if returncode != 0:
-            message = redact_text(output.strip())
-            raise ClosureError(f"uv could not resolve {', '.join(requirements)}: {message}")
-        try:
-            return read_lock(out.read_bytes(), source="uv's closure")
-        except PylockError as e:
-            raise ClosureError(str(e)) from e
+    argv = [
+        uv, "pip", "compile", "-",  # the requirements come on stdin, the lock on stdout
+        "--universal",
+        "--python-version", python_floor,
+        "--generate-hashes",
+        "--format", "pylock.toml",
+        "--no-header",
+        "--quiet",
+    ]  # fmt: skip
+    if python is not None:
+        argv += ["--python", python]
+    relayed = relay is not None and not offline
+    for index in indexes:
+        if relayed and index.role != "find-links" and index.url.startswith(("http:", "https:")):
+            assert relay is not None
+            index = IndexArgument(role=index.role, url=relay.index_url(index.url))
+        argv += index.argv()
+    if offline:
+        argv.append("--offline")
+    # Nothing goes through a file: the netrc and the constraints are pipes, so that
+    # nothing is left behind however envbuilder ends (Ctrl-C, SIGTERM, SIGKILL).
+    pipes: dict[str, str] = {}
+    if constraints:
+        pipes["constraints"] = "".join(f"{c}\n" for c in constraints)
+    if credentials:
+        # The user's own netrc still counts: its entries follow ours.
+        own = Path(env.get("NETRC") or Path.home() / ".netrc")
+        kept = own.read_text(encoding="utf-8", errors="replace") if own.is_file() else ""
+        pipes["netrc"] = credentials.netrc_text() + kept
+    fds = {name: _text_pipe(text) for name, text in pipes.items()}
+    if "constraints" in fds:
+        argv += ["--constraints", f"/dev/fd/{fds['constraints']}"]
+    if "netrc" in fds:
+        env["NETRC"] = f"/dev/fd/{fds['netrc']}"
+    logger.debug("running %s", argv)
+    stdin = "".join(f"{r}\n" for r in requirements)
+    returncode, stdout, stderr = _run_uv(argv, env, tuple(fds.values()), stdin)
+    if relay is not None:
+        stdout, stderr = relay.restore(stdout), relay.restore(stderr)
+    if returncode != 0:
+        message = redact_text((stderr or stdout).strip())
+        raise ClosureError(f"uv could not resolve {', '.join(requirements)}: {message}")
+    try:
+        return read_lock(stdout, source="uv's closure")
+    except PylockError as e:
+        raise ClosureError(str(e)) from e
 
 
 def select_for_target(closure: Pylock, target: Target) -> tuple[LockedPackage, ...]:
     """The target's part of a universal lock: each package whose marker holds, with the
     one archive that fits the target's tags."""
     try:
-        return select(closure, target, source="uv's closure")
+        return select(_for_platforms(closure, target), target, source="uv's closure")
     except PylockError as e:
         raise ClosureError(f"no closure for {target.describe()}: {e}") from e
+
+
+def _for_platforms(closure: Pylock, target: Target) -> Pylock:
+    """``closure`` without the wheels built for none of the target's platforms.
+
+    A universal closure lists every platform's wheels (twenty for one release of
+    cuda-bindings), and selecting reads the tags of each for every target; a wheel
+    whose platform tags the target lacks can never be chosen. A package left with
+    no wheel keeps them all, so that selection's own error names it.
+    """
+    platforms = frozenset(tag.platform for tag in target.tags)
+    kept_packages = []
+    for package in closure.packages:
+        wheels = package.wheels or []
+        kept = [w for w in wheels if not platforms.isdisjoint(_wheel_platforms(w))]
+        if kept and len(kept) < len(wheels):
+            package = dataclasses.replace(package, wheels=kept)
+        kept_packages.append(package)
+    return dataclasses.replace(closure, packages=kept_packages)
+
+
+def _wheel_platforms(wheel: PackageWheel) -> list[str]:
+    """The platform tags in a wheel's filename (``manylinux_2_28_x86_64``, ``any``)."""
+    name = wheel.name or unquote((wheel.url or wheel.path or "").rsplit("/", 1)[-1])
+    return name.removesuffix(".whl").rsplit("-", 1)[-1].split(".")
 
 
 @dataclass(frozen=True, kw_only=True)

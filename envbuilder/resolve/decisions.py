@@ -331,7 +331,31 @@ def _fitting_wheels(
 
 
 def _torch(inputs: _Inputs) -> _Chosen[ResolvedTorch] | _Failed:
-    """The first fitting torch wheel whose CUDA is the combination's."""
+    """The first fitting torch wheel whose CUDA is the combination's; where none is, the
+    reason says what the target's platform offers instead."""
+    torch = _torch_wheel(inputs)
+    hint = _platform_hint(inputs) if isinstance(torch, _Failed) else ""
+    if isinstance(torch, _Failed) and torch.status == "unsatisfiable" and hint:
+        return replace(torch, reason=f"{torch.reason}; {hint}")
+    return torch
+
+
+def _platform_hint(inputs: _Inputs) -> str:
+    """What a row asking a CUDA torch of a macOS or Windows target should ask instead."""
+    c, target = inputs.c, inputs.target
+    if not isinstance(c.cuda, CudaTag):
+        return ""
+    if target.family == "macos":
+        return "torch has no CUDA builds for macOS: a macOS row is cuda = 'cpu' (MPS is in it)"
+    if target.family == "windows" and not inputs.indexes[c.torch_index].per_cuda:
+        return (
+            f"torch's Windows wheels on index {c.torch_index!r} are CPU builds where they pin no "
+            "CUDA runtime: take a CUDA build for Windows from a per-CUDA index (torch-index)"
+        )
+    return ""
+
+
+def _torch_wheel(inputs: _Inputs) -> _Chosen[ResolvedTorch] | _Failed:
     c = inputs.c
     spec = inputs.indexes[c.torch_index]
     wheels = _fitting_wheels(
@@ -393,6 +417,13 @@ def _xformers(inputs: _Inputs, torch: ResolvedTorch) -> _Chosen[_Xformers] | _Fa
     wheel = _xformers_wheel(inputs, torch)
     if not isinstance(wheel, _Failed):
         return _Chosen(value=_Xformers(xformers=wheel.value), found=wheel.found)
+    if wheel.status == "unsatisfiable" and inputs.target.family == "macos":
+        # no CUDA on macOS: no source build either, whatever the row's policy
+        return replace(
+            wheel,
+            reason=f"{wheel.reason}; xformers' kernels are CUDA kernels and macOS has no CUDA, "
+            "so no build of it runs there: a macOS row is torch alone",
+        )
     if wheel.status != "unsatisfiable" or c.xformers_source != "when-no-wheel-fits":
         return wheel
     # the wheel is not used: its notes and dependencies go, what was refused and where stays
@@ -531,6 +562,11 @@ def _check_build(
                     _Found(notes=tuple(notes)),
                 )
             notes.append(f"{problem}; added {runtime} (add-cuda-runtime = true)")
+            if inputs.target.family == "windows":
+                notes.append(
+                    f"on Windows the extension finds {runtime}'s DLLs only where PATH (or "
+                    "os.add_dll_directory) names its nvidia/cuda_runtime/bin directory"
+                )
             return _Found(notes=tuple(notes), extra_runtime=(runtime,))
     return _Found(notes=tuple(notes))
 
@@ -565,6 +601,12 @@ def _source_build(inputs: _Inputs, torch: ResolvedTorch, why: str) -> _Chosen[_X
     assert c.xformers is not None
     spec = inputs.indexes[c.xformers_index]
     found = _Found()
+    if target.family != "linux":
+        return _unsatisfiable(
+            f"{why}; a source build compiles in a glibc Linux image, "
+            f"and this row is for {target.platform}",
+            found,
+        )
     try:
         url, found = inputs.index_argument(spec)
         wanted = Version(c.xformers)

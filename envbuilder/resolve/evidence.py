@@ -8,7 +8,9 @@ time. A fake with the same methods lets the decisions run with no server.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import threading
 from collections.abc import Callable, Hashable
 from email.message import Message
@@ -148,7 +150,44 @@ def file_version(filename: str, project: str) -> Version | None:
 
 
 def _sdist_info(client: HttpClient, file: DistributionFile) -> SdistInfo:
-    """Download the sdist (a few MB), check its sha256, read its requirements."""
+    """Download the sdist (a few MB), check its sha256, read its requirements.
+
+    What it declares is kept in the cache under the sdist's sha256 (a file on an
+    index never changes), so that a re-run or a CI job with the cache restored
+    downloads none of it."""
+    expected = file.hashes.get("sha256")
+    key = f"sdist-info\0sha256:{expected}" if expected else None
+    if key is not None and (kept := _kept_sdist_info(client.cache_get(key))) is not None:
+        return kept
+    info = _downloaded_sdist_info(client, file)
+    if key is not None:
+        client.cache_put(key, json.dumps(dataclasses.asdict(info), sort_keys=True).encode())
+    return info
+
+
+def _kept_sdist_info(data: bytes | None) -> SdistInfo | None:
+    """The `SdistInfo` stored in the cache, or None where there is none fit to use."""
+    if data is None:
+        return None
+    try:
+        doc = json.loads(data)
+        requires_dist, build_requires = doc["requires_dist"], doc["build_requires"]
+        backend = doc["build_backend"]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return None
+    lists = (requires_dist, build_requires)
+    if not all(isinstance(x, list) and all(isinstance(r, str) for r in x) for x in lists):
+        return None
+    if backend is not None and not isinstance(backend, str):
+        return None
+    return SdistInfo(
+        requires_dist=tuple(requires_dist),
+        build_requires=tuple(build_requires),
+        build_backend=backend,
+    )
+
+
+def _downloaded_sdist_info(client: HttpClient, file: DistributionFile) -> SdistInfo:
     digest = hashlib.sha256()
     chunks: list[bytes] = []
     for chunk in client.stream(file.url):

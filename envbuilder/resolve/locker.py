@@ -37,6 +37,7 @@ from packaging.version import Version
 from envbuilder import __version__
 from envbuilder.credentials import Credentials
 from envbuilder.files import write_atomic
+from envbuilder.index.relay import IndexRelay
 from envbuilder.model import (
     ResolvedCombination,
     build_lock_filename,
@@ -53,6 +54,7 @@ from envbuilder.resolve.closure import (
     compile_closure,
     lock_inputs,
     lock_requirements,
+    remember_interpreter,
     select_for_target,
 )
 from envbuilder.resolve.decisions import Decision
@@ -94,6 +96,9 @@ class LockSettings:
     each lock; none, no group."""
     ca_bundle: str | None = None
     credentials: Credentials = field(default_factory=Credentials)
+    relay: IndexRelay | None = None
+    """Where uv reads the indexes from: each page and core metadata file fetched once per
+    run for every uv process (`IndexRelay`); none, uv asks the indexes itself."""
 
 
 class SolvedClosures:
@@ -104,6 +109,16 @@ class SolvedClosures:
         self._lock = threading.Lock()
         self._locks: dict[tuple[object, ...], threading.Lock] = {}
         self._answers: dict[tuple[object, ...], Pylock | ClosureError] = {}
+        self._prepared = threading.Lock()
+        self._preparations: set[str] = set()
+
+    def once(self, name: str, prepare: Callable[[], None]) -> None:
+        """Run ``prepare`` the first time ``name`` is asked for in this run; other callers
+        wait for it to finish."""
+        with self._prepared:
+            if name not in self._preparations:
+                self._preparations.add(name)
+                prepare()
 
     def solve(self, key: tuple[object, ...], compute: Callable[[], Pylock]) -> Pylock:
         with self._lock:
@@ -132,7 +147,7 @@ def lock_group(
     others take their part of one universal closure. Then each member's suite
     group (`_lock_suites`) is locked against its lock.
     """
-    done = _locking_build_groups(done, settings)
+    done = _locking_build_groups(done, settings, solved)
     results: dict[str, ResolvedCombination] = {}
     pending: list[tuple[Decision, list[PinnedFile], dict[str, Any]]] = []
     for d in members:
@@ -146,13 +161,20 @@ def lock_group(
         else:
             pending.append((d, pinned, inputs))
     floor = min((d.target.python for d in members), key=_python_key)
-    if settings.suite and pending and solved is not None:
-        # New locks mean new suite groups: start the suite's own uv run beside the locks'.
-        threading.Thread(
-            target=_solve_quietly,
-            args=(settings.suite, (), floor, members[0].indexes, settings, solved),
-            daemon=True,
-        ).start()
+    if pending and solved is not None:
+        # New locks mean new suite and build groups: start their uv runs beside the locks'.
+        early = [(tuple(settings.suite), floor, members[0].indexes)] if settings.suite else []
+        early += [
+            (tuple(d.source_build.build_requirements_in), d.target.python, d.indexes[:1])
+            for d, _, _ in pending
+            if d.source_build is not None
+        ]
+        for requirements, python, indexes in early:
+            threading.Thread(
+                target=_solve_quietly,
+                args=(requirements, (), python, indexes, settings, solved),
+                daemon=True,
+            ).start()
     if pending:
         _lock_pending(pending, settings, solved, results)
     if settings.suite:
@@ -210,6 +232,13 @@ def _solve(
     solved: SolvedClosures | None,
 ) -> Pylock:
     def compute() -> Pylock:
+        if solved is not None and settings.python is not None and not settings.offline:
+            # The closures start together: have uv learn the interpreter once, not in each.
+            python, cache = settings.python, settings.cache_dir / "uv"
+            solved.once(
+                "interpreter",
+                lambda: remember_interpreter(uv=settings.uv, python=python, cache_dir=cache),
+            )
         return compile_closure(
             requirements=requirements,
             constraints=constraints,
@@ -222,6 +251,7 @@ def _solve(
             offline=settings.offline,
             ca_bundle=settings.ca_bundle,
             credentials=settings.credentials,
+            relay=settings.relay,
         )
 
     if solved is None:
@@ -388,19 +418,24 @@ def _lock_text(r: ResolvedCombination, settings: LockSettings) -> str:
     return (settings.out_dir.resolve().parent / r.lock).read_text(encoding="utf-8")
 
 
-def _locking_build_groups(done: Done, settings: LockSettings) -> Done:
+def _locking_build_groups(
+    done: Done, settings: LockSettings, solved: SolvedClosures | None
+) -> Done:
     """``done`` after locking the build group of each resolved source build."""
 
     def locked(d: Decision, result: ResolvedCombination) -> ResolvedCombination:
         if result.status == "resolved" and d.source_build is not None:
-            result = lock_build_group(d, result, settings)
+            result = lock_build_group(d, result, settings, solved)
         return done(d, result)
 
     return locked
 
 
 def lock_build_group(
-    d: Decision, result: ResolvedCombination, settings: LockSettings
+    d: Decision,
+    result: ResolvedCombination,
+    settings: LockSettings,
+    solved: SolvedClosures | None = None,
 ) -> ResolvedCombination:
     """Lock a source build's build group for the target beside the combination's lock.
 
@@ -436,16 +471,8 @@ def lock_build_group(
         if text is None:
             if settings.offline:
                 return replace(result, status="error", reason=_offline_miss(inputs, settings))
-            closure = compile_closure(
-                requirements=build.build_requirements_in,
-                python_floor=d.target.python,
-                indexes=indexes,
-                cache_dir=settings.cache_dir / "uv",
-                uv=settings.uv,
-                python=settings.python,
-                downloads=settings.uv_downloads,
-                ca_bundle=settings.ca_bundle,
-                credentials=settings.credentials,
+            closure = _solve(
+                tuple(build.build_requirements_in), (), d.target.python, indexes, settings, solved
             )
             text = assemble_lock(
                 select_for_target(closure, d.target), pinned=(), inputs=inputs, target=d.target

@@ -117,8 +117,17 @@ class Resolver:
                 for d, answer in outcomes:
                     if answer is None:
                         groups.setdefault(d.closure_key(), []).append(d)
-                for g in groups.values():
-                    results += lock_group(g, locking, self._done, solved)
+                if len(groups) <= 1:
+                    for g in groups.values():
+                        results += lock_group(g, locking, self._done, solved)
+                    return results
+                # Groups of one pairing (another Python's requirements) lock side by side:
+                # one waiting for the other's uv runs made it the last to finish.
+                with ThreadPoolExecutor(len(groups), thread_name_prefix="lock-group") as pool:
+                    for locked in pool.map(
+                        lambda g: lock_group(g, locking, self._done, solved), groups.values()
+                    ):
+                        results += locked
                 return results
 
             locks = []

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
 
+from envbuilder.gpus import CudaArch
 from envbuilder.target import CudaTag
 
 __all__ = [
@@ -134,9 +135,10 @@ def arch_problem(cuda: CudaTag, arch: str) -> str | None:
     limits = _NVCC_ARCHS.get(cuda.major)
     if limits is None:
         return None
-    head = arch.split("+")[0].rstrip("af")
-    cc_major, _, cc_minor = head.partition(".")
-    cc = (int(cc_major), int(cc_minor))
+    parsed = CudaArch.parse(arch)
+    if parsed is None:
+        raise ValueError(f"not a CUDA architecture: {arch!r}")
+    cc = parsed.capability
     low, high = limits
     if cc < low or cc > high:
         return (

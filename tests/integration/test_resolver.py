@@ -12,9 +12,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import stat
+import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -656,7 +659,10 @@ def _uv_wrapper(tmp_path: Path, uv: str) -> tuple[Path, Path]:
 
 
 def _calls(path: Path) -> int:
-    return len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
+    """The closures uv was asked to solve (``pip compile`` runs; not ``python find``)."""
+    if not path.exists():
+        return 0
+    return sum(" pip compile " in line for line in path.read_text(encoding="utf-8").splitlines())
 
 
 def test_a_rerun_is_byte_identical_keeps_locks_and_upgrade_re_resolves(
@@ -697,9 +703,80 @@ def test_uv_builds_with_this_interpreter_and_opens_few_connections(
     run = resolve(_matrix_for(tmp_path, server), OK)
     assert run.by_id()[OK]["status"] == "resolved"
     assert run.lock(OK)["requires-python"] == "==3.11.*"  # the target still comes from the matrix
-    call = calls.read_text(encoding="utf-8")
-    assert f"--python {sys.executable} " in call
-    assert call.startswith("UV_CONCURRENT_DOWNLOADS=2 ")
+    compiles = [c for c in calls.read_text(encoding="utf-8").splitlines() if " pip compile " in c]
+    assert compiles and all(f"--python {sys.executable} " in c for c in compiles)
+    assert all(c.startswith("UV_CONCURRENT_DOWNLOADS=2 ") for c in compiles)
+
+
+@pytest.mark.parametrize(
+    ("signum", "status"),
+    [
+        pytest.param(signal.SIGINT, 130, id="ctrl-c"),
+        pytest.param(signal.SIGTERM, 128 + signal.SIGTERM, id="sigterm"),
+    ],
+)
+def test_a_resolve_interrupted_while_uv_runs_leaves_nothing_in_tmpdir(
+    server: IndexServer, tmp_path: Path, signum: signal.Signals, status: int
+) -> None:
+    """uv's requirements, constraints and netrc go through pipes and its lock comes back on
+    stdout: no ``$TMPDIR/envbuilder-uv-*`` folder that an interrupted run cannot remove."""
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    started = tmp_path / "uv-started"
+    wrapper = tmp_path / "bin" / "uv"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\ntouch "{started}"\nexec sleep 60\n', encoding="utf-8")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    launcher = (
+        "import signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "import envbuilder.resolve.closure as closure\n"
+        f"closure.find_uv = lambda: {str(wrapper)!r}\n"
+        "from envbuilder import cli\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n"
+    )
+    argv = [sys.executable, "-c", launcher, "resolve", OK, "--matrix"]
+    argv += [str(_matrix_for(tmp_path, server)), "--out", str(tmp_path / "locks")]
+    argv += ["--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.Popen(
+        argv,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), f"uv never started (exit {proc.poll()})"
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == status, stderr
+    assert "interrupted" in stderr
+    assert sorted(p.name for p in tmpdir.iterdir()) == []
+
+
+def test_uv_is_told_the_interpreter_once_before_the_closures(
+    server: IndexServer, tmp_path: Path, resolve: Any, uv: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrapper, calls = _uv_wrapper(tmp_path, uv)
+    monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
+    run = resolve(_matrix_for(tmp_path, server), OK)
+    assert run.by_id()[OK]["status"] == "resolved"
+    lines = calls.read_text(encoding="utf-8").splitlines()
+    assert [line for line in lines if " python find " in line] == [
+        f"UV_CONCURRENT_DOWNLOADS= python find {sys.executable}"
+    ]
+    offline = tmp_path / "offline-calls"
+    calls.rename(offline)
+    resolve(_matrix_for(tmp_path, server), OK, "--offline")
+    assert not calls.exists()  # offline runs no uv at all
 
 
 def test_the_user_s_concurrent_downloads_win(
@@ -709,7 +786,8 @@ def test_the_user_s_concurrent_downloads_win(
     monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
     monkeypatch.setenv("UV_CONCURRENT_DOWNLOADS", "7")
     resolve(_matrix_for(tmp_path, server), OK)
-    assert calls.read_text(encoding="utf-8").startswith("UV_CONCURRENT_DOWNLOADS=7 ")
+    compiles = [c for c in calls.read_text(encoding="utf-8").splitlines() if " pip compile " in c]
+    assert compiles and all(c.startswith("UV_CONCURRENT_DOWNLOADS=7 ") for c in compiles)
 
 
 def test_a_changed_decision_relocks_that_combination(

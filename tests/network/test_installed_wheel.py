@@ -129,14 +129,19 @@ def test_install_and_doctor_another_venv(app: Path, demo_lock: Path, tmp_path: P
     subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
     python = target / "bin" / "python"
     lock = ["--lock", str(demo_lock)]
-    # without the [install] extra and no uv on PATH, the default installer says what to do
-    refused = envbuilder(app, tmp_path, "install", VERIFIED, "--python", str(python), *lock)
+    # without the [install] extra and no uv on PATH, asking for uv says what to do
+    refused = envbuilder(
+        app, tmp_path, "install", VERIFIED, "--python", str(python), "--installer", "uv", *lock
+    )
     assert refused.returncode == 3
     assert "gpu-envbuilder[install]" in refused.stderr and "--installer pip" in refused.stderr
-    done = envbuilder(
-        app, tmp_path, "install", VERIFIED, "--python", str(python), "--installer", "pip", *lock
-    )
+    probe = "import importlib.util as u; print(u.find_spec('envb_demo_a') is None)"
+    untouched = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
+    assert untouched.stdout.strip() == "True"  # nothing half-installed
+    # the default installer falls back to pip, with hashes required, and says so
+    done = envbuilder(app, tmp_path, "install", VERIFIED, "--python", str(python), *lock)
     assert done.returncode == 0, done.stderr
+    assert "installing with pip (--require-hashes)" in done.stdout + done.stderr
     assert installed(python, "envb-demo-a", "envb-demo-b") == ["1.0", "2.0"]
 
 

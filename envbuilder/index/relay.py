@@ -1,0 +1,261 @@
+"""A loopback Simple API through which the uv processes of one run read their indexes.
+
+A run locks many closures at once, one ``uv pip compile`` each, and most of
+them need the same pages (numpy, sympy, the ``nvidia-*`` runtimes) and the
+same core metadata: asked of the index directly, every process fetches every
+one of them again, and an index that sends no validators answers each time in
+full. Through the relay each page and each ``.metadata`` file is fetched once
+per run, through envbuilder's `HttpClient` (its HTTP cache, its bounds, its
+retries, the pages the decisions already read), and the processes read it
+from loopback.
+
+The relay serves PEP 691 JSON pages with each file's URL pointing back at
+the relay, so that uv asks it for the ``<file>.metadata`` too. A wheel whose
+index does not advertise its core metadata (a mirror that strips the key) is
+advertised anyway: the relay reads ``METADATA`` out of the wheel by range
+requests, once, into envbuilder's cache (keyed by the wheel's sha256), instead
+of every uv process reading it by ranges again. Anything else under a file's
+URL (the file itself) is redirected to the index's own URL, and so is a page
+the index answers in HTML (uv reads those as before). `restore` turns the relay's URLs in uv's answer back into the
+index's. The address holds a random token: another user of the machine cannot
+read the pages through it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import threading
+import urllib.parse
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from envbuilder.errors import HttpNotFound, IndexError_
+from envbuilder.index.http import HttpClient
+from envbuilder.index.remotewheel import metadata_member_name, read_member
+from envbuilder.index.simple import ACCEPT, JSON_TYPE, DistributionFile, project_url
+
+__all__ = ["IndexRelay"]
+
+logger = logging.getLogger(__name__)
+
+#: Requests the relay sends to the indexes at once, whatever the number of uv processes.
+UPSTREAM_CONNECTIONS = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Answer:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/octet-stream"
+    location: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _File:
+    """A file of a relayed page: its URL on the index and its page entry as the index wrote it."""
+
+    url: str
+    filename: str
+    entry: dict[str, Any]
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9._+\-]+")
+
+
+def _quoted(filename: str) -> str:
+    """``filename`` as a path segment (wheel names need no quoting; others may)."""
+    return filename if _PLAIN.fullmatch(filename) else urllib.parse.quote(filename)
+
+
+def _advertised(entry: dict[str, Any]) -> bool:
+    """Whether a PEP 691 entry advertises its core metadata (PEP 658/714)."""
+    return bool(entry.get("core-metadata", entry.get("data-dist-info-metadata", False)))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive: uv sends many requests on few connections
+
+    def do_GET(self) -> None:  # the name http.server calls
+        self._answer(self.server.relay._route(self.path), body=True)
+
+    def do_HEAD(self) -> None:
+        self._answer(self.server.relay._route(self.path), body=False)
+
+    def _answer(self, answer: _Answer, *, body: bool) -> None:
+        self.send_response(answer.status)
+        self.send_header("Content-Type", answer.content_type)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.send_header("Cache-Control", "no-store")  # the address lives for one run
+        if answer.location is not None:
+            self.send_header("Location", answer.location)
+        self.end_headers()
+        if body:
+            self.wfile.write(answer.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("relay: %s", format % args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    relay: IndexRelay
+
+
+class IndexRelay:
+    """``with IndexRelay(client) as relay:`` hand uv ``relay.index_url(url)`` and read its
+    answer through ``relay.restore(text)``."""
+
+    def __init__(self, client: HttpClient) -> None:
+        self.client = client
+        self._token = secrets.token_urlsafe(16)
+        self._lock = threading.Lock()
+        self._indexes: list[str] = []
+        self._files: list[_File] = []
+        self._file_ids: dict[str, int] = {}
+        self._fetches: dict[tuple[str, str], Future[_Answer]] = {}
+        self._upstream = threading.BoundedSemaphore(UPSTREAM_CONNECTIONS)
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.relay = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="index-relay", daemon=True
+        )
+        host, port = self._server.server_address[:2]
+        self._base = f"http://{host!s}:{port}/{self._token}"
+        self._relayed = re.compile(re.escape(self._base) + r"/(i|f)/(\d+)/[^\s\"'<>]*")
+
+    def __enter__(self) -> IndexRelay:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def index_url(self, upstream: str) -> str:
+        """The relay's address for the Simple API index at ``upstream`` (http or https)."""
+        with self._lock:
+            if upstream not in self._indexes:
+                self._indexes.append(upstream)
+            return f"{self._base}/i/{self._indexes.index(upstream)}/"
+
+    def restore(self, text: str) -> str:
+        """``text`` (uv's lock or its message) with every relay URL turned back into the
+        index's own: a file's URL, or an index's (``/i/<n>/...``, the rest kept)."""
+
+        def original(m: re.Match[str]) -> str:
+            kind, number = m.group(1), int(m.group(2))
+            with self._lock:
+                if kind == "f" and number < len(self._files):
+                    return self._files[number].url
+                if kind == "i" and number < len(self._indexes):
+                    rest = m.group(0)[len(f"{self._base}/i/{number}/") :]
+                    return self._indexes[number].rstrip("/") + "/" + rest
+            return m.group(0)
+
+        return self._relayed.sub(original, text)
+
+    # -- serving ----------------------------------------------------------------------------
+
+    def _route(self, path: str) -> _Answer:
+        parts = urllib.parse.urlsplit(path).path.split("/")
+        # ['', token, 'i', n, project, ''] or ['', token, 'f', n, filename...]
+        if len(parts) < 5 or not secrets.compare_digest(parts[1], self._token):
+            return _Answer(status=404)
+        kind, number = parts[2], parts[3]
+        if not number.isdigit():
+            return _Answer(status=404)
+        n = int(number)
+        with self._lock:
+            index = self._indexes[n] if kind == "i" and n < len(self._indexes) else None
+            file = self._files[n] if kind == "f" and n < len(self._files) else None
+        if index is not None:
+            url = project_url(index, urllib.parse.unquote(parts[4]))
+            return self._once(("page", url), lambda: self._page(url))
+        if file is None:
+            return _Answer(status=404)
+        if urllib.parse.unquote(parts[-1]) == f"{file.filename}.metadata":
+            return self._once(("metadata", file.url), lambda: self._metadata(file))
+        return _Answer(status=302, location=file.url)  # the file itself: from the index
+
+    def _once(self, key: tuple[str, str], fetch: Callable[[], _Answer]) -> _Answer:
+        """``fetch()``'s answer, computed once per run however many processes ask."""
+        with self._lock:
+            future = self._fetches.get(key)
+            owner = future is None
+            if future is None:
+                future = self._fetches[key] = Future()
+        if owner:
+            try:
+                with self._upstream:
+                    future.set_result(fetch())
+            except BaseException as e:
+                future.set_exception(e)
+                raise
+        return future.result()
+
+    def _get(self, url: str, accept: str | None) -> tuple[_Answer | None, Any]:
+        try:
+            return None, self.client.get(url, headers={"Accept": accept} if accept else None)
+        except HttpNotFound:
+            return _Answer(status=404), None
+        except IndexError_ as e:
+            logger.debug("relay: %s", e)
+            return _Answer(status=502, body=str(e).encode(), content_type="text/plain"), None
+
+    def _page(self, url: str) -> _Answer:
+        failed, response = self._get(url, ACCEPT)
+        if failed is not None:
+            return failed
+        if response.content_type != JSON_TYPE:
+            return _Answer(status=302, location=response.url)  # HTML: uv reads it as before
+        try:
+            page = json.loads(response.content)
+            for entry in page["files"]:
+                self._relay_file(entry, response.url)
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return _Answer(status=302, location=response.url)  # uv's own error for it
+        body = json.dumps(page, ensure_ascii=False).encode("utf-8")
+        return _Answer(status=200, body=body, content_type=JSON_TYPE)
+
+    def _relay_file(self, entry: dict[str, Any], page_url: str) -> None:
+        """Point one PEP 691 file entry at the relay; a wheel's metadata is advertised."""
+        original = entry["url"]
+        if not original.startswith(("https://", "http://")):  # PEP 691: relative to the page
+            original = urllib.parse.urljoin(page_url, original)
+        filename = entry["filename"]
+        with self._lock:
+            number = self._file_ids.get(original)
+            if number is None:
+                number = self._file_ids[original] = len(self._files)
+                self._files.append(_File(url=original, filename=filename, entry=dict(entry)))
+        entry["url"] = f"{self._base}/f/{number}/{_quoted(filename)}"
+        if filename.endswith(".whl") and not _advertised(entry):
+            entry["core-metadata"] = True
+
+    def _metadata(self, relayed: _File) -> _Answer:
+        """The wheel's core metadata: the index's ``.metadata`` where it advertises one,
+        else ``METADATA`` read out of the wheel by ranges (envbuilder's cache keeps it)."""
+        entry = relayed.entry
+        if _advertised(entry):
+            failed, response = self._get(relayed.url.split("#", 1)[0] + ".metadata", None)
+            return failed or _Answer(status=200, body=response.content)
+        hashes, size = entry.get("hashes"), entry.get("size")
+        file = DistributionFile(
+            filename=relayed.filename,
+            url=relayed.url,
+            hashes=dict(hashes) if isinstance(hashes, dict) else {},
+            size=size if isinstance(size, int) else None,
+        )
+        try:
+            data = read_member(self.client, file, metadata_member_name(file.filename))
+        except (IndexError_, ValueError) as e:
+            logger.debug("relay: %s", e)
+            return _Answer(status=404)
+        return _Answer(status=404) if data is None else _Answer(status=200, body=data)

@@ -1,0 +1,126 @@
+"""The loopback relay uv reads the indexes through: each page and metadata file once per run."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuilder.index.relay import IndexRelay
+from envbuilder.index.simple import JSON_TYPE
+from tests.integration.conftest import ClientFactory, ServerFactory, WheelFactory
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _get(url: str, accept: str = JSON_TYPE) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, headers={"Accept": accept})
+    try:
+        with _OPENER.open(request, timeout=10) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+@pytest.fixture
+def numpy_index(wheel_factory: WheelFactory, index_server: ServerFactory) -> Any:
+    def make(**switches: Any) -> Any:
+        wheel = wheel_factory("numpy", "2.0.0", requires_dist=["packaging>=20"])
+        return index_server({"numpy": [wheel]}, **switches), wheel
+
+    return make
+
+
+@pytest.mark.parametrize("advertised", [True, False], ids=["advertised", "stripped"])
+def test_a_page_points_at_the_relay_and_serves_each_wheel_s_metadata(
+    numpy_index: Any, http_client: ClientFactory, advertised: bool
+) -> None:
+    server, wheel = numpy_index(format="json", advertise_metadata=advertised)
+    with IndexRelay(http_client()) as relay:
+        status, headers, body = _get(relay.index_url(server.index_url("simple")) + "numpy/")
+        assert status == 200 and headers["Content-Type"] == JSON_TYPE
+        (entry,) = json.loads(body)["files"]
+        assert entry["url"].startswith(relay.index_url("x").split("/i/")[0] + "/f/")
+        assert entry["hashes"] == {"sha256": wheel.sha256}
+        assert entry["core-metadata"]  # advertised by the relay where the index stripped it
+        status, _, metadata = _get(entry["url"] + ".metadata", accept="*/*")
+        assert status == 200
+        assert b"Requires-Dist: packaging>=20" in metadata
+        assert relay.restore(f'url = "{entry["url"]}"') == (
+            f'url = "{server.file_url("simple", wheel.filename)}"'
+        )
+        status, headers, _ = _get(entry["url"], accept="*/*")  # the file itself
+        assert status == 302 and headers["Location"] == server.file_url("simple", wheel.filename)
+
+
+def test_each_page_and_metadata_file_is_fetched_once_however_many_ask(
+    numpy_index: Any, http_client: ClientFactory
+) -> None:
+    server, wheel = numpy_index(format="json", advertise_metadata=False, cache_control=None)
+    with IndexRelay(http_client()) as relay:
+        page = relay.index_url(server.index_url("simple")) + "numpy/"
+        bodies: list[bytes] = []
+
+        def ask() -> None:
+            (entry,) = json.loads(_get(page)[2])["files"]
+            bodies.append(_get(entry["url"] + ".metadata", accept="*/*")[2])
+
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(bodies) == 8 and len(set(bodies)) == 1
+    counts = Counter(server.stats.paths())
+    assert counts["/simple/numpy/"] == 1
+    file_path = urllib.parse.urlsplit(server.file_url("simple", wheel.filename)).path
+    assert 1 <= counts[file_path] <= 3, counts  # the ranges that read METADATA, once
+
+
+def test_an_html_page_is_left_to_uv_and_a_missing_project_is_a_404(
+    numpy_index: Any, http_client: ClientFactory
+) -> None:
+    server, _ = numpy_index(format="html")
+    with IndexRelay(http_client()) as relay:
+        index = relay.index_url(server.index_url("simple"))
+        status, headers, _ = _get(index + "numpy/")
+        assert status == 302 and headers["Location"] == server.index_url("simple") + "/numpy/"
+        assert _get(index + "nothing-here/")[0] == 404
+
+
+def test_another_user_without_the_token_reads_nothing(
+    numpy_index: Any, http_client: ClientFactory
+) -> None:
+    server, _ = numpy_index(format="json")
+    with IndexRelay(http_client()) as relay:
+        index = relay.index_url(server.index_url("simple"))
+        base, _, rest = index.partition("/i/")
+        guessed = base.rsplit("/", 1)[0] + "/not-the-token/i/" + rest
+        assert _get(guessed + "numpy/")[0] == 404
+        assert _get(index + "numpy/")[0] == 200
+    assert server.stats.paths().count("/simple/numpy/") == 1
+
+
+def test_restore_leaves_other_urls_and_unknown_numbers_alone(
+    http_client: ClientFactory, tmp_path: Path
+) -> None:
+    with IndexRelay(http_client()) as relay:
+        index = relay.index_url("https://index.invalid/simple")
+        base = index.split("/i/")[0]
+        text = f"{index}numpy/ {base}/f/7/x.whl https://elsewhere.invalid/a.whl"
+        assert relay.restore(text) == (
+            f"https://index.invalid/simple/numpy/ {base}/f/7/x.whl https://elsewhere.invalid/a.whl"
+        )
