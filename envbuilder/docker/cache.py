@@ -1,8 +1,12 @@
 """The host's wheel cache: content-addressed by sha256, shared by every combination.
 
 ``<root>/sha256/ab/abcdef…`` holds the bytes whose sha256 is ``abcdef…``.
-A file only gets its name after its hash was checked while it streamed in,
-so whatever is in the cache is trusted; partial downloads are deleted.
+A file only gets its name after its hash was checked while it streamed in;
+partial downloads are deleted. A cached file is hard-linked into build contexts,
+so its bytes can change after they were checked: before a file is handed out its
+sha256 is checked again, unless a stamp (``<root>/verified/ab/abcdef…``) says
+that the file with this size, modification time and inode already hashed right.
+A file that no longer matches its name is deleted and fetched again.
 Downloads go through the one `HttpClient` (retries, CA bundle, offline).
 """
 
@@ -17,16 +21,28 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from envbuilder.docker.plan import LockedWheel
+from envbuilder.docker.plan import GROUPS, LayerPlan, LockedWheel, install_requirements
 from envbuilder.errors import IndexError_, InputError
 from envbuilder.files import atomic_writer
 from envbuilder.index.http import HttpClient
 
-__all__ = ["WheelCache"]
+__all__ = ["WheelCache", "link_wheels"]
 
 logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
+
+
+def _identity(st: os.stat_result) -> str:
+    return f"{st.st_size} {st.st_mtime_ns} {st.st_ino}"
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class WheelCache:
@@ -45,9 +61,44 @@ class WheelCache:
     def path_for(self, sha256: str) -> Path:
         return self.root / "sha256" / sha256[:2] / sha256
 
+    def _stamp_for(self, sha256: str) -> Path:
+        return self.root / "verified" / sha256[:2] / sha256
+
     def has(self, wheel: LockedWheel) -> bool:
+        """Whether the cache holds ``wheel``'s bytes: the size, then the sha256 (skipped
+        when the stamp matches the file's size, mtime and inode)."""
         path = self.path_for(wheel.sha256)
-        return path.is_file() and (wheel.size is None or path.stat().st_size == wheel.size)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return False
+        if not path.is_file() or (wheel.size is not None and st.st_size != wheel.size):
+            return False
+        identity = _identity(st)
+        stamp = self._stamp_for(wheel.sha256)
+        try:
+            if stamp.read_text(encoding="utf-8") == identity:
+                return True
+        except (OSError, UnicodeDecodeError):
+            pass
+        found = _sha256_of(path)
+        if found != wheel.sha256:
+            logger.warning(
+                "cached %s has sha256 %s, not %s: fetching it again",
+                wheel.filename,
+                found,
+                wheel.sha256,
+            )
+            path.unlink(missing_ok=True)
+            stamp.unlink(missing_ok=True)
+            return False
+        self._stamp(wheel.sha256, path)
+        return True
+
+    def _stamp(self, sha256: str, path: Path) -> None:
+        stamp = self._stamp_for(sha256)
+        with atomic_writer(stamp) as out:
+            out.write(_identity(path.stat()).encode("utf-8"))
 
     def fetch(self, wheel: LockedWheel) -> Path:
         """The cached file for ``wheel``, downloading or copying it first when absent."""
@@ -67,6 +118,7 @@ class WheelCache:
         with self._verified_write(wheel, path) as write:
             for chunk in chunks:
                 write(chunk)
+        self._stamp(wheel.sha256, path)
         logger.info("cached %s as %s", wheel.filename, path)
         return path
 
@@ -131,3 +183,19 @@ class WheelCache:
         except OSError:
             shutil.copyfile(source, target)
         return target
+
+
+def link_wheels(
+    plan: LayerPlan, cache: WheelCache, root: Path, *, groups: Iterable[str] = GROUPS
+) -> None:
+    """``root/<group>/``: hard links of the group's cached wheels and its requirements.txt."""
+    for group in groups:
+        _link_group(cache, root / group, plan.groups[group])  # type: ignore[index]
+
+
+def _link_group(cache: WheelCache, directory: Path, wheels: Iterable[LockedWheel]) -> None:
+    directory.mkdir(parents=True)
+    wheels = tuple(wheels)
+    for wheel in wheels:
+        cache.link_into(wheel, directory)
+    (directory / "requirements.txt").write_text(install_requirements(wheels), encoding="utf-8")

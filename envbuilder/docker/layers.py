@@ -28,11 +28,15 @@ from typing import IO, Any
 __all__ = [
     "BaseImage",
     "Layer",
+    "LayerChanged",
+    "LayerTree",
     "archive_chunks",
     "chain_ids",
+    "hash_layer",
     "image_config",
     "image_env",
     "image_id",
+    "layer_chunks",
     "write_layer",
 ]
 
@@ -145,6 +149,25 @@ def write_layer(
     root:root unless ``owners`` names the path; hard links are written as files.
     """
     counting = _Counting(out)
+    for chunk in layer_chunks(root, owners=owners):
+        counting.write(chunk)
+    return Layer(diff_id=f"sha256:{counting.digest.hexdigest()}", size=counting.size)
+
+
+class _Discard:
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+def hash_layer(root: Path, *, owners: Mapping[str, tuple[int, int]] | None = None) -> Layer:
+    """The layer the tree under ``root`` makes, hashed without writing it anywhere."""
+    return write_layer(root, _Discard(), owners=owners)  # type: ignore[arg-type]
+
+
+def layer_chunks(
+    root: Path, *, owners: Mapping[str, tuple[int, int]] | None = None
+) -> Iterator[bytes]:
+    """The layer tar of the tree under ``root`` (as `write_layer` writes it), in chunks."""
     owners = owners or {}
     for rel in _walk(root):
         path = root / rel
@@ -163,18 +186,43 @@ def write_layer(
             info.size = st.st_size
         else:
             raise ValueError(f"{path}: neither file, directory nor symbolic link")
-        counting.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+        yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
         if info.isreg():
             written = 0
             with path.open("rb") as f:
                 while chunk := f.read(_CHUNK):
-                    counting.write(chunk)
+                    yield chunk
                     written += len(chunk)
             if written != info.size:
                 raise ValueError(f"{path} changed while it was written into a layer")
-            counting.write(_pad(written))
-    counting.write(b"\0" * (2 * _BLOCK))
-    return Layer(diff_id=f"sha256:{counting.digest.hexdigest()}", size=counting.size)
+            yield _pad(written)
+    yield b"\0" * (2 * _BLOCK)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerTree:
+    """A layer to send as the tree it was hashed from: its tar is made again while it is
+    sent, and must come out as ``layer`` (else `LayerChanged`)."""
+
+    root: Path
+    layer: Layer
+    owners: Mapping[str, tuple[int, int]] | None = None
+
+    def chunks(self) -> Iterator[bytes]:
+        digest = hashlib.sha256()
+        size = 0
+        for chunk in layer_chunks(self.root, owners=self.owners):
+            digest.update(chunk)
+            size += len(chunk)
+            if size > self.layer.size:
+                break
+            yield chunk
+        if size != self.layer.size or f"sha256:{digest.hexdigest()}" != self.layer.diff_id:
+            raise LayerChanged(f"{self.root} no longer makes the layer {self.layer.diff_id}")
+
+
+class LayerChanged(ValueError):
+    """A layer's tree changed between hashing it and sending it."""
 
 
 def _walk(root: Path) -> list[str]:
@@ -258,24 +306,38 @@ def _member(name: str, size: int) -> bytes:
     return info.tobuf(tarfile.USTAR_FORMAT)
 
 
-def archive_chunks(config: bytes, *, tag: str, layer_files: Mapping[str, Path]) -> Iterator[bytes]:
+def archive_chunks(
+    config: bytes,
+    *,
+    tag: str,
+    layer_files: Mapping[str, Path] | None = None,
+    layer_trees: Mapping[str, LayerTree] | None = None,
+) -> Iterator[bytes]:
     """The ``docker load`` archive of the image ``config`` tagged ``tag``, in chunks.
 
-    ``layer_files`` maps diff ids to layer tars; a layer without a file must
-    already be on the daemon (with every layer below it).
+    ``layer_files`` maps diff ids to layer tars, ``layer_trees`` to the trees they are
+    made from while they are sent; a layer with neither must already be on the daemon
+    (with every layer below it). The config comes last: the daemon reads the archive
+    whole before it looks at it.
     """
     document = json.loads(config)
     diff_ids: list[str] = document["rootfs"]["diff_ids"]
     names = [f"{i:03d}/layer.tar" for i in range(len(diff_ids))]
+    files, trees = layer_files or {}, layer_trees or {}
     for name, diff_id in zip(names, diff_ids, strict=True):
-        path = layer_files.get(diff_id)
-        if path is None:
+        path, tree = files.get(diff_id), trees.get(diff_id)
+        if path is not None:
+            size = path.stat().st_size
+            yield _member(name, size)
+            with path.open("rb") as f:
+                while chunk := f.read(_CHUNK):
+                    yield chunk
+        elif tree is not None:
+            size = tree.layer.size
+            yield _member(name, size)
+            yield from tree.chunks()
+        else:
             continue
-        size = path.stat().st_size
-        yield _member(name, size)
-        with path.open("rb") as f:
-            while chunk := f.read(_CHUNK):
-                yield chunk
         yield _pad(size)
     config_name = f"{image_id(config).removeprefix('sha256:')}.json"
     manifest = json.dumps([{"Config": config_name, "RepoTags": [tag], "Layers": names}]).encode()

@@ -275,8 +275,11 @@ def _build(
         if run.mode == "docker":
             _in_container(run, root, requirements, {**env, **path_map(CONTAINER_WORK)})
         else:
-            work = _in_place_work(key)
-            _in_place(run, root, requirements, {**env, **path_map(str(work))}, work)
+            work = _in_place_work()
+            try:
+                _in_place(run, root, requirements, {**env, **path_map(str(work))}, work)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
         made = sorted(out.glob("*.whl"))
         if len(made) != 1:
             raise BuildFailed(f"the build made {len(made)} wheels, expected one")
@@ -333,35 +336,32 @@ def path_map(work: str) -> dict[str, str]:
     return {"CPPFLAGS": option, "NVCC_APPEND_FLAGS": f"-Xcompiler={option}"}
 
 
-def _in_place_work(key: BuildKey) -> Path:
-    # A fixed path per key too, for what the path map does not reach.
-    return Path(tempfile.gettempdir()) / "envbuilder-build" / key.digest[:16]
+def _in_place_work() -> Path:
+    """A fresh directory of this build's own (``mkdtemp``: a new name, mode 0700, never an
+    existing path): two builds of one key cannot meet, and nothing planted in the temporary
+    directory (a symbolic link) can lead a build elsewhere. Its name is as long every time,
+    and the path map writes it as ``/build`` into what the compilers make."""
+    return Path(tempfile.mkdtemp(prefix="envbuilder-build-"))
 
 
 def _in_place(
     run: _Run, root: Path, requirements: Sequence[str], env: Mapping[str, str], work: Path
 ) -> None:
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    try:
-        venv = work / "venv"
-        argv = [run.python, "-m", "venv", str(venv)]
-        _logged(run, argv, os.environ)
-        if run.plan.torch_sha256 is not None:
-            _see_host_packages(run.python, venv)  # the host's torch, whose identity is in the key
-        nowhere = "http://127.0.0.1:9"  # nothing listens on the discard port: any download fails
-        base = {
-            k: os.environ[k] for k in ("PATH", "HOME", "CUDA_HOME", "CXX", "CC") if k in os.environ
-        }
-        full = {**base, **env, "http_proxy": nowhere, "https_proxy": nowhere,
-                "HTTP_PROXY": nowhere, "HTTPS_PROXY": nowhere, "no_proxy": "", "NO_PROXY": ""}  # fmt: skip
-        script = _command(
-            requirements, files=str(root / "in"), work=str(work), out=str(root / "out"),
-            sdist=run.plan.sdist.filename, toolchain=run.toolchain, recipe=str(RECIPE),
-        )  # fmt: skip
-        _logged(run, [str(venv / "bin" / "python"), *script], full)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    """Build in *work* (fresh and private, `_in_place_work`); the caller removes it."""
+    venv = work / "venv"
+    argv = [run.python, "-m", "venv", str(venv)]
+    _logged(run, argv, os.environ)
+    if run.plan.torch_sha256 is not None:
+        _see_host_packages(run.python, venv)  # the host's torch, whose identity is in the key
+    nowhere = "http://127.0.0.1:9"  # nothing listens on the discard port: any download fails
+    base = {k: os.environ[k] for k in ("PATH", "HOME", "CUDA_HOME", "CXX", "CC") if k in os.environ}
+    full = {**base, **env, "http_proxy": nowhere, "https_proxy": nowhere,
+            "HTTP_PROXY": nowhere, "HTTPS_PROXY": nowhere, "no_proxy": "", "NO_PROXY": ""}  # fmt: skip
+    script = _command(
+        requirements, files=str(root / "in"), work=str(work), out=str(root / "out"),
+        sdist=run.plan.sdist.filename, toolchain=run.toolchain, recipe=str(RECIPE),
+    )  # fmt: skip
+    _logged(run, [str(venv / "bin" / "python"), *script], full)
 
 
 def _see_host_packages(python: str, venv: Path) -> None:

@@ -22,6 +22,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import LockedWheel
+from envbuilder.docpath import document_path
 from envbuilder.errors import InputError
 from envbuilder.files import sha256_file
 from envbuilder.model import ResolvedCombination
@@ -62,7 +63,7 @@ def built_wheel_for_image(
     record = read_build_record(path, resolved)
     key, filename = str(record["key"]), str(record["wheel"]["filename"])
     sha256 = str(record["wheel"]["sha256"])
-    wheel = build_cache / key / filename
+    wheel = document_path(build_cache, ("key", key), ("wheel", filename), source=str(path))
     if not wheel.is_file():
         raise InputError(
             f"{path} names the wheel {filename} (key {key[:12]}), and the build cache "

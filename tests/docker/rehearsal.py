@@ -13,8 +13,11 @@ workspace; ``$GITHUB_OUTPUT``, ``$GITHUB_ENV``, ``$GITHUB_PATH`` and
   and kept across its attempts (as for a re-run of failed jobs; stricter than a re-run of
   all jobs, which starts afresh): a second upload under one name fails unless it overwrites;
 - ``actions/upload-pages-artifact`` / ``deploy-pages``: the site goes to ``published/pages``;
+- ``actions/cache/restore`` and ``actions/cache/save``: a directory per key under
+  ``published/actions-cache``, the newest match of a restore-key when the key has none.
 - ``actions/attest-build-provenance``: the sha256 of every file its ``subject-path`` globs
-  match is recorded under ``published/attestations`` (what ``gh attestation verify`` would
+  match is recorded under ``published/attestations``, and its ``bundle-path`` is a file
+  listing those subjects (what ``gh attestation verify`` would
   find); no match fails, as does a job without ``id-token: write`` (GitHub gives such a job
   no OIDC token to sign with).
 
@@ -61,6 +64,22 @@ __all__ = [
 RUNNER_TOOLS = Path(__file__).resolve().parent / "runner_tools"
 TOOLCACHE = "/opt/hostedtoolcache"
 MACHINE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+#: Where a job finds the daemon's socket (Docker's default, which its clients try first).
+_JOB_SOCKET = "/var/run/docker.sock"
+
+
+def daemon_access(docker_host: str | None) -> tuple[str | None, dict[str, str]]:
+    """How a job reaches the daemon the tests use: the host's socket to mount at
+    ``_JOB_SOCKET`` (``DOCKER_HOST``'s ``unix://`` path, else the default socket) and the
+    environment to give the job (``DOCKER_HOST`` itself for a ``tcp://`` or ``ssh://`` one,
+    which the job's host network reaches as the host does)."""
+    if not docker_host:
+        return _JOB_SOCKET, {}
+    if docker_host.startswith("unix://"):
+        return docker_host.removeprefix("unix://"), {}
+    return None, {"DOCKER_HOST": docker_host}
 
 
 class ExpressionError(ValueError):
@@ -343,8 +362,11 @@ if [ -e "$dest" ]; then
 fi
 mapfile -t paths < <(printf '%s\\n' "$INPUT_PATH" | sed -e 's/^[[:space:]]*//' -e '/^$/d')
 found=()
-for p in "${paths[@]}"; do
-  if [ -e "$p" ] && [ -n "$(find "$p" -type f -print -quit)" ]; then found+=("${p%/}"); fi
+shopt -s nullglob
+for pattern in "${paths[@]}"; do
+  for p in $pattern; do  # unquoted: a glob, as upload-artifact's path takes one
+    if [ -e "$p" ] && [ -n "$(find "$p" -type f -print -quit)" ]; then found+=("${p%/}"); fi
+  done
 done
 if [ ${#found[@]} -eq 0 ]; then
   case $INPUT_IF_NO_FILES_FOUND in
@@ -412,6 +434,51 @@ rm -rf /published/pages && mv /published/pages.new /published/pages
 echo "page_url=file:///published/pages/" >> "$GITHUB_OUTPUT"
 """,
     ),
+    # The Actions cache: one directory per key under /published/actions-cache (it outlives
+    # runs, as GitHub's does); a restore takes the exact key, else the newest entry whose key
+    # starts with a restore-key; a save under a key that exists is skipped with a warning.
+    "actions/cache/restore": (
+        {"path": "", "key": "", "restore-keys": ""},
+        """\
+store=/published/actions-cache
+found=""
+if [ -d "$store/$INPUT_KEY" ]; then
+  found="$store/$INPUT_KEY"
+else
+  while IFS= read -r prefix; do
+    [ -n "$prefix" ] || continue
+    found=$(ls -1dt "$store/$prefix"* 2>/dev/null | head -n 1 || true)
+    [ -z "$found" ] || break
+  done <<< "$INPUT_RESTORE_KEYS"
+fi
+if [ -z "$found" ]; then
+  echo "Cache not found for input keys: $INPUT_KEY"
+  echo "cache-hit=false" >> "$GITHUB_OUTPUT"
+  exit 0
+fi
+mkdir -p "$INPUT_PATH"
+cp -a "$found/." "$INPUT_PATH/"
+echo "Cache restored from key: $(basename "$found")"
+echo "cache-hit=$([ "$found" = "$store/$INPUT_KEY" ] && echo true || echo false)" >> "$GITHUB_OUTPUT"
+""",
+    ),
+    "actions/cache/save": (
+        {"path": "", "key": ""},
+        """\
+store=/published/actions-cache
+if [ -e "$store/$INPUT_KEY" ]; then
+  echo "::warning::Failed to save: Unable to reserve cache with key $INPUT_KEY"
+  exit 0
+fi
+if [ ! -d "$INPUT_PATH" ]; then
+  echo "::warning::Path Validation Error: $INPUT_PATH does not exist"
+  exit 0
+fi
+mkdir -p "$store"
+cp -a "$INPUT_PATH" "$store/$INPUT_KEY"
+echo "Cache saved with key: $INPUT_KEY"
+""",
+    ),
     "actions/attest-build-provenance": (
         {"subject-path": "", "show-summary": "true"},
         """\
@@ -442,8 +509,10 @@ for name in subjects:
     }
     (store / f"sha256-{digest}.json").write_text(json.dumps(record, indent=2))
     print(f"attested {name} sha256:{digest}")
+bundle = pathlib.Path(os.environ["RUNNER_TEMP"]) / "attestation.bundle.json"
+bundle.write_text(json.dumps({"subjects": subjects}, indent=2))
 with open(os.environ["GITHUB_OUTPUT"], "a") as out:
-    out.write(f"bundle-path={store}\\n")
+    out.write(f"bundle-path={bundle}\\n")
 if os.environ.get("INPUT_SHOW_SUMMARY") == "true":
     with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as summary:
         summary.write(f"Attested {len(subjects)} subject(s)\\n")
@@ -660,9 +729,12 @@ class Rehearsal:
             str(machine): {"bind": str(machine), "mode": "rw"},
         }
         docker_cli = shutil.which("docker")
+        daemon_env: dict[str, str] = {}
         if docker_cli is not None:
             volumes[docker_cli] = {"bind": "/usr/local/bin/docker", "mode": "ro"}
-            volumes["/var/run/docker.sock"] = {"bind": "/var/run/docker.sock", "mode": "rw"}
+            socket, daemon_env = daemon_access(os.environ.get("DOCKER_HOST"))
+            if socket is not None:
+                volumes[socket] = {"bind": _JOB_SOCKET, "mode": "rw"}
         for path in self.mounts:
             volumes[path] = {"bind": path, "mode": "ro"}
         container = self.client.containers.run(
@@ -676,6 +748,7 @@ class Rehearsal:
                 "HOME": str(machine / "home"),
                 "TMPDIR": str(machine / "tmp"),
                 "PIP_CACHE_DIR": "/cache/pip",
+                **daemon_env,
                 **self.machine_env,
             },
         )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -13,14 +15,17 @@ from typing import Any
 import pytest
 from packaging.utils import canonicalize_name
 
+import envbuilder.docker.build as docker_build
 from envbuilder import __version__
 from envbuilder.docker.build import (
     OWNER_LABEL,
     BuildFailed,
     ImageRequest,
     ensure_image,
+    load_image,
     measure_manifest,
     owner_token,
+    source_revision,
     suite_lock_path,
 )
 from envbuilder.docker.cache import WheelCache
@@ -64,6 +69,11 @@ print(json.dumps({"difference": float((f(x) - (x.sin() * 2).relu().sum(1)).abs()
 """
 
 
+#: The checkout's revision (the image's revision label), read once: a commit made while
+#: the tests run would otherwise change the image id between two builds of one lock.
+REVISION = source_revision()
+
+
 def probe(client: Any, tag: str, code: str = PROBE) -> dict[str, Any]:
     out = client.containers.run(tag, ["python", "-c", code], network_mode="none", remove=True)
     result: dict[str, Any] = json.loads(out)
@@ -85,6 +95,7 @@ def build(
         base_image=base,
         log_dir=tmp_path / "logs",
         cache=cache,
+        revision=REVISION,
         **kwargs,
     )
     return ensure_image(request, reporter=reporter or Reporter(verbose=1))
@@ -157,19 +168,31 @@ def test_the_torch_image_holds_exactly_its_lock(
     assert len(layers) == len(base_layers) + 7  # compiler, venv, cuda, runtime, torch, rest, suite
 
 
-def test_an_image_with_the_lock_tag_is_not_rebuilt(
+def test_a_later_build_makes_every_layer_again_from_the_lock(
     docker_client: Any,
     base_image: str,
     wheel_cache: WheelCache,
-    torch_combination: Locked,
+    synthetic_lock: Callable[[str, Sequence[BuiltWheel]], Locked],
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    first = build(torch_combination, wheel_cache, base_image, tmp_path / "a")
+    """Nothing a process finds on the host vouches for an image: a later process (no layers
+    made here yet) installs every layer again, and the lock's layers come out the same."""
+    locked = synthetic_lock("test-kept", [*runtime_wheels(tmp_path / "wheels", seed=60), demo_tool(tmp_path / "wheels")])  # fmt: skip
+    first = build(locked, wheel_cache, base_image, tmp_path / "a")
     image_id = docker_client.images.get(first).id
-    again = build(torch_combination, wheel_cache, base_image, tmp_path / "b")
+    before = layer_ids(docker_client, first)
+    monkeypatch.setattr(docker_build, "_MADE_HERE", {})  # a later process
+    out = io.StringIO()
+    again = build(locked, wheel_cache, base_image, tmp_path / "b", reporter=Reporter(out))
     assert again == first
-    assert docker_client.images.get(again).id == image_id
-    assert not (tmp_path / "b" / "logs").exists()  # no build ran, so no build log
+    assert "make layer(s) compiler, venv, cuda, runtime, torch, rest, suite; reuse none" in out.getvalue()  # fmt: skip
+    # the compiler layer is apt's work and not always the same bytes; the lock's layers are
+    below = len(layer_ids(docker_client, base_image)) + 1
+    assert layer_ids(docker_client, again)[below:] == before[below:]
+    kept = f"✓ {first} existed and is what this build made (the same image id)"
+    assert (kept in out.getvalue()) == (docker_client.images.get(again).id == image_id)
+    assert (tmp_path / "b" / "logs" / "test-kept.log").is_file()
 
 
 def runtime_wheels(directory: Path, *, seed: int = 1) -> list[BuiltWheel]:
@@ -279,10 +302,8 @@ def test_two_builds_without_cache_give_the_same_layers_and_image_id(
     second = build(locked, wheel_cache, base_image, tmp_path, force=True, no_cache=True, reporter=Reporter(out))  # fmt: skip
     after = docker_client.images.get(second)
     assert second == first
-    assert (
-        "make layer(s) compiler, venv, cuda, runtime, torch, rest, suite; reuse none"
-        in out.getvalue()
-    )
+    # every layer of the lock made again; the compiler is the base's, made once per process
+    assert "make layer(s) venv, cuda, runtime, torch, rest, suite; reuse compiler" in out.getvalue()
     assert "docker load" in out.getvalue()
     assert after.attrs["RootFS"]["Layers"] == before.attrs["RootFS"]["Layers"]  # venv layer too
     assert after.id == before.id  # the config's times are the base's: the same image id
@@ -311,6 +332,33 @@ def test_a_forced_rebuild_without_change_reuses_every_layer(
     assert "docker load" not in out.getvalue()
 
 
+def test_a_change_of_rest_only_sends_the_layer_above_again_without_installing_it(
+    docker_client: Any,
+    base_image: str,
+    wheel_cache: WheelCache,
+    synthetic_lock: Callable[[str, Sequence[BuiltWheel]], Locked],
+    tmp_path: Path,
+) -> None:
+    """The suite layer's digest does not depend on the rest group below it: a lock that
+    changes only ``rest`` installs ``rest``, and the suite layer this process made is sent
+    again from its tree (the daemon needs it on the new parent)."""
+    wheels = tmp_path / "wheels"
+    common = [*runtime_wheels(wheels, seed=80), demo_tool(wheels)]
+    first = build(synthetic_lock("test-rest-a", common), wheel_cache, base_image, tmp_path)
+    out = io.StringIO()
+    changed = [*common, build_wheel(wheels, "demo-extra", "1.0")]
+    second = build(synthetic_lock("test-rest-b", changed), wheel_cache, base_image, tmp_path, reporter=Reporter(out))  # fmt: skip
+    assert "make layer(s) rest; reuse compiler, venv, cuda, runtime, torch, suite" in out.getvalue()
+    assert "docker load" in out.getvalue() and "(2 new layer(s))" in out.getvalue()
+    a, b = layer_ids(docker_client, first), layer_ids(docker_client, second)
+    assert a[:-2] == b[:-2]  # up to torch
+    assert a[-2] != b[-2]  # rest
+    assert a[-1] == b[-1]  # suite: the same bytes, on another parent
+    where = probe(docker_client, second, "import json, shutil; print(json.dumps({'tool': shutil.which('demo-tool')}))")  # fmt: skip
+    assert where == {"tool": "/opt/venv/bin/demo-tool"}
+    assert measure_manifest(docker_client, second).sha256 == docker_client.images.get(second).labels["io.envbuilder.manifest.sha256"]  # fmt: skip
+
+
 def test_another_base_image_is_another_input(
     docker_client: Any,
     base_image: str,
@@ -328,7 +376,7 @@ def test_another_base_image_is_another_input(
     assert second == first  # the tag names the lock
     image = docker_client.images.get(second)
     assert image.labels["io.envbuilder.base.id"] == docker_client.images.get(other).id
-    assert "is not trusted: no build of these inputs is recorded here" in out.getvalue()
+    assert f"{first} was {replaced}, not what this lock's build makes; replaced by {image.id}" in out.getvalue()  # fmt: skip
     # the image the rebuild replaced is gone, not left dangling
     assert replaced not in docker_client.api.images(all=True, quiet=True)
 
@@ -388,7 +436,11 @@ def test_a_hash_mismatch_in_the_build_is_the_message_and_the_good_log_stays(
     cached = cache.path_for(tool.sha256)
     data = bytearray(cached.read_bytes())
     data[-30] ^= 0xFF  # same size, other bytes: only pip's check inside the build sees it
-    cached.write_bytes(bytes(data))
+    before = cached.stat()
+    cached.write_bytes(bytes(data))  # in place: the same inode
+    # and the same mtime, so that the cache's stamp still vouches for the file: what a
+    # writer between the cache's check and the install can do
+    os.utime(cached, ns=(before.st_atime_ns, before.st_mtime_ns))
     with pytest.raises(BuildFailed) as raised:
         build(locked, cache, base_image, tmp_path, force=True, no_cache=True)
     message = str(raised.value)
@@ -415,11 +467,15 @@ def test_a_build_leaves_no_stage_container_or_dangling_image(
     ours = [c.id for c in docker_client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner_token()}"})]  # fmt: skip
     assert set(ours) - containers == set()
     assert not list(wheel_cache.root.glob("envbuilder-build-*"))
+    # the layer trees this process keeps to send again, in one directory it owns
+    kept_dirs = list(wheel_cache.root.glob("envbuilder-kept-*"))
+    assert [(d / "owner").read_text().strip() for d in kept_dirs] == [owner_token()]
     out = io.StringIO()
     build(locked, wheel_cache, base_image, tmp_path, force=True, no_cache=True, keep_stages=True, reporter=Reporter(out))  # fmt: skip
     kept = [Path(line.split("stages kept in ", 1)[1].strip()) for line in out.getvalue().splitlines() if "stages kept in " in line]  # fmt: skip
     assert len(kept) == 1
-    assert sorted(p.name for p in kept[0].glob("*.tar")) == [f"{g}.tar" for g in sorted(("compiler", "venv", "cuda", "runtime", "torch", "rest", "suite"))]  # fmt: skip
+    # the layers this build made (the compiler's was made by the first)
+    assert sorted(p.name for p in kept[0].glob("*.tar")) == [f"{g}.tar" for g in sorted(("venv", "cuda", "runtime", "torch", "rest", "suite"))]  # fmt: skip
     assert (kept[0] / "out" / "rest" / "opt" / "venv" / ".envbuilder" / "rest.txt").is_file()
     shutil.rmtree(kept[0])
 
@@ -460,11 +516,106 @@ def test_a_relabelled_image_with_the_lock_s_tag_is_not_trusted(
     again = build(locked, wheel_cache, base_image, tmp_path, reporter=Reporter(out))
 
     assert again == tag
-    below = len(layer_ids(docker_client, base_image))
-    doubt = {
-        "base": f"its layers ({below}) are not the {below + 7} that this lock's build makes",
-        "genuine": "its layers are the build's but its config is not",
-    }[forged_from]
-    assert f"{tag} is not trusted: {doubt}" in out.getvalue()
+    replaced = f"{tag} was {forged.id}, not what this lock's build makes; replaced by {genuine.id}"
+    assert replaced in out.getvalue()
     assert docker_client.images.get(tag).id == genuine.id  # the build's image, made again
     assert forged.id not in docker_client.api.images(all=True, quiet=True)  # and the fake gone
+
+
+def saved_image(client: Any, image: str) -> tuple[bytes, list[bytes]]:
+    """``docker save`` of ``image``: its config's bytes and its layer tars, bottom to top."""
+    import tarfile
+
+    archive = io.BytesIO(b"".join(client.images.get(image).save(named=False)))
+    with tarfile.open(fileobj=archive) as tar:
+
+        def member(name: str) -> bytes:
+            extracted = tar.extractfile(name)
+            assert extracted is not None, name
+            return extracted.read()
+
+        (manifest,) = json.loads(member("manifest.json"))
+        return member(manifest["Config"]), [member(name) for name in manifest["Layers"]]
+
+
+def planted_layer(genuine: bytes, root: Path) -> Path:
+    """The genuine top layer's tree plus a ``.pth`` file that runs at every interpreter
+    start, written as a reproducible layer like the build's own."""
+    import tarfile
+
+    from envbuilder.docker.layers import write_layer
+
+    with tarfile.open(fileobj=io.BytesIO(genuine)) as tar:
+        tar.extractall(root / "tree", filter="tar")
+    site = root / "tree" / "opt" / "venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "zz-planted.pth").write_text(
+        "import sys; sys.stdout.write('planted code ran\\n')\n", encoding="utf-8"
+    )
+    path = root / "planted.tar"
+    with path.open("wb") as f:
+        write_layer(root / "tree", f)
+    return path
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
+def test_a_planted_image_with_a_matching_forged_layer_record_is_not_measured(
+    docker_client: Any,
+    base_image: str,
+    synthetic_lock: Callable[[str, Sequence[BuiltWheel]], Locked],
+    tmp_path: Path,
+    force: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the runner's user can do between jobs: rewrite the build's layer records in the
+    envbuilder cache and load an image that matches them, under the lock's tag. The forged
+    top layer carries a ``.pth`` file; the manifest label and every other label stay genuine."""
+    from envbuilder.docker.build import layer_key, recipe_digest
+    from envbuilder.docker.layers import archive_chunks, image_id
+
+    cache = WheelCache(tmp_path / "cache" / "wheels")
+    locked = synthetic_lock(f"test-planted-{'force' if force else 'plain'}", [demo_tool(tmp_path / "wheels")])  # fmt: skip
+    tag = build(locked, cache, base_image, tmp_path / "genuine")
+    genuine = docker_client.images.get(tag)
+    config, layers = saved_image(docker_client, tag)
+    assert image_id(config) == genuine.id
+    planted = planted_layer(layers[-1], tmp_path / "planted")
+    diff_id = "sha256:" + hashlib.sha256(planted.read_bytes()).hexdigest()
+    document = json.loads(config)
+    document["rootfs"]["diff_ids"][-1] = diff_id
+    forged = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    genuine.tag("envbuilder-test/kept", "genuine")  # its lower layers stay for the load
+    load_image(docker_client, archive_chunks(forged, tag=tag, layer_files={diff_id: planted}))
+    docker_client.images.remove("envbuilder-test/kept:genuine")  # the genuine image is gone
+    # the record of the top (suite) layer now names the planted layer; what it lists of the
+    # venv stays the genuine layer's, so the manifest label is genuine too
+    key = layer_key("suite", "", base_id=docker_client.images.get(base_image).id, recipe=recipe_digest())  # fmt: skip
+    record = cache.root.parent / "layers" / f"{key}.json"
+    entries = json.loads(record.read_text(encoding="utf-8"))["entries"] if record.is_file() else []
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(
+        json.dumps({"diff_id": diff_id, "size": planted.stat().st_size, "entries": entries, "facts": {}}),
+        encoding="utf-8",
+    )  # fmt: skip
+    assert docker_client.images.get(tag).id == image_id(forged)
+    assert docker_client.images.get(tag).labels == genuine.labels
+    assert "planted code ran" in probe_text(docker_client, tag)
+
+    monkeypatch.setattr(docker_build, "_MADE_HERE", {})  # the next job: another process
+    out = io.StringIO()
+    again = build(
+        locked, cache, base_image, tmp_path / "again", force=force, reporter=Reporter(out)
+    )
+
+    assert again == tag
+    assert docker_client.images.get(tag).id != image_id(forged), out.getvalue()
+    assert layer_ids(docker_client, tag)[-1] == genuine.attrs["RootFS"]["Layers"][-1]
+    assert "planted code ran" not in probe_text(docker_client, tag)
+    assert image_id(forged) not in docker_client.api.images(all=True, quiet=True)
+
+
+def probe_text(client: Any, tag: str) -> str:
+    out: bytes = client.containers.run(
+        tag, ["python", "-c", "print('suite')"], network_mode="none", remove=True
+    )
+    return out.decode()

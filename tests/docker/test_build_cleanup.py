@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import envbuilder.docker.build as docker_build
+import envbuilder.docker.daemon as docker_daemon
 from envbuilder.docker.build import (
     BuildFailed,
     ImageRequest,
@@ -67,9 +68,9 @@ def cli_locks(root: Path, base_image: str, *, seed: int) -> Path:
     return locks
 
 
-def start_build(root: Path, locks: Path) -> subprocess.Popen[str]:
+def start_build(root: Path, locks: Path, *options: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "envbuilder", "build", COMBINATION, "--force",
+        [sys.executable, "-m", "envbuilder", "build", COMBINATION, "--force", *options,
          "--locks", str(locks), "--wheel-cache", str(root / "cache" / "wheels"),
          "--log-dir", str(root / "logs")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -165,6 +166,34 @@ def test_the_next_build_sweeps_what_a_killed_build_left(
     assert not stages[0].exists()
 
 
+def test_a_build_whose_image_exists_sweeps_what_a_killed_build_left_first(
+    docker_client: Any, base_image: str, build_root: Path
+) -> None:
+    """The image is already what the lock makes; a killed rebuild's container and stage
+    still go before anything else is looked at."""
+    locks = cli_locks(build_root, base_image, seed=73)
+    from envbuilder.model import load_resolution
+
+    resolved = load_resolution(locks / "resolution.json").by_id()[COMBINATION]
+    request = ImageRequest(
+        resolved=resolved,
+        lock_path=locks / lock_filename(COMBINATION),
+        base_image=base_image,
+        log_dir=build_root / "logs",
+        cache=WheelCache(build_root / "cache" / "wheels"),
+    )
+    ensure_image(request, reporter=Reporter(io.StringIO()))
+    process = start_build(build_root, locks, "--no-cache")  # installs, whatever was made before
+    container = install_container(docker_client, build_root, process)
+    process.kill()
+    process.wait(timeout=60)
+    (stage,) = (build_root / "cache" / "wheels").glob("envbuilder-build-*")
+    out = io.StringIO()
+    ensure_image(request, reporter=Reporter(out, verbose=1))
+    assert not container_exists(docker_client, container), out.getvalue()
+    assert not stage.exists()
+
+
 def test_a_build_of_another_process_that_runs_is_not_swept(
     docker_client: Any, base_image: str, build_root: Path
 ) -> None:
@@ -246,7 +275,7 @@ def test_a_daemon_that_never_answers_is_an_error_not_a_hang(
     silent_daemon: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", silent_daemon)
-    monkeypatch.setattr(docker_build, "_QUICK_TIMEOUT_S", 2, raising=False)
+    monkeypatch.setattr(docker_daemon, "_QUICK_TIMEOUT_S", 2)
     outcome: list[BaseException | object] = []
 
     def connect() -> None:

@@ -18,6 +18,7 @@ and a retired combination's; the new lockfile keeps both, and is published and a
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -36,6 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
+from envbuilder.docker.registry import ImageRecord
 from envbuilder.index.pipconfig import pip_config_value
 from envbuilder.model import Resolution
 from tests.docker.rehearsal import (
@@ -43,10 +45,12 @@ from tests.docker.rehearsal import (
     JobResult,
     Rehearsal,
     RunSettings,
+    daemon_access,
     evaluate,
     load_workflow,
     parse_output_file,
 )
+from tests.support.registry import RegistryServer
 from tests.support.wheels import build_wheel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,6 +119,23 @@ def test_expressions(expression: str, value: Any) -> None:
 def test_expressions_the_rehearsal_cannot_read_are_refused(expression: str, problem: str) -> None:
     with pytest.raises(ExpressionError, match=re.escape(problem)):
         evaluate(expression, CONTEXTS, {})
+
+
+@pytest.mark.parametrize(
+    ("docker_host", "socket", "env"),
+    [
+        (None, "/var/run/docker.sock", {}),
+        ("", "/var/run/docker.sock", {}),
+        ("unix:///run/user/1000/docker.sock", "/run/user/1000/docker.sock", {}),
+        ("tcp://127.0.0.1:2375", None, {"DOCKER_HOST": "tcp://127.0.0.1:2375"}),
+        ("ssh://builder@host", None, {"DOCKER_HOST": "ssh://builder@host"}),
+    ],
+)
+def test_jobs_reach_the_daemon_that_docker_host_names(
+    docker_host: str | None, socket: str | None, env: dict[str, str]
+) -> None:
+    """A rootless or shared daemon is the tests' daemon too: the jobs get that one."""
+    assert daemon_access(docker_host) == (socket, env)
 
 
 def test_output_files_read_lines_and_blocks() -> None:
@@ -286,6 +307,9 @@ def rehearsal(
     **kwargs: Any,
 ) -> Rehearsal:
     env, mounts = runner_machine()
+    only = kwargs.pop("only", None)
+    if only is not None and workflow == "gpu-matrix.yml" and "when" not in only:
+        only = ["when", *only]  # the schedule's guard, whose output the resolve job reads
     return Rehearsal(
         client=docker_client,
         image=image,
@@ -296,12 +320,28 @@ def rehearsal(
         mounts=[*mounts, *extra_mounts],
         not_rehearsed=NOT_REHEARSED[workflow],
         pip_cache=pip_cache,
+        only=only,
         **kwargs,
     )
 
 
 def results_of(run: dict[str, JobResult]) -> dict[str, str]:
     return {name: job.result for name, job in run.items()}
+
+
+#: A GPU matrix run of one combination: the schedule's guard runs, one chunk has jobs.
+ONE_CHUNK = {
+    "when": "success",
+    "conformance-2": "skipped",
+    "conformance-3": "skipped",
+    "conformance-4": "skipped",
+    # the build matrix is chunked the same way: one chunk of images at most here
+    "build-2": "skipped",
+    "build-3": "skipped",
+    "build-4": "skipped",
+}
+#: Without ENVBUILDER_REGISTRY the conformance job builds its own image.
+NO_REGISTRY = {"build": "skipped", "images": "skipped"}
 
 
 def step_log(job: JobResult, name: str) -> str:
@@ -327,8 +367,13 @@ def entry_of(lockfile: Mapping[str, Any], combination: str) -> dict[str, Any]:
 
 
 def assert_attested(home: Path, release: Path) -> None:
-    """Every asset of the release has an attestation of its very bytes."""
-    for asset in sorted((release / "assets").iterdir()):
+    """Every asset of the release has an attestation of its very bytes, but the Sigstore
+    bundle beside the lockfile, which is that attestation."""
+    assets = sorted((release / "assets").iterdir())
+    assert "compat.lock.json.sigstore.json" in [a.name for a in assets], release.name
+    for asset in assets:
+        if asset.name.endswith(".sigstore.json"):
+            continue
         digest = hashlib.sha256(asset.read_bytes()).hexdigest()
         record = home / "published" / "attestations" / f"sha256-{digest}.json"
         assert record.is_file(), f"{asset.name} of {release.name} is not attested"
@@ -408,9 +453,12 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
         )
     )
     expected = {
+        **ONE_CHUNK,
+        **NO_REGISTRY,
         "resolve": "success",
         "conformance": "success",
         "aggregate": "success",
+        "attest": "success",
         "pages": "success",
         "release": "success",
     }
@@ -419,7 +467,7 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
     previous = "Start from the last published lockfile"
     assert "No published lockfile yet" in step_log(first["resolve"], start)
     assert "No published lockfile yet" in step_log(first["aggregate"], previous)
-    assert json.loads(first["resolve"].outputs["matrix"])["include"][0]["id"] == COMBINATION
+    assert json.loads(first["resolve"].outputs["chunk-1"])["include"][0]["id"] == COMBINATION
     results = json.loads(
         (home / "run-7" / "artifacts" / f"results-{COMBINATION}" / f"{COMBINATION}.json")
         .read_text()
@@ -476,7 +524,16 @@ def test_the_gpu_matrix_runs_on_bare_runners_and_survives_an_upstream_release(
     second_lockfile = published_lockfile(releases / f"compat-{day}-7.2")
     second_runs = entry_of(second_lockfile, COMBINATION)["runs"]
     assert len(second_runs) == 2, second_runs
-    assert first_runs[0] in second_runs  # the earlier evidence, as it was published
+
+    # the earlier evidence, as it was published; only a source path that no longer leads to
+    # its file from the new lockfile says where it was carried from
+    def without_source(r: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in r.items() if k != "source"}
+
+    (kept,) = [r for r in second_runs if without_source(r) == without_source(first_runs[0])]
+    assert kept["source"] == first_runs[0]["source"] or kept["source"].startswith(
+        "carried from lockfile "
+    ), kept["source"]
     assert_attested(home, releases / f"compat-{day}-7.2")
     assert sorted(p.name for p in releases.iterdir()) == [f"compat-{day}-7.1", f"compat-{day}-7.2"]
     second_locks = released_locks(releases / f"compat-{day}-7.2")
@@ -537,6 +594,34 @@ def earlier_lockfile(tmp_path: Path) -> Path:
     return out / "compat.lock.json"
 
 
+def packed(lockfile: Path) -> Path:
+    """compat-locks.tar.gz beside *lockfile*, as the aggregate job packs it."""
+    archive = lockfile.parent / "compat-locks.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(lockfile, arcname="compat.lock.json")
+        tar.add(lockfile.parent / "locks", arcname="locks")
+    return archive
+
+
+def attest_release(home: Path, release: Path, *, ref: str = "refs/heads/main") -> None:
+    """Attestations of *release*'s assets as the workflow's attest job (on *ref*) makes them."""
+    store = home / "published" / "attestations"
+    store.mkdir(parents=True, exist_ok=True)
+    repository = RunSettings(event_name="schedule").repository
+    for asset in (release / "assets").iterdir():
+        digest = hashlib.sha256(asset.read_bytes()).hexdigest()
+        record = {
+            "subject": {"name": asset.name, "path": asset.name, "digest": {"sha256": digest}},
+            "predicateType": "https://slsa.dev/provenance/v1",
+            "repository": repository,
+            "workflow_ref": f"{repository}/.github/workflows/gpu-matrix.yml@{ref}",
+            "run_id": "1005",
+            "run_attempt": "1",
+            "sha": "0" * 40,
+        }
+        (store / f"sha256-{digest}.json").write_text(json.dumps(record, indent=2))
+
+
 def publish_release(home: Path, tag: str, assets: list[Path]) -> Path:
     """A release as the runners' gh keeps it (made before the run: the newest one)."""
     releases = home / "published" / "releases"
@@ -553,10 +638,22 @@ def publish_release(home: Path, tag: str, assets: list[Path]) -> Path:
 @pytest.mark.docker
 @pytest.mark.slow
 @pytest.mark.usefixtures("images_kept")
-def test_a_scheduled_run_builds_the_image_runs_the_suite_in_it_and_keeps_earlier_evidence(
+def test_a_scheduled_run_builds_the_image_once_pulls_it_by_digest_and_keeps_evidence(
     docker_client: Any,
     runner_image: str,
     base_image: str,
+    torch_wheels: Path,
+    tmp_path: Path,
+    pip_cache: Path,
+) -> None:
+    with contextlib.ExitStack() as stack:
+        scheduled_run(stack, docker_client, runner_image, torch_wheels, tmp_path, pip_cache)
+
+
+def scheduled_run(
+    stack: contextlib.ExitStack[bool | None],
+    docker_client: Any,
+    runner_image: str,
     torch_wheels: Path,
     tmp_path: Path,
     pip_cache: Path,
@@ -565,35 +662,58 @@ def test_a_scheduled_run_builds_the_image_runs_the_suite_in_it_and_keeps_earlier
     home = tmp_path / "home"
     earlier = earlier_lockfile(tmp_path)
     earlier_tag = "compat-20261201-5.1"
-    publish_release(home, earlier_tag, [earlier])
+    attest_release(home, publish_release(home, earlier_tag, [earlier, packed(earlier)]))
     kept_before = {
         e["id"]: e["runs"] for e in json.loads(earlier.read_text())["retired"]
     }  # fmt: skip
     run = rehearsal(docker_client, runner_image, clone, "gpu-matrix.yml", home, pip_cache=pip_cache)
-    weekly = load_workflow(clone / ".github" / "workflows" / "gpu-matrix.yml")["on"]["schedule"][0]
+    schedules = load_workflow(clone / ".github" / "workflows" / "gpu-matrix.yml")["on"]["schedule"]
+    # the weekly run, except on the 1st: then the monthly one runs and the weekly stands down
+    on_the_first = datetime.datetime.now(datetime.UTC).day == 1
+    weekly = schedules[1 if on_the_first else 0]
+    # The registry the runners share: on loopback (the daemon pushes there over HTTP).
+    registry = stack.enter_context(RegistryServer(tmp_path / "registry"))
+    variables = {**repository_variables(), "ENVBUILDER_REGISTRY": registry.address}
 
     done = run.run(
         RunSettings(
-            event_name="schedule",
-            schedule=weekly["cron"],
-            variables=repository_variables(),
-            run_number=9,
+            event_name="schedule", schedule=weekly["cron"], variables=variables, run_number=9
         )
     )
 
     assert results_of(done) == {
+        **ONE_CHUNK,
         "resolve": "success",
+        "build": "success",
+        "images": "success",
         "conformance": "success",
         "aggregate": "success",
+        "attest": "success",
         "pages": "success",
         "release": "success",
     }
-    # only the resolvable combination gets a job; its image is built from its lock here
-    assert [e["id"] for e in json.loads(done["resolve"].outputs["matrix"])["include"]] == [
+    # only the resolvable combination gets a job; its image is built once, by the build job,
+    # pushed by digest, and its record attested on the (hosted) images job
+    assert [e["id"] for e in json.loads(done["resolve"].outputs["chunk-1"])["include"]] == [
         COMBINATION
     ]
-    image_step = "Pull the image from the registry, or build it from the lock"
+    record_file = home / "run-9" / "artifacts" / f"image-{COMBINATION}" / f"{COMBINATION}.json"
+    record = ImageRecord.loads(record_file.read_text(encoding="utf-8"))
+    digest = record.reference.rpartition("@")[2]
+    assert record.reference == f"{registry.address}/envbuilder/{COMBINATION}@{digest}"
+    assert registry.tags(f"envbuilder/{COMBINATION}") == [record.lock_sha256[:12]]
+    attested = hashlib.sha256(record_file.read_bytes()).hexdigest()
+    assert (home / "published" / "attestations" / f"sha256-{attested}.json").is_file()
+    # the conformance job verified the record, pulled the image by its digest and checked it
+    verify = "Verify that this workflow attested the image record"
+    assert "Verification succeeded" in step_log(done["conformance"], verify)
+    image_step = "Build the image from the lock and run the conformance suite in it"
     assert [s.outcome for s in done["conformance"].steps if s.name == image_step] == ["success"]
+    suite_log = step_log(done["conformance"], image_step)
+    assert f"pull {record.reference}" in suite_log
+    assert f"is image {record.image_id}" in suite_log
+    assert ("GET", f"/v2/envbuilder/{COMBINATION}/manifests/{digest}") in registry.requests
+    assert f"::group::build envbuilder/{COMBINATION}:" not in suite_log  # nothing built here
     results = json.loads(
         (home / "run-9" / "artifacts" / f"results-{COMBINATION}" / f"{COMBINATION}.json")
         .read_text()
@@ -603,7 +723,8 @@ def test_a_scheduled_run_builds_the_image_runs_the_suite_in_it_and_keeps_earlier
     assert built.labels["io.envbuilder.suite.diffusers"] == DIFFUSERS
     # merged into the last published lockfile
     previous = step_log(done["aggregate"], "Start from the last published lockfile")
-    assert f"Merging into the lockfile of {earlier_tag}" in previous
+    assert f"Merging into the lockfile of {earlier_tag} (attestation verified)" in previous
+    assert previous.count("Verification succeeded") == 2  # the lockfile and its archive
     merged = step_log(done["aggregate"], "Merge the results into the compatibility lockfile")
     assert "2 run(s) kept from" in merged, merged
     assert re.search(rf"retired\s+{re.escape(RETIRED)}: last verified", merged), merged
@@ -631,11 +752,85 @@ def test_a_scheduled_run_builds_the_image_runs_the_suite_in_it_and_keeps_earlier
     for entry in lockfile["combinations"]:
         if entry["runs"] or entry["stale_runs"]:
             assert entry["last_verified"]["date"], entry["id"]
+    # The next run: the lock did not change, so the attested record is kept and nothing built.
+    again = rehearsal(
+        docker_client, runner_image, clone, "gpu-matrix.yml", home, pip_cache=pip_cache,
+        only=["resolve", "build"],
+    ).run(RunSettings(event_name="schedule", schedule=weekly["cron"], variables=variables, run_number=10))  # fmt: skip
+    assert again["build"].result == "success"
+    kept = step_log(again["build"], "Build the image from the lock and push it, unless an attested record names it")  # fmt: skip
+    assert f"its lock did not change; {record.reference} is kept, not built" in kept, kept
+    assert (
+        ImageRecord.loads(
+            (
+                home / "run-10" / "artifacts" / f"image-{COMBINATION}" / f"{COMBINATION}.json"
+            ).read_text()
+        )
+        == record
+    )
+    planted_record(docker_client, runner_image, clone, home, pip_cache, variables, record)
+    planted_review_workflow(clone, tmp_path / "planted-workflows")
     print(f"=== the scheduled run's merge\n{merged}")
     for job in ("conformance", "aggregate"):
         print(f"=== the scheduled run, {job}: the job summary\n{done[job].summary}")
     for job in ("resolve", "conformance", "aggregate", "pages", "release"):
         print(f"{job}: {done[job].seconds:.0f} s")
+
+
+def planted_record(
+    docker_client: Any,
+    runner_image: str,
+    clone: Path,
+    home: Path,
+    pip_cache: Path,
+    variables: Mapping[str, str],
+    genuine: ImageRecord,
+) -> None:
+    """A forged image record where the build job restores earlier runs' records: the same
+    lock, another image. No run of this workflow attested it, so it is refused and the
+    image is built from the lock; the forged reference is never measured nor kept."""
+    forged = ImageRecord(
+        combination=genuine.combination,
+        lock_sha256=genuine.lock_sha256,
+        image_id="sha256:" + "e" * 64,
+        reference=genuine.reference.rpartition("@")[0] + "@sha256:" + "d" * 64,
+    )
+    cache = home / "published" / "actions-cache" / "image-records-9999"  # the newest
+    cache.mkdir(parents=True)
+    (cache / f"{COMBINATION}.json").write_text(forged.dumps())
+    weekly = load_workflow(clone / ".github" / "workflows" / "gpu-matrix.yml")["on"]["schedule"]
+    cron = weekly[1 if datetime.datetime.now(datetime.UTC).day == 1 else 0]["cron"]
+    third = rehearsal(
+        docker_client, runner_image, clone, "gpu-matrix.yml", home, pip_cache=pip_cache,
+        only=["resolve", "build"],
+    ).run(RunSettings(event_name="schedule", schedule=cron, variables=variables, run_number=11))  # fmt: skip
+    log = step_log(third["build"], "Build the image from the lock and push it, unless an attested record names it")  # fmt: skip
+    assert third["build"].result == "success", log
+    assert "failed to fetch attestations for subject" in log, log
+    assert forged.reference not in log.split("failed to fetch attestations")[1], log
+    made = ImageRecord.loads(
+        (home / "run-11" / "artifacts" / f"image-{COMBINATION}" / f"{COMBINATION}.json").read_text()
+    )
+    assert made.reference != forged.reference and made.image_id != forged.image_id
+    print(f"=== a forged image record, refused\n{log}")
+
+
+def planted_review_workflow(clone: Path, planted: Path) -> None:
+    """A review-triggered workflow beside the GPU matrix that asks for its runners: the
+    runner-exposure rule (the lint gate's tests/unit/test_workflow_safety.py) refuses it."""
+    from tests.unit.test_workflow_safety import check
+
+    shutil.copytree(clone / ".github" / "workflows", planted)
+    assert check(planted) == []
+    (planted / "review.yml").write_text(
+        "on:\n  pull_request_target:\n    types: [opened, synchronize]\n"
+        "permissions:\n  contents: read\n"
+        "jobs:\n  measure:\n    runs-on: [self-hosted, linux, x64, gpu]\n"
+        "    timeout-minutes: 5\n    steps:\n      - run: echo measured\n"
+    )
+    refused = check(planted)
+    assert refused and all("pull_request_target" in r for r in refused), refused
+    print("=== a review-triggered workflow, refused\n" + "\n".join(refused))
 
 
 @pytest.mark.docker

@@ -283,3 +283,56 @@ def test_a_failed_load_says_whether_a_layer_went_away(
         load_image(client, iter([b"archive"]))
     assert type(caught.value) is raised
     assert api.sent == b"archive"
+
+
+def test_each_container_mounts_only_the_trees_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiler's container and the wheels' container run side by side and each hands its
+    output to the user with ``chown -R`` over its writable mounts: a mount of the whole output
+    directory walks the other container's tree while it still changes (a bytecode temp file
+    vanishing under chown failed a build). Each writable mount is the container's own tree."""
+    from types import SimpleNamespace
+
+    from envbuilder.docker import base as base_module
+    from envbuilder.docker import build as build_module
+    from envbuilder.reporter import Reporter
+
+    mounts: dict[str, list[str]] = {}
+
+    def fake_run(client: object, image: str, command: list[str], **kw: Any) -> tuple[int, str]:
+        role = kw.get("role", "check")
+        writable = {host: v["bind"] for host, v in kw["volumes"].items() if v["mode"] == "rw"}
+        mounts[role] = sorted(writable.values())
+        for host, bind in writable.items():
+            name = bind.rsplit("/", 1)[-1]
+            assert Path(host).name == name, (host, bind)  # a group's tree, mounted as itself
+            if name == "compiler":
+                (Path(host) / "usr/share/envbuilder").mkdir(parents=True)
+                (Path(host) / "usr/share/envbuilder/compiler.txt").write_text("cc: cc 12\n")
+            else:
+                (Path(host) / "opt/venv").mkdir(parents=True)
+            if kw.get("on_line"):
+                kw["on_line"](f"install-group.sh: {name} done")
+        return 0, ""
+
+    monkeypatch.setattr(base_module, "run_container", fake_run)
+    monkeypatch.setattr(build_module, "run_container", fake_run)
+    inputs = SimpleNamespace(
+        base=SimpleNamespace(id="sha256:base", ref="base"),
+        wheels_of=lambda name: (),
+        resolved=SimpleNamespace(id="row"),
+    )
+    cache = SimpleNamespace(root=tmp_path / "wheels", fetch=lambda wheel: None)
+    (tmp_path / "work").mkdir()
+    records = build_module._make_layers(
+        object(),  # type: ignore[arg-type]
+        inputs,  # type: ignore[arg-type]
+        ["compiler", "venv"],
+        tmp_path / "work",
+        cache=cache,  # type: ignore[arg-type]
+        log=io.StringIO(),
+        reporter=Reporter(stream=io.StringIO()),
+    )
+    assert sorted(records) == ["compiler", "venv"]
+    assert mounts == {"compiler": ["/envbuilder/out/compiler"], "install": ["/envbuilder/out/venv"]}

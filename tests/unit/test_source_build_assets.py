@@ -17,13 +17,16 @@ from envbuilder.sourcebuild.published import record_asset, wheel_asset, write_as
 ID = "py3.12-cu130-torch2.11.0-xformers0.0.35"
 WHEEL = "xformers-0.0.35-py39-none-linux_x86_64.whl"
 
+#: a build key as the cache takes one: a sha256 in lowercase hex
+KEY = "e608dfda6e02" + "0" * 52
+
 
 def test_the_assets_are_the_cached_wheel_and_its_record_under_unique_names(tmp_path: Path) -> None:
     made = tmp_path / WHEEL
     made.write_bytes(b"built")
     sha = hashlib.sha256(b"built").hexdigest()
-    record = {"key": "k" * 64, "combination": ID, "wheel": {"filename": WHEEL, "sha256": sha}}
-    built = BuiltWheelCache(tmp_path / "cache").put("k" * 64, made, record)
+    record = {"key": KEY, "combination": ID, "wheel": {"filename": WHEEL, "sha256": sha}}
+    built = BuiltWheelCache(tmp_path / "cache").put(KEY, made, record)
     wheel, kept = write_assets(built, ID, tmp_path / "assets")
     assert (wheel.name, kept.name) == (f"{ID}.{WHEEL}", f"build-record.{ID}.json")
     assert (wheel.name, kept.name) == (wheel_asset(ID, WHEEL), record_asset(ID))

@@ -9,13 +9,23 @@
 #   by pip into OUT/GROUP/opt/venv. Every wheel is checked against its hash, nothing is
 #   resolved (--no-deps) or fetched (--no-index). Then the tree is byte-compiled with
 #   unchecked-hash .pyc files (no timestamps, one process, fixed hash seed), so the same
-#   wheels give the same bytes. OUT/GROUP/opt/venv/.envbuilder/GROUP.txt records the group's
+#   wheels give the same bytes; test directories (tests/, test/, testing/_internal/), which
+#   no program imports, stay source only. OUT/GROUP/opt/venv/.envbuilder/GROUP.txt records the group's
 #   requirements (it also keeps an empty group's layer distinct from its neighbours').
+# Each group's bytecode is compiled in the background while the next group installs; when
+# a group's tree is final (and handed to $ENVBUILDER_OWNER, uid:gid, where set), the line
+# "install-group.sh: GROUP done" says so: envbuilder hashes it while the rest installs.
 # envbuilder writes each OUT/GROUP as one layer (envbuilder/docker/layers.py).
 set -eu
 out=$1
 shift
 installer=""
+now() { date +%s%N 2>/dev/null | cut -c1-13; }  # milliseconds
+seconds() { echo "$(( ($(now) - $1) / 1000 )).$(( ($(now) - $1) % 1000 / 100 ))"; }
+finish() {  # GROUP: the tree is final
+  if [ -n "${ENVBUILDER_OWNER:-}" ]; then chown -R "$ENVBUILDER_OWNER" "$out/$1"; fi
+  echo "install-group.sh: $1 done"
+}
 for group in "$@"; do
   stage="$out/$group"
   mkdir -p "$stage"
@@ -29,6 +39,7 @@ for group in "$@"; do
       echo 'envbuilder:x:10001:10001:envbuilder:/home/envbuilder:/bin/sh' >> "$stage/etc/passwd"
       echo 'envbuilder:x:10001:' >> "$stage/etc/group"
     fi
+    finish "$group"
     continue
   fi
   if [ -z "$installer" ]; then
@@ -41,16 +52,24 @@ for group in "$@"; do
   cp "$wheels/requirements.txt" "$stage/opt/venv/.envbuilder/$group.txt"
   if grep -q '[^[:space:]]' "$wheels/requirements.txt"; then
     echo "install-group.sh: installing $group"
+    started=$(now)
     PIP_CONFIG_FILE=/dev/null "$installer" -m pip install \
       --root "$stage" --ignore-installed --no-deps --require-hashes --no-index \
       --find-links "$wheels" --no-compile --no-cache-dir --disable-pip-version-check \
       --no-warn-script-location --root-user-action=ignore --progress-bar off \
       -r "$wheels/requirements.txt"
-    echo "install-group.sh: byte-compiling $group"
-    PYTHONHASHSEED=0 "$installer" -m compileall -q --invalidation-mode unchecked-hash \
-      -s "$stage" -p / "$stage/opt/venv" \
-      || echo "install-group.sh: some files of $group did not byte-compile; they stay source only"
+    echo "install-group.sh: byte-compiling $group (installed in $(seconds "$started") s)"
+    (
+      started=$(now)
+      PYTHONHASHSEED=0 "$installer" -m compileall -q --invalidation-mode unchecked-hash \
+        -x '/(tests?|testing/_internal)/' -s "$stage" -p / "$stage/opt/venv" \
+        || echo "install-group.sh: some files of $group did not byte-compile; they stay source only"
+      echo "install-group.sh: $group byte-compiled in $(seconds "$started") s"
+      finish "$group"
+    ) &
   else
     echo "install-group.sh: no wheels in $group"
+    finish "$group"
   fi
 done
+wait
