@@ -1,11 +1,16 @@
 """Benchmark of ``envbuilder build``: ``nox -s bench -- build [--synthetic]``.
 
 Builds combinations with envbuilder's layers and naively
-(``envbuilder/docker/recipe/Dockerfile.naive``: the same lock installed as one layer by
-``docker build``), interleaved, ``--repeat`` times each from cold (images
-removed, no cache), and prints medians and spreads of:
+(``envbuilder/docker/recipe/Dockerfile.naive``: the same content, the compiler from the
+base's Debian packages, the lock and the suite's wheels, made by one ``docker build``
+without cache), interleaved, ``--repeat`` times each from cold (images removed, the
+lock's layers made again), and prints medians and spreads, with the load average, of:
 
-- the cold build, layered against naive (target: layered ≤ 0.4 × naive, issue 27);
+- the cold build, layered against naive (target: layered ≤ 0.5 × naive, issue 37). The
+  compiler layer is made once per base image in the process (the first build, measured
+  apart) and reused; the naive build runs apt every time, as one ``docker build`` does;
+- a change of the ``rest`` group only (a small wheel added to the lock): the layer
+  above it is sent again from its tree, not installed again (target ≤ 10 s);
 - a ``--force`` rebuild with nothing changed (target ≤ 5 s);
 - the image id of every cold build (target: one id per lock);
 - a container's start to ``import torch`` (and ``xformers.ops`` when locked)
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import io
 import itertools
@@ -37,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,12 +54,16 @@ import tomli_w
 
 from envbuilder.docker.build import (
     DOCKER_DIR,
+    SUITE_GROUP,
     BuildFailed,
     ImageRequest,
     docker_client,
     ensure_image,
     link_wheels,
     lock_path,
+    source_revision,
+    suite_lock_path,
+    suite_wheels,
 )
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.client import DockerClient
@@ -80,7 +91,8 @@ TEST_BASE = "envbuilder-test/python:3.11"
 DISK_TARGET = 0.60
 REBUILD_TARGET_S = 5.0
 IMPORT_TARGET_S = 2.0
-COLD_RATIO_TARGET = 0.4
+COLD_RATIO_TARGET = 0.5
+REST_ONLY_TARGET_S = 10.0
 #: The label of envbuilder/docker/recipe/Dockerfile.naive's install stage.
 NAIVE_STAGE_LABEL = "io.envbuilder.bench.naive-stage"
 
@@ -154,10 +166,14 @@ def _main(argv: Sequence[str]) -> int:
     print(f"bench build: mode={mode}; base image {base or 'python:<python>-slim'}", flush=True)
     quiet = Reporter(io.StringIO())
 
+    # one revision label for the whole run: commits meanwhile would change the image ids
+    revision = source_revision(settings.revision)
+
     def request(case: Case, **kwargs: Any) -> ImageRequest:
         return ImageRequest(
             resolved=case.resolved, lock_path=case.lock, base_image=base, log_dir=log_dir,
-            cache=cache, built_wheel=image_wheel(case.resolved, case.lock, cache), **kwargs,
+            cache=cache, built_wheel=image_wheel(case.resolved, case.lock, cache),
+            revision=revision, **kwargs,
         )  # fmt: skip
 
     def layered_build(case: Case, **kwargs: Any) -> str:
@@ -168,21 +184,36 @@ def _main(argv: Sequence[str]) -> int:
     naive: dict[str, str] = {}
     for case in cases:
         cid = case.resolved.id
+        # the base's compiler layer, made once in this process (apt beside the first install)
+        _remove(client, image_tag(cid, lock_digest(case.lock.read_bytes())))
+        start = time.monotonic()
+        layered_build(case, force=True, no_cache=True)
+        first = time.monotonic() - start
         cold_layered: list[float] = []
         cold_naive: list[float] = []
+        rest_only: list[float] = []
         ids: list[str] = []
-        for _ in range(args.repeat):
+        loads: list[float] = []
+        for i in range(args.repeat):
+            loads.append(os.getloadavg()[0])
             _remove(client, image_tag(cid, lock_digest(case.lock.read_bytes())))
             start = time.monotonic()
             layered[cid] = layered_build(case, force=True, no_cache=True)
             cold_layered.append(time.monotonic() - start)
             ids.append(str(client.images.get(layered[cid]).id))
+            changed = rest_changed(case, work=log_dir.parent / "bench-rest-only", version=f"1.{i}")
+            start = time.monotonic()
+            changed_tag = layered_build(changed)
+            rest_only.append(time.monotonic() - start)
+            _remove(client, changed_tag)
+            loads.append(os.getloadavg()[0])
             _remove(client, naive_tag(case))
             start = time.monotonic()
             naive[cid] = naive_image(client, case, base, cache, log_dir, reporter)
             cold_naive.append(time.monotonic() - start)
         print(
-            f"  {cid}: cold layered {_spread(cold_layered)}, naive {_spread(cold_naive)}",
+            f"  {cid}: cold layered {_spread(cold_layered)}, naive {_spread(cold_naive)}, "
+            f"rest-only change {_spread(rest_only)}",
             flush=True,
         )
         force: list[float] = []
@@ -200,10 +231,15 @@ def _main(argv: Sequence[str]) -> int:
             statistics.median(cold_layered),
             statistics.median(cold_naive),
         )
+        ratios = [a / b for a, b in zip(cold_layered, cold_naive, strict=True)]
         checks = [
             (
                 f"cold layered ≤ {COLD_RATIO_TARGET} × naive",
                 layered_median <= COLD_RATIO_TARGET * naive_median,
+            ),
+            (
+                f"rest-only change ≤ {REST_ONLY_TARGET_S:.0f} s",
+                statistics.median(rest_only) <= REST_ONLY_TARGET_S,
             ),
             (f"--force no-change ≤ {REBUILD_TARGET_S:.0f} s", max(force) <= REBUILD_TARGET_S),
             ("one image id from every --no-cache build", len(set(ids)) == 1),
@@ -214,12 +250,16 @@ def _main(argv: Sequence[str]) -> int:
         ]
         print(
             f"{cid}:\n"
+            f"  first build of the base (compiler layer made) {first:.2f} s\n"
             f"  cold build      layered {_spread(cold_layered)}, naive {_spread(cold_naive)} "
-            f"(ratio {layered_median / naive_median:.2f})\n"
+            f"(ratio {layered_median / naive_median:.2f}; per pair "
+            f"{', '.join(f'{r:.2f}' for r in ratios)})\n"
+            f"  rest-only change {_spread(rest_only)}\n"
             f"  --force no-change rebuild {_spread(force)}\n"
             f"  --no-cache image ids {', '.join(i.removeprefix('sha256:')[:19] for i in ids)}\n"
             f"  start to `import {', '.join(modules)}`: layered {_spread(start_layered)}, "
             f"naive {_spread(start_naive)}; bytecode adds {pyc / MB:.1f} MB to the image\n"
+            f"  load average (1 min) during the builds: {_spread(loads, unit='')}\n"
             + "".join(f"  {'✓' if ok else '✕'} {what}\n" for what, ok in checks),
             flush=True,
         )
@@ -250,8 +290,39 @@ def _main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _spread(times: Sequence[float]) -> str:
-    return f"median {statistics.median(times):.2f} s ({min(times):.2f}–{max(times):.2f}, n={len(times)})"
+def _spread(times: Sequence[float], *, unit: str = " s") -> str:
+    return f"median {statistics.median(times):.2f}{unit} ({min(times):.2f}–{max(times):.2f}, n={len(times)})"
+
+
+def rest_changed(case: Case, *, work: Path, version: str) -> Case:
+    """``case`` with one small wheel added to its lock: only the ``rest`` group changes
+    (the suite lock, copied beside it, stays the same)."""
+    marker = _wheel(work / "wheels", "envbuilder-bench-marker", version, 1024, seed=99)
+    document = tomllib.loads(case.lock.read_text(encoding="utf-8"))
+    document["packages"] = [
+        *document["packages"],
+        {
+            "name": "envbuilder-bench-marker",
+            "version": version,
+            "wheels": [
+                {
+                    "url": marker.as_uri(),
+                    "size": marker.stat().st_size,
+                    "hashes": {"sha256": sha256_file(marker)},
+                }
+            ],
+        },
+    ]
+    lock = work / version / case.lock.name
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(tomli_w.dumps(document), encoding="utf-8")
+    suite = suite_lock_path(case.resolved, case.lock)
+    if suite is not None:
+        shutil.copyfile(suite, lock.parent / suite.name)
+    resolved = dataclasses.replace(
+        case.resolved, lock=str(lock), lock_sha256=lock_digest(lock.read_bytes())
+    )
+    return Case(resolved=resolved, lock=lock)
 
 
 def _locked(case: Case) -> set[str]:
@@ -334,7 +405,8 @@ def naive_image(
 
     tag = naive_tag(case)
     plan = plan_layers(load_lock(case.lock.read_bytes(), source=case.lock))
-    for wheel in plan.wheels():
+    suite, _ = suite_wheels(case.resolved, case.lock, plan)
+    for wheel in (*plan.wheels(), *suite):
         cache.fetch(wheel)
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"naive-{case.resolved.id}.log"
@@ -344,6 +416,11 @@ def naive_image(
     ):
         context = Path(tmp)
         link_wheels(plan, cache, context / "wheels")
+        suite_dir = context / "wheels" / SUITE_GROUP
+        suite_dir.mkdir()
+        for wheel in suite:
+            cache.link_into(wheel, suite_dir)
+        (suite_dir / "requirements.txt").write_text(install_requirements(suite), encoding="utf-8")
         shutil.copyfile(DOCKER_DIR / "Dockerfile.naive", context / "Dockerfile")
         classic_build(
             client,
@@ -367,8 +444,9 @@ def classic_build(client: DockerClient, *, log: IO[str], log_path: Path, **kwarg
     from docker.errors import APIError
 
     try:
+        # the host's network: apt reaches the base's mirror (pip gets --no-index)
         for item in client.api.build(
-            rm=True, forcerm=True, pull=False, network_mode="none", decode=True, **kwargs
+            rm=True, forcerm=True, pull=False, network_mode="host", decode=True, **kwargs
         ):
             if "stream" in item:
                 log.write(str(item["stream"]))

@@ -1,141 +1,202 @@
-"""Benchmark: ``envbuilder doctor``'s first run and its file check, against their anchors.
+"""Benchmark: ``envbuilder doctor`` as a start-up check, against ``python -m xformers.info``.
 
-Over the distributions of one environment (``--site DIR``, default the running
-interpreter's) and its interpreter (``--python``, default the running one),
-interleaved ``--rounds`` times so that load hits every arm alike:
+    python -m envbuilder.bench doctor [--python PY] [--lock FILE] [--rounds N]
+    python -m envbuilder.bench doctor files [--site DIR] ...   (the file check, `_doctor_files`)
 
-- anchor, *serial*: every ``RECORD`` file hashed one after another (read
-  whole, ``hashlib.sha256``);
-- *first*: `record_check.check_files` with no stamp (parallel hashing);
-- *stamped*: the same again with the stamp the first run wrote;
-- anchor, *doctor before*: the full probe (importing torch and xformers, as
-  the doctor did on every host) and then the file check with no stamp;
-- *doctor first*: what a first ``doctor`` run does now: `start_probe` (the
-  light probe where no GPU is present, the full one where one is) beside the
-  file check with no stamp.
+Each round, in the environment of ``--python`` (default: the running interpreter),
+every arm a fresh process timed from its start to its exit:
 
-Each arm starts from a cold page cache where the kernel lets us drop it (root,
-``/proc/sys/vm/drop_caches``); otherwise the run says the numbers are warm.
-Targets: doctor first ≤ 5 s (issue 27), first ≤ 10 s, stamped ≤ 1 s, first no
-slower than serial (the median of the rounds' ratios: both arms of a round ran
-under the same load). Exit 1 when a target is missed.
+- *anchor cold*: ``python -m xformers.info`` (imports torch and xformers, asks CUDA
+  for the GPU) after dropping the page cache;
+- *first*: ``envbuilder doctor`` with an empty ``--cache-dir`` (no file stamp, no
+  record of the GPU checks, empty compile caches), after dropping the page cache;
+- *anchor warm*: ``python -m xformers.info`` again;
+- *warm*: ``envbuilder doctor`` again with the same directory;
+- *import*: ``python -c "import torch, xformers.ops"``;
+- *fast*: ``envbuilder doctor --fast`` with the same directory.
+
+Goals (issue 37), each the median over rounds of the ratio within a round (both arms
+of a ratio ran under the same load): first ≤ 2 × anchor cold, warm ≤ 1.25 × anchor
+warm, fast ≤ 1 × import. Where the page cache cannot be dropped (not root) the run
+says so. Exit status 1 when a goal is missed, 2 when an arm could not run.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from functools import partial
-from importlib import metadata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from envbuilder.bench._cold import drop_caches
-from envbuilder.lockfile.doctor import run_probe, start_probe
-from envbuilder.lockfile.record_check import ExpectedFile, check_files, expected_files
 
-__all__ = ["main"]
+__all__ = ["GOALS", "Ratio", "main", "ratios"]
 
-DOCTOR_FIRST_TARGET_S = 5.0
-FIRST_TARGET_S = 10.0
-STAMPED_TARGET_S = 1.0
-
-
-def _serial(files: Sequence[ExpectedFile]) -> None:
-    for f in files:
-        with contextlib.suppress(FileNotFoundError):
-            hashlib.sha256(f.path.read_bytes()).digest()
-
-
-def _doctor_before(files: Sequence[ExpectedFile], python: str, stamp: Path) -> None:
-    run_probe(python)
-    check_files(files, stamp=stamp)
+#: arm -> (its anchor, the most it may cost as a multiple of that anchor)
+GOALS: Mapping[str, tuple[str, float]] = {
+    "first": ("anchor cold", 2.0),
+    "warm": ("anchor warm", 1.25),
+    "fast": ("import", 1.0),
+}
+ARMS = ("anchor cold", "first", "anchor warm", "warm", "import", "fast")
+IMPORT = "import torch, xformers.ops"
+ALLOWED_STATUS: Mapping[str, frozenset[int]] = {
+    name: frozenset({0, 1} if name in GOALS else {0}) for name in ARMS
+}
 
 
-def _doctor_first(files: Sequence[ExpectedFile], python: str, stamp: Path) -> None:
-    running = start_probe(python)
-    check_files(files, stamp=stamp)
-    running.report()
+@dataclass(frozen=True, kw_only=True)
+class Arm:
+    name: str
+    seconds: float
+    status: int
+    output: str
 
 
-def _timed(fn: Callable[[], object], cold: bool) -> float:
+@dataclass(frozen=True, kw_only=True)
+class Ratio:
+    arm: str
+    anchor: str
+    goal: float
+    per_round: tuple[float, ...]
+    seconds: tuple[float, ...] = field(default=())
+    anchor_seconds: tuple[float, ...] = field(default=())
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.per_round)
+
+    @property
+    def met(self) -> bool:
+        return self.median <= self.goal
+
+
+def ratios(rounds: Sequence[Mapping[str, float]]) -> list[Ratio]:
+    """Each goal's ratio per round (arm ÷ its anchor in the same round)."""
+    out = []
+    for arm, (anchor, goal) in GOALS.items():
+        seconds = tuple(r[arm] for r in rounds)
+        anchors = tuple(r[anchor] for r in rounds)
+        out.append(
+            Ratio(
+                arm=arm,
+                anchor=anchor,
+                goal=goal,
+                per_round=tuple(s / a for s, a in zip(seconds, anchors, strict=True)),
+                seconds=seconds,
+                anchor_seconds=anchors,
+            )
+        )
+    return out
+
+
+def table(found: Sequence[Ratio]) -> list[str]:
+    """The runs beside their anchors, one line per goal, and the verdict."""
+    lines = [f"{'run':<6} {'median':>8}   {'anchor':<12} {'median':>8} {'ratio':>7} {'goal':>6}"]
+    for r in found:
+        verdict = "met" if r.met else "MISSED"
+        lines.append(
+            f"{r.arm:<6} {statistics.median(r.seconds):7.2f}s   {r.anchor:<12}"
+            f" {statistics.median(r.anchor_seconds):7.2f}s {r.median:6.2f}× {r.goal:5.2f}×"
+            f"  {verdict}  (per round {', '.join(f'{x:.2f}' for x in r.per_round)})"
+        )
+    return lines
+
+
+def _timed(name: str, command: Sequence[str], *, cold: bool) -> Arm:
     if cold:
         drop_caches()
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    start = time.monotonic()
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - start
+    return Arm(name=name, seconds=seconds, status=proc.returncode, output=proc.stdout + proc.stderr)
 
 
-def _summary(name: str, runs: Sequence[float]) -> str:
-    med = statistics.median(runs)
-    spread = f"(min {min(runs):.2f}, max {max(runs):.2f}, n={len(runs)})"
-    return f"{name:<40} median {med:7.2f} s  {spread}"
+def _doctor(python: str, lock: Path | None, cache: Path, *extra: str) -> list[str]:
+    command = [sys.executable, "-m", "envbuilder", "doctor", "--python", python]
+    command += ["--cache-dir", str(cache), "--json", *extra]
+    return command + (["--lock", str(lock)] if lock is not None else [])
+
+
+def _findings(arm: Arm) -> str:
+    """The doctor's findings, one short line each (its ``--json`` output)."""
+    try:
+        start = arm.output.index("{")
+        report: dict[str, Any] = json.JSONDecoder().raw_decode(arm.output[start:])[0]
+    except ValueError:
+        return "      (no JSON: " + " / ".join(arm.output.strip().splitlines()[-3:]) + ")"
+    return "\n".join(
+        f"      {f['status']:<4} {f['name']}: {f['detail'][:160]}" for f in report["findings"]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["files"]:
+        from envbuilder.bench import _doctor_files
+
+        return _doctor_files.main(args_in[1:])
     parser = argparse.ArgumentParser(prog="python -m envbuilder.bench doctor")
-    parser.add_argument("--site", type=Path, action="append", help="site-packages to check")
     parser.add_argument("--python", default=sys.executable, help="the environment's interpreter")
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args(argv)
-    paths = [str(p) for p in args.site] if args.site else sys.path
-    files = expected_files(metadata.distributions(path=paths))
-    size = sum(f.path.stat().st_size for f in files if f.path.exists())
+    parser.add_argument("--lock", type=Path, help="the lockfile (default: as doctor chooses)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(args_in)
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give 1 or more")
     cold = drop_caches()
     print(
-        f"doctor bench: {len(files)} RECORD files, {size / 2**20:.0f} MiB, "
-        f"{'cold page cache before each arm' if cold else 'WARM page cache (cannot drop it here)'}"
+        f"doctor bench: {args.python}, {args.rounds} rounds, "
+        f"{'cold page cache before anchor cold and first' if cold else 'WARM page cache (cannot drop it here)'}",
+        flush=True,
     )
-    serial: list[float] = []
-    first: list[float] = []
-    stamped: list[float] = []
-    before: list[float] = []
-    doctor: list[float] = []
-    probe = start_probe(args.python).report()
-    print(f"probe of {args.python}: {'light' if probe.get('light') else 'full'}: {probe}")
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.rounds):
-            stamp = Path(tmp) / f"stamp{i}.json"
-            serial.append(_timed(lambda: _serial(files), cold))
-            run = partial(check_files, files, stamp=stamp)
-            first.append(_timed(run, cold))
-            stamped.append(_timed(run, cold))
-            stamp = Path(tmp) / f"before{i}.json"
-            before.append(_timed(partial(_doctor_before, files, args.python, stamp), cold))
-            stamp = Path(tmp) / f"doctor{i}.json"
-            doctor.append(_timed(partial(_doctor_first, files, args.python, stamp), cold))
-    arms = [("serial", serial), ("first", first), ("stamped", stamped)]
-    arms += [("doctor before (full probe, then files)", before), ("doctor first", doctor)]
-    for name, runs in arms:
-        print(_summary(name, runs))
-    paired = [d / b for d, b in zip(doctor, before, strict=True)]
-    print(
-        f"doctor first / doctor before: median {statistics.median(paired):.2f} "
-        f"(per round {', '.join(f'{r:.2f}' for r in paired)})"
-    )
-    # paired by round: both arms of a round ran under the same load
-    ratios = [f / s for f, s in zip(first, serial, strict=True)]
-    ratio = statistics.median(ratios)
-    rounds = ", ".join(f"{r:.2f}" for r in ratios)
-    print(f"first/serial ratio: median {ratio:.2f} (per round {rounds}; target <= 1.0)")
-    missed = []
-    if statistics.median(doctor) > DOCTOR_FIRST_TARGET_S:
-        missed.append(
-            f"doctor first run {statistics.median(doctor):.1f} s > {DOCTOR_FIRST_TARGET_S} s"
-        )
-    if statistics.median(first) > FIRST_TARGET_S:
-        missed.append(f"first run {statistics.median(first):.1f} s > {FIRST_TARGET_S} s")
-    if statistics.median(stamped) > STAMPED_TARGET_S:
-        missed.append(f"stamped run {statistics.median(stamped):.1f} s > {STAMPED_TARGET_S} s")
-    if ratio > 1.0:
-        missed.append(f"first run slower than serial hashing ({ratio:.2f}x)")
-    for m in missed:
-        print(f"✕ target missed: {m}")
+    info = [args.python, "-m", "xformers.info"]
+    rounds: list[dict[str, float]] = []
+    failed = []
+    last: dict[str, Arm] = {}
+    with tempfile.TemporaryDirectory(prefix="doctor-bench-") as tmp:
+        for n in range(args.rounds):
+            cache = Path(tmp) / f"round{n}"
+            commands = {
+                "anchor cold": info,
+                "first": _doctor(args.python, args.lock, cache),
+                "anchor warm": info,
+                "warm": _doctor(args.python, args.lock, cache),
+                "import": [args.python, "-c", IMPORT],
+                "fast": _doctor(args.python, args.lock, cache, "--fast"),
+            }
+            arms = {
+                name: _timed(name, commands[name], cold=cold and name in ("anchor cold", "first"))
+                for name in ARMS
+            }
+            rounds.append({name: arm.seconds for name, arm in arms.items()})
+            print(
+                f"round {n + 1}: "
+                + ", ".join(f"{name} {arm.seconds:.2f}s" for name, arm in arms.items()),
+                flush=True,
+            )
+            # the doctor exits 1 on a failed finding: the bench times it all the same
+            failed += [a for a in arms.values() if a.status not in ALLOWED_STATUS[a.name]]
+            last = arms
+    for name in ("first", "warm", "fast"):
+        print(f"    {name} (last round, exit {last[name].status}):")
+        print(_findings(last[name]))
+    found = ratios(rounds)
+    print("\n".join(table(found)))
+    for arm in failed:
+        tail = " / ".join(arm.output.strip().splitlines()[-3:])
+        print(f"✕ {arm.name} exited with status {arm.status}: {tail}")
+    missed = [r for r in found if not r.met]
+    for r in missed:
+        print(f"✕ goal missed: {r.arm} {r.median:.2f}× {r.anchor} > {r.goal}×")
+    if failed:
+        return 2
     if not missed:
-        print("✓ every target met")
+        print("✓ every goal met")
     return 1 if missed else 0

@@ -16,6 +16,9 @@ resolves every pairing for every Python, with hashes. Measured in one run:
   serially, cold (the same pins and targets as envbuilder's combinations).
 
 Every process runs behind a loopback proxy that counts the bytes received.
+Each run notes the load average it ended at; the summary says when the load
+exceeded the CPU count (envbuilder's side is CPU-bound, the anchor mostly waits
+on the network, so a loaded machine moves the ratio against envbuilder).
 Targets: cold envbuilder / cold ``uv lock`` ≤ 0.5 (medians; issue 27); re-run ≤ 1 s;
 CI-warm ≤ 2 s; bytes downloaded cold < 1 % of the wheels resolved; every
 CI-warm lock byte-identical to the cold run's. Exit 1 when one is missed
@@ -56,6 +59,9 @@ class Measurement:
     bytes_down: int
     runs: int = 1
     failures: int = 0
+    load: float = 0.0
+    """The 1-minute load average when the run ended: a loaded machine slows the CPU-bound
+    side (envbuilder's Python and its uv processes) more than the anchor."""
 
 
 def _env(proxy: CountingProxy, **extra: str) -> dict[str, str]:
@@ -83,6 +89,7 @@ def _timed(
         seconds=seconds,
         bytes_down=proxy.snapshot() - before,
         failures=0 if proc.returncode == 0 else 1,
+        load=os.getloadavg()[0],
     )
 
 
@@ -156,6 +163,7 @@ def _uv_export(
         bytes_down=proxy.snapshot() - before,
         runs=len(extras),
         failures=failures,
+        load=os.getloadavg()[0],
     )
 
 
@@ -190,6 +198,7 @@ def _uv_serial(
         bytes_down=proxy.snapshot() - before,
         runs=len(jobs),
         failures=failures,
+        load=os.getloadavg()[0],
     )
 
 
@@ -236,9 +245,10 @@ def _spread(name: str, runs: Sequence[Measurement]) -> str:
     s = [m.seconds for m in runs]
     fails = sum(m.failures for m in runs)
     down = statistics.median(m.bytes_down for m in runs)
+    loads = [m.load for m in runs]
     return (
         f"{name:<34} median {statistics.median(s):6.2f} s  (min {min(s):.2f}, max {max(s):.2f}, "
-        f"n={len(s)})  {_mb(down):>10} down  {fails} failed"
+        f"n={len(s)})  {_mb(down):>10} down  {fails} failed  load {min(loads):.1f}-{max(loads):.1f}"
     )
 
 
@@ -272,7 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     index_url = Settings.from_environment(os.environ).index_url
     uv = find_uv()
     load = os.getloadavg()
-    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    print(
+        f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="bench-resolve-") as tmp, CountingProxy() as proxy:
         root = Path(tmp)
         eb_cold: list[Measurement] = []
@@ -331,6 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = os.getloadavg()
     print()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    if max(m.load for m in [*eb_cold, *uv_cold]) > (os.cpu_count() or 1):
+        print("note: the load exceeded the CPU count during the cold runs; not a quiet machine")
     print(
         f"combinations: {len(combos)} ({resolved} resolved) in {len(extras)} pairings; "
         f"wheels resolved: {_mb(total_wheels)}"

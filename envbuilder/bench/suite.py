@@ -13,6 +13,13 @@ triton's and the CUDA driver's kernel caches point at a new empty folder per run
 caches shared by the run's own processes stay shared). With root, the page cache is
 dropped before each run too; otherwise the run says the files were warm.
 
+Every run's check statuses are compared with the committed run of the same combination
+and size (``--expect DIR``, default ``results``: ``<combination>.<gpu>.json`` and
+``<combination>.<gpu>.quick.json``, ``<gpu>`` the GPU name's last word, ``h200``); a
+status that changed is a missed goal. ``--carried-caches`` runs each size once more with
+the compiler caches its first run left (what carrying them in the image would move),
+shown beside the others but not judged.
+
 The results files (``suite-N.quick.json``, ``suite.json``) can refresh the cost table
 the schedule reads (``python -m envbuilder.conformance.costs DIR/*.json``).
 
@@ -31,13 +38,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from envbuilder.bench._cold import drop_caches
 
-__all__ = ["ANCHORS", "GOALS", "main"]
+__all__ = ["ANCHORS", "GOALS", "committed_run", "main", "status_changes"]
 
 #: seconds, by run: the goal (issue 27) and the anchor measured before (freshly started H200)
 GOALS: Mapping[str, float] = {"quick": 30.0, "full": 120.0}
@@ -55,17 +62,66 @@ class Timed:
     status: int
     results: dict[str, Any] | None
     cold_page_cache: bool
+    caches: Path | None = None  # the compiler caches it ran with
+    carried_caches: bool = False  # they were left by an earlier run: not judged
+    status_changes: tuple[str, ...] = ()  # against the committed run
+    compared_with: str | None = None
 
     @property
     def met(self) -> bool:
-        return self.results is not None and self.wall_s <= GOALS[self.size]
+        return (
+            self.results is not None and self.wall_s <= GOALS[self.size] and not self.status_changes
+        )
 
 
-def _run(label: str, size: str, out: Path, python: str, extra: Sequence[str]) -> Timed:
+def status_changes(results: Mapping[str, Any], expected: Mapping[str, Any]) -> list[str]:
+    """``name: before -> now`` for each check whose status differs from the committed
+    run's (``absent`` where only one of them has it)."""
+    now = {str(c["name"]): str(c["status"]) for c in results.get("checks", [])}
+    before = {str(c["name"]): str(c["status"]) for c in expected.get("checks", [])}
+    return [
+        f"{name}: {before.get(name, 'absent')} -> {now.get(name, 'absent')}"
+        for name in sorted(now.keys() | before.keys())
+        if before.get(name) != now.get(name)
+    ]
+
+
+def committed_run(results: Mapping[str, Any], size: str, folder: Path) -> Path | None:
+    """The committed results of the same combination, GPU and size, where there is one."""
+    combination = results.get("combination")
+    gpus = results.get("runner", {}).get("gpus") or [{}]
+    name = str(gpus[0].get("name") or "").split()
+    if not isinstance(combination, str) or not name:
+        return None
+    path = folder / f"{combination}.{name[-1].lower()}{'.quick' if size == 'quick' else ''}.json"
+    return path if path.is_file() else None
+
+
+def _compared(run: Timed, folder: Path | None) -> Timed:
+    if run.results is None or folder is None:
+        return run
+    path = committed_run(run.results, run.size, folder)
+    if path is None:
+        return run
+    expected = json.loads(path.read_text(encoding="utf-8"))
+    changes = tuple(status_changes(run.results, expected))
+    return replace(run, status_changes=changes, compared_with=str(path))
+
+
+def _run(
+    label: str,
+    size: str,
+    out: Path,
+    python: str,
+    extra: Sequence[str],
+    caches: Path | None = None,
+) -> Timed:
     command = [python, "-m", "envbuilder.conformance", "--out", str(out), *extra]
     if size == "quick":
         command.insert(3, "--quick")
-    caches = Path(tempfile.mkdtemp(prefix=f"suite-bench-{label}-caches-"))
+    carried = caches is not None
+    if caches is None:
+        caches = Path(tempfile.mkdtemp(prefix=f"suite-bench-{size}-caches-"))
     env = dict(os.environ) | {name: str(caches / name.lower()) for name in CACHE_VARIABLES}
     cold = drop_caches()
     print(f"+ {' '.join(command)}", flush=True)
@@ -82,7 +138,14 @@ def _run(label: str, size: str, out: Path, python: str, extra: Sequence[str]) ->
         print(f"  {label}: exit status {status}, no results; last output:", file=sys.stderr)
         print("    " + "\n    ".join(tail), file=sys.stderr)
     return Timed(
-        label=label, size=size, wall_s=wall, status=status, results=results, cold_page_cache=cold
+        label=label,
+        size=size,
+        wall_s=wall,
+        status=status,
+        results=results,
+        cold_page_cache=cold,
+        caches=caches,
+        carried_caches=carried,
     )
 
 
@@ -126,15 +189,28 @@ def report(runs: Sequence[Timed]) -> tuple[list[str], bool]:
     for run in runs:
         goal, anchor = GOALS[run.size], ANCHORS[run.size]
         verdict = "met" if run.met else ("NO RESULTS" if run.results is None else "MISSED")
+        if run.carried_caches:
+            verdict = "caches carried, not judged"
         warm = "" if run.cold_page_cache else " (page cache warm: not root)"
         lines.append(
             f"{run.label:<10} {run.wall_s:7.1f}s {goal:6.0f}s {anchor:7.0f}s"
             f" {run.wall_s / anchor:8.2f}×  {verdict}{warm}"
         )
+    lines.append("statuses against the committed runs:")
+    for run in runs:
+        if run.compared_with is None:
+            lines.append(f"    {run.label}: no committed run to compare with")
+            continue
+        checks = len(run.results.get("checks", [])) if run.results else 0
+        same = "all unchanged" if not run.status_changes else "CHANGED"
+        lines.append(f"    {run.label}: {checks} checks, {same} ({run.compared_with})")
+        lines += [f"      {change}" for change in run.status_changes]
     lines.append("where the time went:")
     for run in runs:
         lines += _profile(run)
-    return lines, all(run.met for run in runs)
+    judged = [run for run in runs if not run.carried_caches]
+    changed = any(run.status_changes for run in runs)
+    return lines, all(run.met for run in judged) and not changed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -151,6 +227,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-full", dest="full", action="store_false", help="skip the full run")
     parser.add_argument("--out", type=Path, help="folder for results and logs (default: temp)")
     parser.add_argument("--python", default=sys.executable, help="the environment's interpreter")
+    parser.add_argument(
+        "--expect",
+        type=Path,
+        default=Path("results"),
+        metavar="DIR",
+        help="the committed results to compare statuses with (default: results)",
+    )
+    parser.add_argument(
+        "--carried-caches",
+        action="store_true",
+        help="run each size once more with the compiler caches of its first run (not judged)",
+    )
     args = parser.parse_args(args_in)
     if args.quick_runs < 0:
         parser.error(f"--quick-runs {args.quick_runs}: give 0 or more")
@@ -163,6 +251,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs.append(_run("full", "full", out / "suite.json", args.python, extra))
     if not runs:
         parser.error("nothing to run: give --quick-runs 1 or more, or leave out --no-full")
+    if args.carried_caches:
+        for size in ("quick", "full"):
+            first = next((run for run in runs if run.size == size), None)
+            if first is not None:
+                name = f"suite-carried.{size}.json" if size == "quick" else "suite-carried.json"
+                runs.append(
+                    _run(f"{size} warm", size, out / name, args.python, extra, first.caches)
+                )
+    folder = args.expect if args.expect.is_dir() else None
+    runs = [_compared(run, folder) for run in runs]
     lines, met = report(runs)
     print("\n".join(lines), flush=True)
     print(f"results and logs: {out}")

@@ -9,17 +9,17 @@ where present, xformers and diffusers: never on the rest of envbuilder.
 
 Each check group runs in its own subprocess with a time limit; every check's
 result is appended to ``<out>.jsonl`` as it finishes, and ``<out>`` is written
-atomically at the end in the ``envbuilder.results/2`` shape (docs/contracts.md).
+atomically at the end in the ``envbuilder.results/3`` shape (docs/contracts.md).
 """
 
 from __future__ import annotations
 
+from envbuilder.conformance._record import RESULTS_SCHEMA
 from envbuilder.conformance.groups import builtin_groups
 
 __all__ = ["FULL_ONLY_GROUPS", "GROUPS", "RESULTS_SCHEMA", "SUITE_VERSION"]
 
-SUITE_VERSION = "2.1.0"
-RESULTS_SCHEMA = "envbuilder.results/2"
+SUITE_VERSION = "3.0.0"
 
 #: the suite's check groups, in the order their results are listed (``groups.py`` holds
 #: how each runs; a group registered later comes after these).

@@ -12,6 +12,7 @@ training loop hands the model for that mask kind (``mask_input``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -19,7 +20,10 @@ from typing import Any, Literal, TypeAlias
 
 import torch
 
+from envbuilder.conformance.plan import DTYPE_NAMES, MASKS, Case, MaskKind
+
 __all__ = [
+    "BIAS_OBJECTS",
     "DTYPES",
     "MASKS",
     "AttnFn",
@@ -34,64 +38,21 @@ __all__ = [
     "math_fn",
     "max_abs_error",
     "nonfinite",
+    "outside_bias",
     "run_attention",
+    "sdpa_on_bias",
+    "split_fn",
+    "xformers_bias",
+    "xformers_call",
 ]
 
-#: ``bias``: a dense ``[B,H,M,N]`` tensor bias; ``padding``: an additive key-padding bias
-#: built from a boolean ``[B,N]`` mask the way diffusers and transformers build it;
-#: ``bias_b1mn``: a ``[B,1,M,N]`` bias passed as it is; ``bias_expanded``: the same,
-#: ``expand``-ed to ``[B,H,M,N]``; ``blockdiag``: packed sequences (batch 1).
-MaskKind = Literal["none", "causal", "blockdiag", "bias", "padding", "bias_b1mn", "bias_expanded"]
-MASKS: tuple[MaskKind, ...] = (
-    "none",
-    "causal",
-    "blockdiag",
-    "bias",
-    "padding",
-    "bias_b1mn",
-    "bias_expanded",
-)
 #: the implementation a function stands for; ``math`` is the textbook computation.
 Kernel = Literal["xformers", "sdpa", "math"]
 AttnFn: TypeAlias = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any], torch.Tensor]
 
 DTYPES: dict[str, torch.dtype] = {
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-    "fp32": torch.float32,
+    name: getattr(torch, torch_name) for name, torch_name in DTYPE_NAMES.items()
 }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Case:
-    """One attention problem's shape. ``seqlens`` is set for block-diagonal masks (batch 1)."""
-
-    B: int
-    M: int
-    N: int
-    H: int
-    K: int
-    mask: MaskKind = "none"
-    seqlens: tuple[int, ...] = ()
-
-    @property
-    def label(self) -> str:
-        extra = f" seqlens={list(self.seqlens)}" if self.seqlens else ""
-        return f"B{self.B} M{self.M} N{self.N} H{self.H} K{self.K} {self.mask}{extra}"
-
-    def with_mask(self, mask: MaskKind) -> Case:
-        if mask == "blockdiag":
-            # three packed sequences whose lengths follow the length: a new packing per shape
-            lengths = (self.M // 3, self.M // 2, self.M - self.M // 3 - self.M // 2)
-            total = sum(lengths)
-            return replace(self, B=1, M=total, N=total, mask=mask, seqlens=lengths)
-        if mask == "causal":
-            return replace(self, N=self.M, mask=mask)
-        return replace(self, mask=mask)
-
-    def padded(self, batch: int) -> int:
-        """Keys of batch item ``batch`` that a ``padding`` mask hides (a third to a half)."""
-        return self.N // 3 + (batch % 2) * (self.N // 6)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,31 +202,101 @@ def _sdpa(mask: MaskKind) -> AttnFn:
     return fn
 
 
-def _xformers(mask: MaskKind) -> AttnFn:
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: Any) -> torch.Tensor:
-        import xformers.ops as xops
+#: mask kinds whose xformers mask is a bias object (``LowerTriangularMask``,
+#: ``BlockDiagonalMask``), not a tensor: what ``mask-outside-compile`` builds outside
+BIAS_OBJECTS: tuple[MaskKind, ...] = ("causal", "blockdiag")
+
+
+def xformers_bias(mask: MaskKind, q: torch.Tensor, k: torch.Tensor, m: Any) -> Any:
+    """The ``attn_bias`` xformers' attention takes for ``mask``, built from the training
+    loop's mask input ``m`` (in the caller's code: compiled code builds it compiled)."""
+    b, n, h = k.shape[0], k.shape[1], q.shape[2]
+    if mask == "causal":
         from xformers.ops import fmha
 
-        b, n, h = k.shape[0], k.shape[1], q.shape[2]
-        bias: Any = None
-        if mask == "causal":
-            bias = fmha.attn_bias.LowerTriangularMask()
-        elif mask == "blockdiag":
-            bias = fmha.attn_bias.BlockDiagonalMask.from_seqlens(list(m))
-        elif mask in ("bias", "bias_b1mn"):
-            bias = m
-        elif mask == "bias_expanded":
-            bias = m.expand(b, h, q.shape[1], n)
-        elif mask == "padding":
-            # rows start on 8-element boundaries in storage, as xformers' kernels need
-            width = (n + 7) // 8 * 8
-            buf = torch.zeros(b, 1, 1, width, dtype=q.dtype, device=q.device)
-            buf[..., :n] = _padding_bias(m, q.dtype)
-            bias = buf[..., :n].expand(b, h, q.shape[1], n)
-        out: torch.Tensor = xops.memory_efficient_attention(q, k, v, attn_bias=bias)
-        return out
+        return fmha.attn_bias.LowerTriangularMask()
+    if mask == "blockdiag":
+        from xformers.ops import fmha
+
+        return fmha.attn_bias.BlockDiagonalMask.from_seqlens(list(m))
+    if mask in ("bias", "bias_b1mn"):
+        return m
+    if mask == "bias_expanded":
+        return m.expand(b, h, q.shape[1], n)
+    if mask == "padding":
+        # rows start on 8-element boundaries in storage, as xformers' kernels need
+        width = (n + 7) // 8 * 8
+        buf = torch.zeros(b, 1, 1, width, dtype=q.dtype, device=q.device)
+        buf[..., :n] = _padding_bias(m, q.dtype)
+        return buf[..., :n].expand(b, h, q.shape[1], n)
+    return None
+
+
+def xformers_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Any) -> torch.Tensor:
+    """xformers' attention with a ready ``attn_bias``."""
+    import xformers.ops as xops
+
+    out: torch.Tensor = xops.memory_efficient_attention(q, k, v, attn_bias=bias)
+    return out
+
+
+def sdpa_on_bias(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Any) -> torch.Tensor:
+    """SDPA taking what xformers takes (a bias object or tensor): xformers' stand-in where
+    its kernels cannot run (on a CPU), so that what is built around the call is tested."""
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+    attn_mask: torch.Tensor | None = None
+    causal = False
+    if isinstance(bias, torch.Tensor):
+        attn_mask = bias
+    elif bias is not None:
+        from xformers.ops import fmha
+
+        causal = isinstance(bias, fmha.attn_bias.LowerTriangularMask)
+        if isinstance(bias, fmha.attn_bias.BlockDiagonalMask):
+            starts = bias.q_seqinfo.seqstart.to(q.device)
+            position = torch.arange(q.shape[1], device=q.device)
+            segment = torch.bucketize(position, starts[1:], right=True)
+            attn_mask = segment[:, None] == segment[None, :]
+        elif not causal:
+            raise TypeError(f"no SDPA form for the bias {type(bias).__name__}")
+    out = torch.nn.functional.scaled_dot_product_attention(
+        qh, kh, vh, attn_mask=attn_mask, is_causal=causal
+    )
+    return out.transpose(1, 2)
+
+
+def split_fn(mask: MaskKind, call: AttnFn) -> AttnFn:
+    """xformers' attention as a model writes it: the bias built here (compiled where this
+    is compiled), then ``call`` (xformers' attention, or that call behind a disable)."""
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: Any) -> torch.Tensor:
+        return call(q, k, v, xformers_bias(mask, q, k, m))
 
     return fn
+
+
+def _xformers(mask: MaskKind) -> AttnFn:
+    return split_fn(mask, xformers_call)
+
+
+def outside_bias(inp: Inputs) -> Any:
+    """The bias object of ``inp``'s mask kind, built by the caller outside compiled code
+    and passed in (``mask-outside-compile``): causal from the module-level mask, block-
+    diagonal from the batch's sequence lengths, as a collator would build it."""
+    if inp.case.mask == "causal":
+        return _causal_mask()
+    if inp.case.mask == "blockdiag":
+        from xformers.ops import fmha
+
+        return fmha.attn_bias.BlockDiagonalMask.from_seqlens(list(inp.case.seqlens))
+    raise ValueError(f"no bias object for the {inp.case.mask!r} mask")
+
+
+@functools.cache
+def _causal_mask() -> Any:
+    from xformers.ops import fmha
+
+    return fmha.attn_bias.LowerTriangularMask()
 
 
 def math_fn(mask: MaskKind) -> AttnFn:
@@ -311,10 +342,12 @@ def run_attention(
     grad_out: torch.Tensor | None,
     *,
     bias_grad: bool = False,
+    prepare: Callable[[Inputs], Any] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Forward under ``no_grad`` (``grad_out`` None) or forward and backward; returns
-    ``out`` (and ``dq``, ``dk``, ``dv``, with ``bias_grad`` ``dbias``) detached."""
-    m = mask_input(kernel, inp)
+    ``out`` (and ``dq``, ``dk``, ``dv``, with ``bias_grad`` ``dbias``) detached.
+    ``prepare`` makes ``fn``'s mask argument (default: `mask_input` of ``kernel``)."""
+    m = prepare(inp) if prepare is not None else mask_input(kernel, inp)
     if grad_out is None:
         with torch.no_grad():
             return {"out": fn(inp.q, inp.k, inp.v, m).detach()}

@@ -1,19 +1,23 @@
 """Which component a failing check points at, and a cause that groups failures.
 
-A failing check records, when the suite can tell, the component at fault and
-the operator that failed, and always a ``cause``: one short line that is the
-same for every check failing for the same reason (shapes, sizes, dtypes,
-device numbers and their order are normalised away), so that results can be
-grouped by it:
+A failing check records the operator that failed when an error names one and
+always a ``cause``: one short line that is the same for every check failing for
+the same reason (shapes, sizes, dtypes, device numbers and their order are
+normalised away), so that results can be grouped by it:
 
 - ``fault_op``: the first operator an error names (``aten._efficient_attention_backward``,
   ``xformers_flash.flash_fwd``), without its overload;
-- ``fault_component``: ``torch`` for an ``aten``/``prims`` operator, ``xformers`` for
-  one of xformers' namespaces; else the innermost frame of the traceback that
-  belongs to xformers, diffusers or torch;
 - ``cause``: a known failure's stable name (``FakeTensor device propagation in
   aten._efficient_attention_backward``), else the root exception's type and
-  first line, normalised.
+  first line, normalised;
+- ``fault_component`` and ``fault_evidence``: who is at fault is an experiment,
+  never read from a message. A check that fails records ``undecided`` here;
+  the counterfactual runs (`envbuilder.conformance._counterfactual`: the kernel
+  swapped for an exact one inside the same wrapper, the kernel called directly,
+  the failing op's glue isolated) replace it with the component they decide and
+  what they measured (`decided`). The one exception is an error raised in the
+  suite's own code (`error_fault`: its innermost frame is the suite's and it is
+  no CUDA error): ``suite``, counted by no verdict.
 
 Standard library only: the runner may group by it without importing torch.
 """
@@ -27,9 +31,23 @@ from typing import Literal, TypeAlias
 
 from envbuilder.conformance._record import Number
 
-__all__ = ["Component", "cause_of_problem", "error_fault", "normalise", "problem_fault"]
+__all__ = [
+    "COMPONENTS",
+    "Component",
+    "Fault",
+    "cause_of_problem",
+    "decided",
+    "error_fault",
+    "normalise",
+    "problem_fault",
+    "raised_in_suite",
+]
 
-Component: TypeAlias = Literal["torch", "xformers", "diffusers"]
+#: a component the experiments can find at fault (``suite``: the suite's own code)
+Component: TypeAlias = Literal["torch", "xformers", "diffusers", "suite"]
+#: what a result records as ``fault_component``
+Fault: TypeAlias = Literal["torch", "xformers", "diffusers", "suite", "undecided"]
+COMPONENTS: tuple[Fault, ...] = ("torch", "xformers", "diffusers", "suite", "undecided")
 
 _OP = re.compile(r"\b(aten|prims|xformers\w*|flash_attn_3)(?:\.|::)([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -85,26 +103,33 @@ def _op_in(text: str) -> str | None:
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
-def _component_of_op(op: str) -> Component:
-    return "torch" if op.split(".", 1)[0] in ("aten", "prims") else "xformers"
+#: the suite's own modules: an exception raised here is the suite's
+_SUITE_DIR = "envbuilder/conformance/"
 
 
-def _component_of_file(filename: str) -> Component | None:
-    path = filename.replace("\\", "/")
-    for component in ("xformers", "diffusers", "torch"):
-        if f"/{component}/" in path or path.startswith(f"{component}/"):
-            return component  # type: ignore[return-value]
-    return None
+def _innermost_frame(error: BaseException) -> traceback.FrameSummary | None:
+    frames = traceback.extract_tb(error.__traceback__)
+    return frames[-1] if frames else None
 
 
-def _component_of_traceback(error: BaseException) -> Component | None:
-    """The innermost frame's component, over the root cause first, then the outer errors."""
-    for seen in reversed(list(_chain(error))):
-        for frame in reversed(traceback.extract_tb(seen.__traceback__)):
-            component = _component_of_file(frame.filename)
-            if component is not None:
-                return component
-    return None
+def raised_in_suite(error: BaseException) -> str | None:
+    """Where the suite's own code raised ``error`` (``checks_model.py:205``), or None when it
+    came from a library (its innermost frame is not the suite's) or is a CUDA error (those
+    surface wherever the host next synchronises, not where they happened)."""
+    if any(
+        re.search(r"CUDA error|AcceleratorError|device-side assert", str(e)) for e in _chain(error)
+    ):
+        return None
+    frame = _innermost_frame(error)
+    filename = frame.filename.replace("\\", "/") if frame is not None else ""
+    if frame is None or _SUITE_DIR not in filename:
+        return None
+    return f"{filename.rsplit('/', 1)[-1]}:{frame.lineno}"
+
+
+def decided(component: Component, evidence: str) -> dict[str, Number]:
+    """The numbers that record an experiment's verdict on who is at fault."""
+    return {"fault_component": component, "fault_evidence": evidence[:400]}
 
 
 def _known(text: str) -> str | None:
@@ -115,7 +140,8 @@ def _known(text: str) -> str | None:
 
 
 def error_fault(error: BaseException) -> dict[str, Number]:
-    """``fault_component``, ``fault_op`` (each when known) and ``cause`` of an error."""
+    """``cause``, ``fault_op`` (when an error names one) and ``fault_component`` of an
+    error: ``suite`` with its place when the suite raised it, else ``undecided``."""
     errors = list(_chain(error))
     texts = [str(e) for e in errors]
     op = next((found for found in map(_op_in, reversed(texts)) if found), None)
@@ -128,12 +154,12 @@ def error_fault(error: BaseException) -> dict[str, Number]:
         cause = f"{type(root).__name__}: {normalise(first)}"
         if op and op not in cause:
             cause += f" in {op}"
-    out: dict[str, Number] = {"cause": cause[:_LIMIT]}
-    component = _component_of_op(op) if op else _component_of_traceback(error)
-    if component is not None:
-        out["fault_component"] = component
+    out: dict[str, Number] = {"cause": cause[:_LIMIT], "fault_component": "undecided"}
     if op is not None:
         out["fault_op"] = op
+    where = raised_in_suite(error)
+    if where is not None:
+        out |= decided("suite", f"raised in the suite's own code at {where}")
     return out
 
 
@@ -162,10 +188,13 @@ def cause_of_problem(problem: str, subject: str) -> str:
 
 
 def problem_fault(problem: str, subject: str) -> dict[str, Number]:
-    """``cause`` (and ``fault_op``/``fault_component`` when the text names an operator)
-    of a check that ran and found ``problem``."""
-    out: dict[str, Number] = {"cause": cause_of_problem(problem, subject)}
+    """``cause``, ``fault_op`` (when the text names an operator) and ``fault_component``
+    ``undecided`` of a check that ran and found ``problem``."""
+    out: dict[str, Number] = {
+        "cause": cause_of_problem(problem, subject),
+        "fault_component": "undecided",
+    }
     op = _op_in(problem)
     if op is not None:
-        out |= {"fault_op": op, "fault_component": _component_of_op(op)}
+        out["fault_op"] = op
     return out

@@ -19,9 +19,13 @@ __all__ = [
     "FAILED",
     "IMPLS",
     "KEEPS_XFORMERS",
+    "READABLE_RESULTS_SCHEMAS",
+    "RESULTS_SCHEMA",
     "STATUSES",
     "USES",
+    "VIAS",
     "WORKAROUNDS",
+    "WORKAROUND_TIER",
     "CheckResult",
     "CheckSpec",
     "Impl",
@@ -30,31 +34,65 @@ __all__ = [
     "Skip",
     "Status",
     "Use",
+    "Via",
     "Workaround",
     "append_jsonl",
     "command_name",
+    "decided_fault",
     "describe_error",
+    "legacy_via",
     "matches",
     "ordered_uses",
     "read_jsonl",
 ]
 
+#: the results document the suite writes (``via`` on each check is what /3 adds to /2), and
+#: every one a reader still takes; the one home of these names
+RESULTS_SCHEMA = "envbuilder.results/3"
+READABLE_RESULTS_SCHEMAS: tuple[str, ...] = (
+    "envbuilder.results/1",
+    "envbuilder.results/2",
+    RESULTS_SCHEMA,
+)
+
 Status: TypeAlias = Literal["pass", "fail", "skip", "error", "timeout", "invalid"]
 Impl: TypeAlias = Literal["xformers", "sdpa"]
 IMPLS: tuple[Impl, ...] = ("xformers", "sdpa")
+#: ``mask-outside-compile``: the attention bias object (``LowerTriangularMask()``, …) built
+#: outside the compiled function and passed in, xformers still called inside it;
+#: ``mask-form``: the mask handed to an integration (diffusers) in a form it converts
+#: correctly for xformers, the xformers backend kept;
 #: ``dynamo-disable``: xformers wrapped in ``torch._dynamo.disable`` inside the compiled code;
 #: ``sdpa-under-compile``: SDPA in xformers' place under ``torch.compile``;
-#: ``sdpa-instead``: SDPA in xformers' place in eager code.
-Workaround: TypeAlias = Literal["sdpa-under-compile", "dynamo-disable", "sdpa-instead"]
-#: whether a workaround keeps xformers in the user's code (``dynamo-disable``) or replaces it
-#: (the SDPA ones): a replacement is an answer ("use SDPA"), not a workaround of xformers.
+#: ``sdpa-instead``: SDPA in xformers' place in eager code (for diffusers: its native backend).
+Workaround: TypeAlias = Literal[
+    "mask-outside-compile", "mask-form", "dynamo-disable", "sdpa-under-compile", "sdpa-instead"
+]
+#: whether a workaround keeps xformers in the user's code or replaces it (the SDPA ones):
+#: a replacement is an answer ("use SDPA"), not a workaround of xformers.
 KEEPS_XFORMERS: Mapping[Workaround, bool] = {
+    "mask-outside-compile": True,
+    "mask-form": True,
     "dynamo-disable": True,
     "sdpa-under-compile": False,
     "sdpa-instead": False,
 }
+#: the cost class a verdict ranks workarounds by, cheapest first: 0 keeps xformers with no
+#: graph break, 1 keeps it behind a graph break, 2 replaces it.
+WORKAROUND_TIER: Mapping[Workaround, int] = {
+    "mask-outside-compile": 0,
+    "mask-form": 0,
+    "dynamo-disable": 1,
+    "sdpa-under-compile": 2,
+    "sdpa-instead": 2,
+}
 #: every workaround, in the order `KEEPS_XFORMERS` lists them
 WORKAROUNDS: tuple[Workaround, ...] = tuple(KEEPS_XFORMERS)
+#: the library a check reaches torch and xformers through, when it does not call them
+#: directly: a combination pins torch and xformers, not these, so a check through one
+#: speaks for that library's advisory, never for the combination's verdict.
+Via: TypeAlias = Literal["diffusers"]
+VIAS: tuple[Via, ...] = ("diffusers",)
 #: what a user runs: eager forward under no_grad, the same compiled, an eager training
 #: step (forward, backward, optimizer step), the same compiled.
 Use: TypeAlias = Literal["inference", "inference-compiled", "training", "training-compiled"]
@@ -121,7 +159,8 @@ class CheckSpec:
     whose ``impl`` is xformers needs xformers without saying so (``requires``).
 
     ``uses`` are the uses the check speaks for (a gate check names at least
-    one). ``workarounds`` are checks that re-run this check's exact case with a
+    one). ``via`` is the library the check calls the kernels through (None: torch and
+    xformers called directly, what the combination's verdict is made of). ``workarounds`` are checks that re-run this check's exact case with a
     workaround applied; the worker runs them only when this check fails, and
     each records ``covers`` = this check's name.
     """
@@ -133,6 +172,7 @@ class CheckSpec:
     impl: Impl | None = None
     workaround: Workaround | None = None
     covers: str | None = None
+    via: Via | None = None
     needs: frozenset[str] = frozenset()
     quick: bool = True  # part of a --quick run
     workarounds: tuple[CheckSpec, ...] = ()
@@ -151,8 +191,10 @@ class CheckSpec:
 
     @property
     def requires(self) -> frozenset[str]:
-        """``needs``, plus xformers for a check of the xformers implementation."""
-        return self.needs | ({"xformers"} if self.impl == "xformers" else set())
+        """``needs``, plus xformers and a CUDA device for a check of the xformers
+        implementation: xformers' attention kernels have no CPU implementation, so on a CPU
+        run such a check says so instead of failing on an "operator not found"."""
+        return self.needs | ({"xformers", "cuda"} if self.impl == "xformers" else set())
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -162,6 +204,7 @@ class CheckSpec:
             "workaround": self.workaround,
             "uses": list(self.uses),
             "covers": self.covers,
+            "via": self.via,
         }
 
     def covered_by(
@@ -176,6 +219,7 @@ class CheckSpec:
             impl=impl,
             workaround=workaround,
             covers=self.name,
+            via=self.via,
             needs=self.needs,
             quick=self.quick,
         )
@@ -196,11 +240,17 @@ class CheckResult:
     duration_s: float
     uses: tuple[Use, ...] = ()
     covers: str | None = None
+    via: Via | None = None
 
     @property
     def failed(self) -> bool:
         """A status that fails a gate: fail, error, timeout or invalid."""
         return self.status in FAILED
+
+    @property
+    def suite_error(self) -> bool:
+        """An error raised in the suite's own code: evidence of nothing but a suite bug."""
+        return is_suite_error(self.status, self.numbers)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -213,6 +263,7 @@ class CheckResult:
             "workaround": self.workaround,
             "uses": list(self.uses),
             "covers": self.covers,
+            "via": self.via,
             "numbers": {
                 k: relative_paths(v) if isinstance(v, str) else v for k, v in self.numbers.items()
             },
@@ -236,6 +287,7 @@ class CheckResult:
             duration_s=float(data.get("duration_s", 0.0)),
             uses=ordered_uses(data.get("uses", ())),
             covers=data.get("covers"),
+            via=_via(data),
         )
 
     @classmethod
@@ -256,7 +308,40 @@ class CheckResult:
             duration_s=duration_s,
             uses=ordered_uses(meta.get("uses", ())),
             covers=meta.get("covers"),
+            via=_via(meta),
         )
+
+
+def is_suite_error(status: Status, numbers: Mapping[str, Number]) -> bool:
+    """Whether a check's error was raised in the suite's own code (``fault_component`` =
+    ``suite``): no verdict counts it, and ``repro`` refuses it."""
+    return status == "error" and numbers.get("fault_component") == "suite"
+
+
+def decided_fault(numbers: Mapping[str, Any]) -> tuple[str, str | None]:
+    """Who an experiment found at fault and what decided it: ``fault_component`` with its
+    ``fault_evidence``; ``("undecided", None)`` without that evidence (a component that a
+    suite before 3.0 read from an error's message is no finding)."""
+    component = numbers.get("fault_component")
+    evidence = numbers.get("fault_evidence")
+    if isinstance(component, str) and component and isinstance(evidence, str) and evidence:
+        return component, evidence
+    return "undecided", None
+
+
+def legacy_via(name: str) -> Via | None:
+    """The library a check of a results/2 file (which records no ``via``) went through:
+    the mask and model groups call diffusers, every other check the kernels directly."""
+    return "diffusers" if name.startswith(("masks.", "model.diffusers.")) else None
+
+
+def _via(data: Mapping[str, Any]) -> Via | None:
+    if "via" not in data:
+        return legacy_via(str(data.get("name", "")))
+    via = data["via"]
+    if via is not None and via not in VIAS:
+        raise ValueError(f"check {data.get('name')!r}: unknown via {via!r}; known: {list(VIAS)}")
+    return via  # type: ignore[no-any-return]
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:

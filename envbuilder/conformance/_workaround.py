@@ -7,9 +7,25 @@ another projection, as in a model) calls an attention function wrapped in
 function eagerly. Its evidence: dynamo's graph break (``graph_breaks`` >= 1)
 and the attention kernel's operators dispatched from inside the disabled
 function while it ran eagerly (``<kernel>_calls_outside_graph`` >= 1, counted
-with a dispatch mode entered there, in the run that gathers evidence). Wrapping
-the compiled callable itself in ``disable`` is *not* the workaround: torch
-unwraps it (``innermost_fn``) and compiles the attention as if nothing was done.
+with a dispatch mode entered there, in the run that gathers evidence); where the
+check passes them, a break reason naming the disabled function (it is called
+``disabled_<kernel>_attention``) and at least one compiled graph. Its cost is
+recorded as ``graph_breaks_per_call`` and ``graph_breaks_per_step``, and
+``drops_fullgraph`` says where the check it covers compiled with
+``fullgraph=True`` (a disabled call is a graph break, which fullgraph refuses).
+Wrapping the compiled callable itself in ``disable`` is *not* the workaround:
+torch unwraps it (``innermost_fn``) and compiles the attention as if nothing was
+done.
+
+``mask-outside-compile``: xformers' bias object built outside the compiled
+function and passed in, xformers still called inside it. Its evidence: no graph
+break, at least one compiled graph, and xformers' operators run from inside a
+compiled graph (``xformers_calls_in_graph`` >= 1, counted with the profiler,
+whose events nest under the compiled region that called them).
+
+A workaround that leaves the failure of the check it covers is no fix: one
+covering a ``nobreaks`` check that still breaks the graph fails ("leaves the
+check's own failure: N graph breaks").
 
 ``sdpa-under-compile`` / ``sdpa-instead``: SDPA in xformers' place. Evidence:
 no xformers operator was dispatched in one step run under the profiler
@@ -35,8 +51,11 @@ from envbuilder.conformance._record import Number, Outcome
 __all__ = [
     "Disabled",
     "Kernel",
+    "count_compiled_regions",
+    "count_kernel_calls",
     "count_xformers_calls",
     "disable",
+    "inside_evidence",
     "is_sdpa_op",
     "is_xformers_op",
     "projected",
@@ -157,7 +176,14 @@ class Disabled:
             with Count():
                 return fn(*args, **kwargs)
 
+        # dynamo's break reason names the function: the evidence looks for this name
+        outside_graph.__name__ = outside_graph.__qualname__ = self.name
         return disable(outside_graph)
+
+    @property
+    def name(self) -> str:
+        """The disabled function's name, as dynamo's graph break reason quotes it."""
+        return f"disabled_{self.kernel}_attention"
 
     @contextlib.contextmanager
     def watch(self) -> Iterator[None]:
@@ -167,28 +193,63 @@ class Disabled:
         finally:
             self.watching = False
 
-    def evidence(self, graph_breaks: int) -> tuple[bool, str, dict[str, Number]]:
-        """Whether the disable was applied, what shows it, and the numbers to record."""
+    def evidence(
+        self,
+        graph_breaks: int,
+        *,
+        break_reasons: str | None = None,
+        graphs_compiled: int | None = None,
+        drops_fullgraph: bool | None = None,
+        graph_breaks_per_call: float | None = None,
+        graph_breaks_per_step: float | None = None,
+    ) -> tuple[bool, str, dict[str, Number]]:
+        """Whether the disable was applied, what shows it, and the numbers to record.
+
+        ``break_reasons`` (dynamo's reasons for the breaks) must name the disabled function
+        and ``graphs_compiled`` be at least one, where the check passes them; the cost
+        (breaks per call and per step, ``drops_fullgraph``) is recorded as given."""
         numbers: dict[str, Number] = {
             "disabled_kernel": self.kernel,
             "disabled_calls_eager": self.calls,
             f"{self.kernel}_calls_outside_graph": self.ops,
         }
+        cost: dict[str, Number | None] = {
+            "drops_fullgraph": drops_fullgraph,
+            "graph_breaks_per_call": graph_breaks_per_call,
+            "graph_breaks_per_step": graph_breaks_per_step,
+            "graphs_compiled": graphs_compiled,
+        }
+        numbers |= {key: value for key, value in cost.items() if value is not None}
         missing = []
         if graph_breaks < 1:
             missing.append("dynamo broke no graph at the disabled call")
+        elif break_reasons is not None and self.name not in break_reasons:
+            missing.append(f"no graph break reason names the disabled function {self.name}")
+        if graphs_compiled is not None and graphs_compiled < 1:
+            missing.append("no graph was compiled around the disabled call")
         if self.calls < 1:
             missing.append("the disabled attention function never ran outside compiled code")
         elif self.ops < 1:
             missing.append(f"no {self.kernel} operator ran from the disabled function")
         if missing:
             return False, "; ".join(missing), numbers
-        return (
-            True,
-            f"{graph_breaks} graph break(s) at the disabled call; {self.ops} {self.kernel}"
-            f" operator call(s) outside the compiled graph in the evidence step",
-            numbers,
+        said = [f"{graph_breaks} graph break(s) at the disabled call"]
+        if break_reasons is not None:
+            said = [f"dynamo recorded {graph_breaks} graph break(s), a reason naming {self.name}"]
+        if graphs_compiled is not None:
+            said.append(f"{graphs_compiled} graph(s) compiled")
+        said.append(
+            f"{self.ops} {self.kernel} operator call(s) outside the compiled graph in the"
+            " evidence step"
         )
+        if graph_breaks_per_call is not None and graph_breaks_per_step is not None:
+            said.append(
+                f"costs {graph_breaks_per_call:g} graph break(s) per call,"
+                f" {graph_breaks_per_step:g} per step"
+            )
+        if drops_fullgraph:
+            said.append("drops fullgraph=True (a disabled call is a graph break)")
+        return True, "; ".join(said), numbers
 
 
 @contextlib.contextmanager
@@ -196,6 +257,40 @@ def count_xformers_calls(into: list[int] | None = None) -> Iterator[list[int]]:
     """Count xformers' operators dispatched inside the block (compiled code included);
     the count is in the list's one item (``into``, or the yielded one) after the block,
     also when the block raised."""
+    with count_kernel_calls("xformers", into) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def count_kernel_calls(
+    kernel: Kernel, into: list[int] | None = None, *, in_graph: bool = False
+) -> Iterator[list[int]]:
+    """Count ``kernel``'s operators run inside the block (the profiler sees compiled code
+    too); with ``in_graph`` only those run from inside a compiled graph. The count is in
+    the list's one item (``into``, or the yielded one) after the block, also when the
+    block raised."""
+    from torch.profiler import ProfilerActivity, profile
+
+    counted = _xformers_event if kernel == "xformers" else _sdpa_event
+    found = into if into is not None else [0]
+    prof = profile(activities=[ProfilerActivity.CPU])
+    try:
+        with prof:
+            yield found
+    finally:
+        found[0] = sum(
+            1
+            for event in prof.events()
+            if counted(event) and (not in_graph or _in_compiled_graph(event))
+        )
+
+
+@contextlib.contextmanager
+def count_compiled_regions(into: list[int] | None = None) -> Iterator[list[int]]:
+    """Count the compiled frames entered inside the block (the profiler's "Torch-Compiled
+    Region" ranges): a function compiled whole enters one per call, and each graph break
+    crossed at run time one more (the code after it runs as a frame of its own). The count
+    is in the list's one item (``into``, or the yielded one) after the block."""
     from torch.profiler import ProfilerActivity, profile
 
     found = into if into is not None else [0]
@@ -204,18 +299,38 @@ def count_xformers_calls(into: list[int] | None = None) -> Iterator[list[int]]:
         with prof:
             yield found
     finally:
-        found[0] = sum(1 for event in prof.events() if _xformers_event(event))
+        found[0] = sum(
+            1 for event in prof.events() if str(event.name).startswith("Torch-Compiled Region")
+        )
+
+
+def _ancestors(event: Any) -> Iterator[Any]:
+    parent = getattr(event, "cpu_parent", None)
+    while parent is not None:
+        yield parent
+        parent = getattr(parent, "cpu_parent", None)
+
+
+#: the profiler's names of the ranges compiled code runs in (a compiled graph's call, its
+#: autograd function forward and backward, the compiled frame)
+_COMPILED_RANGES = ("## Call CompiledFxGraph", "CompiledFunction", "Torch-Compiled Region")
+
+
+def _in_compiled_graph(event: Any) -> bool:
+    return any(
+        str(parent.name).startswith(_COMPILED_RANGES)
+        or "CompiledFunctionBackward" in str(parent.name)
+        for parent in _ancestors(event)
+    )
+
+
+def _sdpa_event(event: Any) -> bool:
+    return is_sdpa_op(event.name)
 
 
 def _xformers_event(event: Any) -> bool:
-    if not is_xformers_op(event.name):
-        return False
-    parent = getattr(event, "cpu_parent", None)
-    while parent is not None:  # SDPA's own memory-efficient kernel calls the aten ops
-        if is_sdpa_op(parent.name):
-            return False
-        parent = getattr(parent, "cpu_parent", None)
-    return True
+    # SDPA's own memory-efficient kernel calls the aten ops
+    return is_xformers_op(event.name) and not any(is_sdpa_op(p.name) for p in _ancestors(event))
 
 
 def replaced_evidence(xformers_calls: int) -> tuple[bool, str]:
@@ -223,6 +338,25 @@ def replaced_evidence(xformers_calls: int) -> tuple[bool, str]:
     if xformers_calls:
         return False, f"{xformers_calls} xformers operator call(s) in the evidence step"
     return True, "0 xformers operator calls in the evidence step (profiler)"
+
+
+def inside_evidence(
+    graph_breaks: int, graphs_compiled: int, kernel_calls_in_graph: int, kernel: Kernel
+) -> tuple[bool, str]:
+    """Whether the kernel ran inside compiled code with its mask built outside, and what
+    shows it (``mask-outside-compile``); a graph break is the check's, not missing evidence."""
+    missing = []
+    if graphs_compiled < 1:
+        missing.append("no graph was compiled")
+    if kernel_calls_in_graph < 1:
+        missing.append(f"no {kernel} operator ran inside a compiled graph")
+    if missing:
+        return False, "; ".join(missing)
+    return True, (
+        f"{graphs_compiled} graph(s) compiled, {graph_breaks} graph break(s);"
+        f" {kernel_calls_in_graph} {kernel} operator call(s) inside the compiled graph"
+        " in the evidence step (profiler)"
+    )
 
 
 def settle(outcome: Outcome, applied: bool, evidence: str, numbers: dict[str, Number]) -> Outcome:
@@ -254,13 +388,53 @@ def with_evidence(
     disabled: Disabled | None,
     graph_breaks: int,
     xformers_calls: int,
+    *,
+    break_reasons: str | None = None,
+    graphs_compiled: int | None = None,
+    drops_fullgraph: bool | None = None,
+    graph_breaks_per_call: float | None = None,
+    graph_breaks_per_step: float | None = None,
+    covers_nobreaks: bool = False,
+    kernel: Kernel = "xformers",
 ) -> Outcome:
     """*outcome* settled by the evidence that its workaround was applied (`settle`): the
-    disabled call's graph break and eager xformers calls, or no xformers call at all."""
+    disabled call's graph break and eager kernel calls (`Disabled.evidence`, which the
+    keyword arguments feed), the kernel called inside compiled code with no break
+    (``mask-outside-compile``; ``xformers_calls`` then counts ``kernel``'s calls inside
+    the graph), or no xformers call at all (the SDPA ones).
+
+    ``covers_nobreaks``: the covered check fails on any graph break, so a workaround
+    that still breaks the graph fails too ("leaves the check's own failure")."""
     if workaround is None:
         return outcome
     if disabled is not None:
-        applied, evidence, numbers = disabled.evidence(graph_breaks)
-        return settle(outcome, applied, evidence, numbers | {"graph_breaks": graph_breaks})
-    applied, evidence = replaced_evidence(xformers_calls)
-    return settle(outcome, applied, evidence, {"xformers_calls": xformers_calls})
+        applied, evidence, numbers = disabled.evidence(
+            graph_breaks,
+            break_reasons=break_reasons,
+            graphs_compiled=graphs_compiled,
+            drops_fullgraph=drops_fullgraph,
+            graph_breaks_per_call=graph_breaks_per_call,
+            graph_breaks_per_step=graph_breaks_per_step,
+        )
+        numbers["graph_breaks"] = graph_breaks
+    elif workaround == "mask-outside-compile":
+        applied, evidence = inside_evidence(
+            graph_breaks, graphs_compiled or 0, xformers_calls, kernel
+        )
+        numbers = {"graph_breaks": graph_breaks, f"{kernel}_calls_in_graph": xformers_calls}
+    else:
+        applied, evidence = replaced_evidence(xformers_calls)
+        numbers = {"xformers_calls": xformers_calls}
+    settled = settle(outcome, applied, evidence, numbers)
+    if applied and covers_nobreaks and graph_breaks > 0:
+        return _leaves_failure(settled, graph_breaks)
+    return settled
+
+
+def _leaves_failure(outcome: Outcome, graph_breaks: int) -> Outcome:
+    """A workaround check whose covered check forbids graph breaks, still breaking: failed."""
+    reason = f"leaves the check's own failure: {graph_breaks} graph break(s)"
+    if outcome.reason:
+        reason += f"; {outcome.reason}"
+    cause = "workaround leaves the check's own failure: graph breaks"
+    return Outcome.failed(reason, dict(outcome.numbers) | {"cause": cause})

@@ -21,7 +21,7 @@ from functools import partial
 
 import torch
 
-from envbuilder.conformance import _dropout, tolerance
+from envbuilder.conformance import _dropout, plan, tolerance
 from envbuilder.conformance._attn import (
     DTYPES,
     Case,
@@ -41,22 +41,13 @@ from envbuilder.conformance._record import CheckSpec, Impl, Number, Outcome
 __all__ = ["MASKS", "base_cases", "specs"]
 
 #: the mask kinds checked for correctness; ``[B,1,M,N]`` as it is has its own check below.
-MASKS: tuple[MaskKind, ...] = ("none", "causal", "blockdiag", "bias", "padding", "bias_expanded")
+MASKS: tuple[MaskKind, ...] = plan.ATTENTION_MASKS
 IMPLS: tuple[Impl, ...] = ("xformers", "sdpa")
 
 
 def base_cases(ctx: Context) -> list[Case]:
-    """Odd sequence lengths, head dims 32-256, batch > 1; small on CPU and in --quick runs."""
-    if not ctx.is_cuda:
-        return [Case(B=2, M=37, N=53, H=2, K=32), Case(B=2, M=17, N=17, H=2, K=64)]
-    if ctx.quick:
-        return [Case(B=2, M=97, N=129, H=4, K=64), Case(B=2, M=257, N=255, H=2, K=128)]
-    return [
-        Case(B=2, M=37, N=53, H=4, K=32),
-        Case(B=3, M=97, N=129, H=4, K=64),
-        Case(B=2, M=257, N=255, H=2, K=128),
-        Case(B=2, M=129, N=67, H=2, K=256),
-    ]
+    """The plan's attention cases for this device (`plan.attention_cases`)."""
+    return plan.attention_cases(cuda=ctx.is_cuda, quick=ctx.quick)
 
 
 def grad_out(case: Case, device: str, seed: int) -> torch.Tensor:
@@ -123,8 +114,9 @@ def correctness(
     fn = attention_fn(impl, mask)
     for i, base in enumerate(base_cases(ctx)):
         case = base.with_mask(mask)
-        inp = make_inputs(case, dtype, ctx.device, seed=100 + i)
-        grad = grad_out(case, ctx.device, seed=200 + i) if backward else None
+        seeds = plan.ATTENTION_SEEDS.at(i)
+        inp = make_inputs(case, dtype, ctx.device, seed=seeds.inputs)
+        grad = grad_out(case, ctx.device, seed=seeds.grad) if backward else None
         bias_grad = backward and wants_bias_grad(case)
         try:  # the implementation first: refusals cost no reference computation
             try:
@@ -162,8 +154,8 @@ def b1mn_bias(ctx: Context, impl: Impl) -> Outcome:
     """A ``[B,1,M,N]`` bias must be handled correctly or rejected loudly, never silently wrong."""
     dtype_name = "bf16" if ctx.is_cuda else "fp32"
     case = base_cases(ctx)[0].with_mask("bias_b1mn")
-    inp = make_inputs(case, DTYPES[dtype_name], ctx.device, seed=7)
-    grad = grad_out(case, ctx.device, seed=8)
+    inp = make_inputs(case, DTYPES[dtype_name], ctx.device, seed=plan.B1MN_SEEDS.inputs)
+    grad = grad_out(case, ctx.device, seed=plan.B1MN_SEEDS.grad)
     numbers: dict[str, Number] = {"dtype": dtype_name, "case": case.label}
     try:
         got = run_attention(attention_fn(impl, "bias_b1mn"), impl, inp, grad)
@@ -192,8 +184,8 @@ def determinism(ctx: Context, impl: Impl) -> Outcome:
     """The forward pass must be bitwise identical on repeat; the backward's is recorded."""
     dtype_name = "bf16" if ctx.is_cuda else "fp32"
     case = base_cases(ctx)[-1].with_mask("causal")
-    inp = make_inputs(case, DTYPES[dtype_name], ctx.device, seed=11)
-    grad = grad_out(case, ctx.device, seed=12)
+    inp = make_inputs(case, DTYPES[dtype_name], ctx.device, seed=plan.DETERMINISM_SEEDS.inputs)
+    grad = grad_out(case, ctx.device, seed=plan.DETERMINISM_SEEDS.grad)
     fn = attention_fn(impl, "causal")
     try:
         runs = [run_attention(fn, impl, inp, grad) for _ in range(3)]
@@ -222,9 +214,10 @@ def large_logits(ctx: Context, impl: Impl) -> Outcome:
     case = base_cases(ctx)[0].with_mask("causal")
     fn = attention_fn(impl, "causal")
     for dtype_name in ("fp16", "bf16"):
-        inp = make_inputs(case, DTYPES[dtype_name], ctx.device, seed=21, scale=40.0)
+        seeds = plan.LARGE_LOGITS_SEEDS
+        inp = make_inputs(case, DTYPES[dtype_name], ctx.device, seed=seeds.inputs, scale=40.0)
         try:
-            got = run_attention(fn, impl, inp, grad_out(case, ctx.device, seed=22))
+            got = run_attention(fn, impl, inp, grad_out(case, ctx.device, seed=seeds.grad))
         except (NotImplementedError, RuntimeError) as e:
             if not is_refusal(e):
                 raise

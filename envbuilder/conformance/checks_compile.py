@@ -20,14 +20,22 @@ split dynamo reports), on more compilations than the shapes explain (static:
 one per shape; dynamic: one for every shape) or on any compilation when the
 same shapes run again (recompiling without end). A failing xformers check is
 re-run on its exact case with each workaround, applied as users apply it
-(`envbuilder.conformance._workaround`): a compiled attention layer (an input
-projection, the attention call, an output projection) whose xformers
-attention function is wrapped in ``torch.compiler.disable`` (a graph break by
-design, so compiled without ``fullgraph``), and SDPA in xformers' place; each
-records its graph breaks, the median time of one step (the cost a verdict
-picks the cheapest by) and the evidence that it was applied. The projections
-are by a permutation (exact in every dtype, and q and k permuted alike leave
-the scores unchanged), so the numbers compare with the direct check's.
+(`envbuilder.conformance._workaround`), cheapest first: for a bias object
+(causal, block-diagonal), the object built outside the compiled function and
+passed in, compiled with the check's own ``fullgraph`` (``mask-outside-compile``);
+a compiled attention layer (an input projection, the mask built as the direct
+check builds it, the xformers call wrapped in ``torch.compiler.disable``, an
+output projection: a graph break by design, so compiled without ``fullgraph``,
+which ``drops_fullgraph`` records); and SDPA in xformers' place. Each records
+its graph breaks (per call and per step for the disable), the median time of
+one step and the evidence that it was applied. The projections are by a
+permutation (exact in every dtype, and q and k permuted alike leave the scores
+unchanged), so the numbers compare with the direct check's.
+
+A failing xformers check runs the experiments that decide who is at fault
+(`envbuilder.conformance._glue`): for a bias object, the same attention with the
+object built outside and ``fullgraph=True``; for FakeTensor device propagation in
+an ``aten`` operator, that operator alone with the arguments xformers passed it.
 """
 
 from __future__ import annotations
@@ -43,16 +51,21 @@ from typing import Any, Literal
 
 import torch
 
-from envbuilder.conformance import _dropout, _fault, tolerance
+from envbuilder.conformance import _dropout, _fault, _glue, plan, tolerance
 from envbuilder.conformance._attn import (
+    BIAS_OBJECTS,
     DTYPES,
     MASKS,
     Case,
     MaskKind,
     attention_fn,
     make_inputs,
+    outside_bias,
     run_attention,
+    sdpa_on_bias,
+    split_fn,
     wants_bias_grad,
+    xformers_call,
 )
 from envbuilder.conformance._context import Context
 from envbuilder.conformance._record import (
@@ -68,6 +81,8 @@ from envbuilder.conformance._record import (
 from envbuilder.conformance._workaround import (
     Disabled,
     Kernel,
+    count_compiled_regions,
+    count_kernel_calls,
     count_xformers_calls,
     projected,
     with_evidence,
@@ -76,9 +91,16 @@ from envbuilder.conformance.checks_attention import compare_attention, grad_out
 
 __all__ = ["compile_check", "specs"]
 
-#: the attention code that is compiled: an implementation, or an attention layer calling
-#: xformers behind ``torch.compiler.disable`` (the ``dynamo-disable`` workaround).
-Variant = Literal["xformers", "sdpa", "dynamo-disable"]
+#: the attention code that is compiled: an implementation, an attention layer calling
+#: xformers behind ``torch.compiler.disable`` (the ``dynamo-disable`` workaround), or
+#: xformers called with a bias object built outside and passed in (``mask-outside-compile``).
+Variant = Literal["xformers", "sdpa", "dynamo-disable", "mask-outside-compile"]
+
+#: the xformers class a bias-object mask kind builds
+_BIAS_CLASS: dict[MaskKind, str] = {
+    "causal": "LowerTriangularMask",
+    "blockdiag": "BlockDiagonalMask",
+}
 
 #: dynamo keeps at most a few compiled versions of one function by default and
 #: then runs it eagerly without a word; these checks compile one function for
@@ -97,6 +119,23 @@ def _raise_compile_limits() -> None:
             setattr(torch._dynamo.config, name, value)
 
 
+@dataclass(frozen=True)
+class _Found:
+    """What compiling one function for one (dtype, grad mode) found: dynamo's graph breaks
+    (its count while compiling, which counts a break again when dynamo restarts its trace)
+    and their reasons, the compiled versions and graphs, and the breaks crossed and the
+    attention calls made in one step run once compiled (the cost per step)."""
+
+    breaks: int
+    compilations: int
+    graphs: int
+    reasons: str
+    #: the reasons whole, which the disable's evidence searches for the function's name
+    reasons_full: str
+    step_breaks: int
+    step_calls: int
+
+
 @dataclass
 class _Compiled:
     """One ``torch.compile`` of one attention function, shared by the checks of its key;
@@ -111,7 +150,7 @@ class _Compiled:
     fn: Callable[..., torch.Tensor]
     code: Any
     compilations: list[int]
-    found: dict[tuple[str, bool], tuple[int, int, int, str]] = field(default_factory=dict)
+    found: dict[tuple[str, bool], _Found] = field(default_factory=dict)
     #: the disabled attention function a ``dynamo-disable`` layer calls
     disabled: Disabled | None = None
 
@@ -144,9 +183,16 @@ def _compiled(
         _raise_compile_limits()
         counter = [0]
         disabled: Disabled | None = None
+        call = xformers_call if inner == "xformers" else sdpa_on_bias
         if variant == "dynamo-disable":
+            # the mask is built in the compiled layer, as a model builds it; only the
+            # attention call is disabled
             disabled = Disabled(kernel=inner)
-            attention = projected(disabled.wrap(attention_fn(inner, mask)))
+            attention = projected(split_fn(mask, disabled.wrap(call)))
+        elif variant == "mask-outside-compile":
+            attention = _bias_passed_in(call)
+        elif variant == "xformers":
+            attention = split_fn(mask, call)  # attention_fn("xformers", mask) for xformers
         else:
             attention = attention_fn(variant, mask)
         fn = torch.compile(
@@ -160,16 +206,19 @@ def _compiled(
     return compiled
 
 
+def _bias_passed_in(call: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """xformers' attention taking a bias object its caller built outside compiled code."""
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Any) -> torch.Tensor:
+        return call(q, k, v, bias)
+
+    return attention
+
+
 def shapes(ctx: Context, mask: MaskKind, dynamic: bool) -> list[Case]:
-    """The problems a compiled function runs: one shape when static, two when dynamic."""
-    # No two sizes of the first shape are equal (dynamo would tie them with a guard), and
-    # the sequence lengths agree modulo 64: kernels choose by alignment, and dynamo may
-    # specialise on it (on an H200, SDPA with a mask compiled a second version for 77
-    # and 128). One version must serve every length of one alignment class.
-    if ctx.is_cuda:
-        cases = [Case(B=2, M=77, N=77, H=4, K=64), Case(B=3, M=141, N=141, H=4, K=64)]
-    else:
-        cases = [Case(B=2, M=24, N=24, H=3, K=32), Case(B=4, M=40, N=40, H=3, K=32)]
+    """The problems a compiled function runs: one shape when static, two when dynamic
+    (`plan.compile_cases`)."""
+    cases = plan.compile_cases(cuda=ctx.is_cuda)
     return [c.with_mask(mask) for c in cases[: 2 if dynamic else 1]]
 
 
@@ -206,12 +255,19 @@ def compile_check(
     inner: Kernel = "xformers",
 ) -> Outcome:
     """One compiled case; with ``workaround`` it is that workaround's check and records the
-    evidence that it was applied. ``inner`` is the kernel a ``dynamo-disable`` layer's
-    disabled function runs (xformers; SDPA where xformers is absent, for testing)."""
+    evidence that it was applied (``fullgraph``: the covered check's). ``inner`` is the
+    kernel that xformers' attention code calls (xformers; SDPA taking xformers' bias
+    objects where xformers cannot run, for testing).
+    A failing direct xformers check runs the experiments that decide who is at fault."""
+    covered_fullgraph = fullgraph
     if variant == "dynamo-disable":
         fullgraph = False  # a disabled function is a graph break: fullgraph refuses it
     dtype = DTYPES[dtype_name]
     kernel: Impl = "sdpa" if variant == "sdpa" or inner == "sdpa" else "xformers"
+    # the mask argument: SDPA's own, else xformers' (a bias object passed in, or the input
+    # the bias is built from)
+    mask_of: Impl = "sdpa" if variant == "sdpa" else "xformers"
+    prepare = outside_bias if variant == "mask-outside-compile" else None
     compiled = _compiled(ctx, variant, mask, dynamic, fullgraph, inner)
     cases = shapes(ctx, mask, dynamic)
     numbers: dict[str, Number] = {
@@ -238,6 +294,14 @@ def compile_check(
         disabled.calls = disabled.ops = 0
     xformers_calls = [0]
     times: list[float] = []
+    step_breaks = step_calls = 0
+    evidence_of = partial(
+        _settle,
+        workaround=workaround,
+        disabled=disabled,
+        covered_fullgraph=covered_fullgraph,
+        kernel=inner,
+    )
     try:
         for pass_no in (1, 2):
             if pass_no == 2:
@@ -245,16 +309,21 @@ def compile_check(
                 graphs = compiled.compilations[0] - compiles_before
             # the first pass (it compiles; untimed for step_ms) gathers the evidence
             evidence = (
-                _evidence(disabled, workaround, xformers_calls) if pass_no == 1 else _no_evidence()
+                _evidence(disabled, workaround, xformers_calls, inner)
+                if pass_no == 1
+                else _no_evidence()
             )
             with evidence:
                 for i, case in enumerate(cases):
-                    inp = make_inputs(case, dtype, ctx.device, seed=300 + i)
-                    grad = grad_out(case, ctx.device, seed=400 + i) if backward else None
+                    seeds = plan.COMPILE_SEEDS.at(i)
+                    inp = make_inputs(case, dtype, ctx.device, seed=seeds.inputs)
+                    grad = grad_out(case, ctx.device, seed=seeds.grad) if backward else None
                     bias_grad = backward and wants_bias_grad(case)
                     _sync(ctx)
                     t0 = time.perf_counter()
-                    got = run_attention(compiled.fn, kernel, inp, grad, bias_grad=bias_grad)
+                    got = run_attention(
+                        compiled.fn, mask_of, inp, grad, bias_grad=bias_grad, prepare=prepare
+                    )
                     _sync(ctx)
                     times.append(time.perf_counter() - t0)
                     if pass_no == 1:
@@ -267,26 +336,62 @@ def compile_check(
                             problems=problems,
                         )
                         comparisons += found
+        if disabled is not None:  # what one step costs, run once more: compiled already
+            seeds = plan.COMPILE_SEEDS
+            inp = make_inputs(cases[0], dtype, ctx.device, seed=seeds.inputs)
+            grad = grad_out(cases[0], ctx.device, seed=seeds.grad) if backward else None
+            calls_before = disabled.calls
+            with count_compiled_regions() as regions:
+                run_attention(
+                    compiled.fn,
+                    mask_of,
+                    inp,
+                    grad,
+                    bias_grad=backward and wants_bias_grad(cases[0]),
+                )
+            step_breaks, step_calls = regions[0] - 1, disabled.calls - calls_before
     except Exception as e:  # a compile failure is this check's finding, not a suite error
         numbers["compilations"] = compiled.versions() - versions_before
         numbers |= _fault.error_fault(e)
         failed = Outcome.failed(f"compiled attention failed: {describe_error(e, 1200)}", numbers)
-        breaks_now = sum((_graph_breaks() - breaks_before).values())
-        return with_evidence(failed, workaround, disabled, breaks_now, xformers_calls[0])
+        new_breaks = _graph_breaks() - breaks_before
+        if variant == "xformers" and workaround is None:
+            failed = _attributed(ctx, failed, mask, dynamic, dtype_name, backward, inner)
+        return evidence_of(
+            failed,
+            found=_Found(
+                breaks=sum(new_breaks.values()),
+                compilations=0,
+                graphs=compiled.compilations[0] - compiles_before,
+                reasons=_reasons(new_breaks),
+                reasons_full=_reasons(new_breaks, whole=True),
+                step_breaks=step_breaks,
+                step_calls=step_calls,
+            ),
+            xformers_calls=xformers_calls[0],
+        )
     again = compiled.versions() - versions_before - first_pass
     new_breaks = _graph_breaks() - breaks_before
     mode = (dtype_name, backward)
     if mode not in compiled.found:  # this check compiled it: what it found is the record
-        reasons = " || ".join(f"{n} x {r.splitlines()[0]}" for r, n in new_breaks.items())
-        compiled.found[mode] = (sum(new_breaks.values()), first_pass, graphs, reasons[:1500])
-    breaks, compilations, graphs, reasons = compiled.found[mode]
+        compiled.found[mode] = _Found(
+            breaks=sum(new_breaks.values()),
+            compilations=first_pass,
+            graphs=graphs,
+            reasons=_reasons(new_breaks),
+            reasons_full=_reasons(new_breaks, whole=True),
+            step_breaks=step_breaks,
+            step_calls=step_calls,
+        )
+    record = compiled.found[mode]
+    breaks, compilations, reasons = record.breaks, record.compilations, record.reasons
     allowed = 1 if dynamic else len(cases)
     numbers |= {
         "graph_breaks": breaks,
-        "graph_break_reasons": reasons,
+        "graph_break_reasons": reasons[:1500],
         "compilations": compilations,
         "compilations_allowed": allowed,
-        "graphs_compiled": graphs,
+        "graphs_compiled": record.graphs,
         "recompilations_on_seen_shapes": again,
         "first_call_s": round(times[0], 3),
         "step_ms": round(statistics.median(times[len(cases) :]) * 1000, 3),
@@ -310,16 +415,143 @@ def compile_check(
         outcome = replace(
             outcome, numbers=dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject)
         )
-    return with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0])
+        if variant == "xformers" and workaround is None:
+            outcome = _attributed(ctx, outcome, mask, dynamic, dtype_name, backward, inner)
+    return evidence_of(outcome, found=record, xformers_calls=xformers_calls[0])
+
+
+def _reasons(breaks: Counter[str], *, whole: bool = False) -> str:
+    """Dynamo's graph break reasons with their counts: each one's first line (as results
+    record them), or ``whole``, where dynamo names the function it skipped."""
+    return " || ".join(
+        f"{n} x {' '.join(r.split()) if whole else r.splitlines()[0]}" for r, n in breaks.items()
+    )
+
+
+def _settle(
+    outcome: Outcome,
+    *,
+    found: _Found,
+    xformers_calls: int,
+    workaround: Workaround | None,
+    disabled: Disabled | None,
+    covered_fullgraph: bool,
+    kernel: Kernel,
+) -> Outcome:
+    """A workaround check's outcome settled by its evidence (`with_evidence`): for the
+    disable, its cost per call and per step and whether it drops ``fullgraph=True``."""
+    per_call: float | None = None
+    if disabled is not None and found.step_calls:
+        per_call = round(found.step_breaks / found.step_calls, 3)
+    return with_evidence(
+        outcome,
+        workaround,
+        disabled,
+        found.breaks,
+        xformers_calls,
+        break_reasons=found.reasons_full if disabled is not None else None,
+        graphs_compiled=found.graphs,
+        drops_fullgraph=covered_fullgraph if disabled is not None else None,
+        graph_breaks_per_call=per_call,
+        graph_breaks_per_step=found.step_breaks if disabled is not None else None,
+        covers_nobreaks=not covered_fullgraph,
+        kernel=kernel,
+    )
+
+
+def _attributed(
+    ctx: Context,
+    failed: Outcome,
+    mask: MaskKind,
+    dynamic: bool,
+    dtype_name: str,
+    backward: bool,
+    inner: Kernel,
+) -> Outcome:
+    """``failed`` (a direct xformers check) with the experiments that apply to its cause
+    run and recorded (`_experiments`), their verdict on who is at fault included."""
+    if failed.numbers.get("fault_component") == "suite":
+        return failed
+    found = _experiments(ctx, failed, mask, dynamic, dtype_name, backward, inner)
+    return replace(failed, numbers=dict(failed.numbers) | found)
+
+
+def _experiments(
+    ctx: Context,
+    failed: Outcome,
+    mask: MaskKind,
+    dynamic: bool,
+    dtype_name: str,
+    backward: bool,
+    inner: Kernel,
+) -> dict[str, Number]:
+    """The experiments for a failing xformers check: a bias object built outside
+    (`_glue.decide_mask_outside`), then, for FakeTensor device propagation in an ``aten``
+    operator (the direct check's or the outside run's), the glue isolation. The first to
+    decide is the verdict; with none, ``undecided`` says what ran."""
+    out: dict[str, Number] = {}
+    ran: list[str] = []
+    cause = str(failed.numbers.get("cause", ""))
+    op = failed.numbers.get("fault_op")
+    if mask in BIAS_OBJECTS:
+        outside = compile_check(
+            ctx, "mask-outside-compile", mask, dynamic, True, dtype_name, backward, inner=inner
+        )
+        said = "pass" if outside.status == "pass" else f"{outside.status}: {outside.reason[:300]}"
+        out["cf_mask_outside_fullgraph"] = said
+        verdict = _glue.decide_mask_outside(said, cause, _BIAS_CLASS[mask])
+        if verdict["fault_component"] != "undecided":
+            return out | verdict
+        ran.append(str(verdict["fault_evidence"]))
+        if str(outside.numbers.get("cause", "")).startswith("FakeTensor device propagation"):
+            cause, op = str(outside.numbers["cause"]), outside.numbers.get("fault_op")
+    if cause.startswith("FakeTensor device propagation") and str(op).startswith("aten."):
+        runs = _glue_isolation(ctx, mask, dtype_name, backward, str(op))
+        out |= runs
+        if runs.get("fault_component") not in (None, "undecided"):
+            return out
+        ran.append(str(runs.get("fault_evidence") or runs.get("cf_glue")))
+    evidence = "; ".join(ran) if ran else f"no experiment decides this cause ({cause})"
+    return out | {"fault_component": "undecided", "fault_evidence": evidence[:400]}
+
+
+def _glue_isolation(
+    ctx: Context, mask: MaskKind, dtype_name: str, backward: bool, op: str
+) -> dict[str, Number]:
+    """`_glue.isolate_glue` on the arguments xformers passes ``op`` on this check's case,
+    captured in an eager run (xformers' kernels need a CUDA device)."""
+    if not ctx.is_cuda:
+        return {"cf_glue": "could not run here: xformers' kernels need a CUDA device"}
+    case = shapes(ctx, mask, False)[0]
+    inp = make_inputs(case, DTYPES[dtype_name], ctx.device, seed=plan.COMPILE_SEEDS.inputs)
+    grad = grad_out(case, ctx.device, seed=plan.COMPILE_SEEDS.grad) if backward else None
+    bias_grad = backward and wants_bias_grad(case)
+
+    def eager() -> None:
+        run_attention(attention_fn("xformers", mask), "xformers", inp, grad, bias_grad=bias_grad)
+
+    try:
+        captured = _glue.capture_op_args(eager, op)
+    except Exception as e:  # xformers failing eagerly is a finding of its own, recorded
+        return {"cf_glue": f"fail: the eager run failed: {describe_error(e, 300)}"}
+    if captured is None:
+        return {"cf_glue": f"the eager run called no {op}"}
+    return _glue.isolate_glue(captured)
 
 
 def _evidence(
-    disabled: Disabled | None, workaround: Workaround | None, xformers_calls: list[int]
+    disabled: Disabled | None,
+    workaround: Workaround | None,
+    xformers_calls: list[int],
+    inner: Kernel,
 ) -> contextlib.AbstractContextManager[list[int]]:
     """What watches a workaround check's first pass: the disabled function's own counters
-    (``dynamo-disable``), or the profiler counting xformers' operators (the SDPA ones)."""
+    (``dynamo-disable``), the profiler counting the kernel's operators inside compiled
+    graphs (``mask-outside-compile``) or xformers' operators anywhere (the SDPA ones)."""
     if disabled is not None:
         return _watching(disabled)
+    if workaround == "mask-outside-compile":
+        return count_kernel_calls(inner, xformers_calls, in_graph=True)
     if workaround is not None:
         return count_xformers_calls(xformers_calls)
     return _no_evidence()
@@ -341,7 +573,7 @@ def _refuse_what_eager_rejects(
 ) -> None:
     """Skip when the implementation turns the inputs down eagerly (xformers and a
     ``[B,1,M,N]`` bias): attention.<impl>.bias_b1mn.safe records that; nothing to compile."""
-    inp = make_inputs(case, dtype, ctx.device, seed=300)
+    inp = make_inputs(case, dtype, ctx.device, seed=plan.COMPILE_SEEDS.inputs)
     try:
         run_attention(attention_fn(kernel, mask), kernel, inp, None)
     except (NotImplementedError, RuntimeError, ValueError) as e:
@@ -411,6 +643,44 @@ def _dtypes(ctx: Context) -> tuple[str, ...]:
     return ("fp16", "bf16") if ctx.is_cuda else ("fp32",)
 
 
+def _workarounds(
+    ctx: Context, spec: CheckSpec, case: tuple[MaskKind, bool, bool, str, bool]
+) -> tuple[CheckSpec, ...]:
+    """The workaround checks of an xformers compile check, cheapest first: the bias object
+    built outside (bias-object masks), the disabled call, SDPA in xformers' place."""
+    mask = case[0]
+    out: list[CheckSpec] = []
+    if mask in BIAS_OBJECTS:
+        out.append(
+            spec.covered_by(
+                "mask-outside-compile",
+                partial(
+                    compile_check,
+                    ctx,
+                    "mask-outside-compile",
+                    *case,
+                    workaround="mask-outside-compile",
+                ),
+                "xformers",
+            )
+        )
+    out.append(
+        spec.covered_by(
+            "dynamo-disable",
+            partial(compile_check, ctx, "dynamo-disable", *case, workaround="dynamo-disable"),
+            "xformers",
+        )
+    )
+    out.append(
+        spec.covered_by(
+            "sdpa-under-compile",
+            partial(compile_check, ctx, "sdpa", *case, workaround="sdpa-under-compile"),
+            "sdpa",
+        )
+    )
+    return tuple(out)
+
+
 def specs(ctx: Context) -> list[CheckSpec]:
     out: list[CheckSpec] = []
     impls: tuple[Impl, ...] = ("xformers", "sdpa")
@@ -440,33 +710,7 @@ def specs(ctx: Context) -> list[CheckSpec]:
                                 and (mask, backward) in QUICK,
                             )
                             if impl == "xformers":
-                                spec = replace(
-                                    spec,
-                                    workarounds=(
-                                        spec.covered_by(
-                                            "dynamo-disable",
-                                            partial(
-                                                compile_check,
-                                                ctx,
-                                                "dynamo-disable",
-                                                *case,
-                                                workaround="dynamo-disable",
-                                            ),
-                                            "xformers",
-                                        ),
-                                        spec.covered_by(
-                                            "sdpa-under-compile",
-                                            partial(
-                                                compile_check,
-                                                ctx,
-                                                "sdpa",
-                                                *case,
-                                                workaround="sdpa-under-compile",
-                                            ),
-                                            "sdpa",
-                                        ),
-                                    ),
-                                )
+                                spec = replace(spec, workarounds=_workarounds(ctx, spec, case))
                             out.append(spec)
         dropout = CheckSpec(
             name=f"compile.{impl}.dropout",

@@ -21,8 +21,15 @@ attention in the same dtype), and the nearest plausible wrong answer is the
 mask dropped (sensitivity rule, `envbuilder.conformance.tolerance`): a backend
 that misreads a form (diffusers 0.42.1's xformers backend turns a 4-D boolean
 mask into a bias with ``.type_as(query)``, True -> +1.0, so padding is seen)
-fails its check. A failing xformers-backend check is re-run on its case with
-the native backend (``sdpa-instead``), which records that xformers never ran.
+fails its check. A failing xformers-backend check runs the experiments that
+decide who is at fault (`envbuilder.conformance._counterfactual`: the kernel
+swapped for exact float64 attention inside diffusers' wrapper, the kernel
+called directly with a correct bias, the wrapper's 4-D conversion patched) and
+is re-run on its case with the native backend (``sdpa-instead``, which records
+that xformers never ran) and, for a 4-D boolean mask, with the xformers backend
+kept and the same mask handed in a form diffusers converts correctly
+(``mask-form``: ``bool4d_b11n`` as the ``[B,N]`` boolean mask, ``bool4d_b1mn``
+as an additive 0/-inf float mask; evidence: xformers' operators ran).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from typing import Any, Literal, TypeAlias
 
 import torch
 
-from envbuilder.conformance import _fault, tolerance
+from envbuilder.conformance import _counterfactual, _fault, tolerance
 from envbuilder.conformance._attn import DTYPES, Case, make_inputs, max_abs_error, nonfinite
 from envbuilder.conformance._context import Context
 from envbuilder.conformance._record import (
@@ -47,15 +54,32 @@ from envbuilder.conformance._record import (
     describe_error,
 )
 from envbuilder.conformance._workaround import count_xformers_calls, replaced_evidence, settle
+from envbuilder.conformance.plan import (
+    FORMS,
+    MASKS_PATTERN_KEEP,
+    MASKS_PATTERN_SEED,
+    MASKS_SEED,
+    Form,
+    masks_case,
+)
 
-__all__ = ["BACKENDS", "FORMS", "Backend", "Form", "MaskedInputs", "mask_check", "specs"]
+__all__ = [
+    "BACKENDS",
+    "FORMS",
+    "HANDED",
+    "Backend",
+    "Form",
+    "MaskedInputs",
+    "handed_mask",
+    "kept_evidence",
+    "mask_check",
+    "specs",
+]
 
 Backend: TypeAlias = Literal["native", "xformers"]
-Form: TypeAlias = Literal["bool2d", "bool4d_b11n", "bool4d_b1mn", "additive"]
 
 #: diffusers' backend name -> the implementation it runs
 BACKENDS: dict[Backend, Impl] = {"native": "sdpa", "xformers": "xformers"}
-FORMS: tuple[Form, ...] = ("bool2d", "bool4d_b11n", "bool4d_b1mn", "additive")
 
 #: how a form is named in a cause: the forms one conversion handles alike share it
 _FAMILY: dict[Form, str] = {
@@ -66,20 +90,14 @@ _FAMILY: dict[Form, str] = {
 }
 
 
-#: the seeds of q, k, v and of the mask pattern, additive bias and output gradient (recorded
-#: in each check's numbers as ``seed`` and ``mask_seed``); the share of a ``[B,1,M,N]``
-#: boolean pattern's entries kept
-SEED = 61
-MASK_SEED = 62
-PATTERN_KEEP = 0.7
+#: the seeds and the pattern's share kept, as the plan says them (`plan.MASKS_SEED`)
+SEED = MASKS_SEED
+MASK_SEED = MASKS_PATTERN_SEED
+PATTERN_KEEP = MASKS_PATTERN_KEEP
 
 
 def _case(ctx: Context) -> Case:
-    # N a multiple of 8: xformers needs a tensor bias whose rows are 8-aligned in storage,
-    # and a 4-D mask reaches it as it is (expanded): the check is about the mask's meaning
-    if ctx.is_cuda:
-        return Case(B=2, M=128, N=128, H=4, K=64)
-    return Case(B=2, M=32, N=32, H=2, K=16)
+    return masks_case(cuda=ctx.is_cuda)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +179,29 @@ def _run(fn: Any, inp: MaskedInputs, dtype: torch.dtype) -> dict[str, torch.Tens
     return found
 
 
+#: the 4-D boolean forms and the form ``mask-form`` hands diffusers instead: the same mask
+#: that diffusers' xformers backend converts correctly (the ``[B,N]`` boolean where the mask
+#: is a key mask, else an additive 0/-inf float mask)
+HANDED: dict[Form, str] = {"bool4d_b11n": "bool2d", "bool4d_b1mn": "additive 0/-inf"}
+
+
+def handed_mask(inp: MaskedInputs, form: Form, dtype: torch.dtype) -> torch.Tensor:
+    """``inp``'s mask in the form ``mask-form`` hands diffusers for ``form`` (`HANDED`)."""
+    if form == "bool4d_b11n":
+        return inp.attn_mask[:, 0, 0, :].contiguous()
+    if form == "bool4d_b1mn":
+        additive = torch.zeros(inp.allowed.shape, dtype=dtype, device=inp.allowed.device)
+        return additive.masked_fill(~inp.allowed, -math.inf)
+    raise ValueError(f"no other form for the {form!r} mask; known: {sorted(HANDED)}")
+
+
+def kept_evidence(xformers_calls: int) -> tuple[bool, str]:
+    """Whether the xformers backend really ran xformers (``mask-form``), and what shows it."""
+    if xformers_calls < 1:
+        return False, "no xformers operator ran in the evidence step (profiler)"
+    return True, f"{xformers_calls} xformers operator call(s) in the evidence step (profiler)"
+
+
 def _dispatch(backend: Backend, attn_mask: torch.Tensor) -> Any:
     from diffusers.models.attention_dispatch import AttentionBackendName, dispatch_attention_fn
 
@@ -188,14 +229,21 @@ def mask_check(
     workaround: Workaround | None = None,
 ) -> Outcome:
     """One mask form through one backend, against float64; with ``workaround``
-    (``sdpa-instead``: the native backend in xformers' place) its evidence too."""
+    (``sdpa-instead``: the native backend in xformers' place; ``mask-form``: the xformers
+    backend handed the same mask in the form `HANDED` names) its evidence too. A failing
+    xformers-backend check records the experiments deciding who is at fault."""
     dtype = DTYPES[dtype_name]
     inp = masked_inputs(ctx, form, dtype)
-    numbers: dict[str, Number] = {
+    attn_mask = inp.attn_mask
+    numbers: dict[str, Number] = {}
+    if workaround == "mask-form":
+        attn_mask = handed_mask(inp, form, dtype)
+        numbers["handed_form"] = HANDED[form]
+    numbers |= {
         "backend": backend,
         "form": form,
-        "mask_shape": "x".join(str(n) for n in inp.attn_mask.shape),
-        "mask_dtype": str(inp.attn_mask.dtype).removeprefix("torch."),
+        "mask_shape": "x".join(str(n) for n in attn_mask.shape),
+        "mask_dtype": str(attn_mask.dtype).removeprefix("torch."),
         "dtype": dtype_name,
         "case": inp.case.label,
         "seed": SEED,
@@ -214,7 +262,7 @@ def mask_check(
     )
     try:
         with counting:
-            got = _run(_dispatch(backend, inp.attn_mask), inp, dtype)
+            got = _run(_dispatch(backend, attn_mask), inp, dtype)
     except Exception as e:  # the backend refusing the mask form is the finding
         failed = Outcome.failed(describe_error(e), numbers | _fault.error_fault(e))
         return _with_evidence(failed, workaround, xformers_calls[0])
@@ -238,16 +286,27 @@ def mask_check(
         comparisons, wrong="the mask dropped", problems=problems, numbers=numbers
     )
     if outcome.status == "fail":
-        outcome = Outcome.failed(
-            outcome.reason, dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject)
-        )
+        found = dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject)
+        if backend == "xformers" and workaround is None and "error" in found:
+            reference = _counterfactual.Reference(
+                expected=expected, bounds={c.what: c.bound for c in comparisons}
+            )
+            found |= _counterfactual.counterfactuals(
+                lambda: _run(_dispatch("xformers", attn_mask), inp, dtype),
+                reference.worst,
+                kernel=_counterfactual.real_kernel(ctx.device),
+            )
+        outcome = Outcome.failed(outcome.reason, found)
     return _with_evidence(outcome, workaround, xformers_calls[0])
 
 
 def _with_evidence(outcome: Outcome, workaround: Workaround | None, xformers_calls: int) -> Outcome:
     if workaround is None:
         return outcome
-    applied, evidence = replaced_evidence(xformers_calls)
+    if workaround == "mask-form":
+        applied, evidence = kept_evidence(xformers_calls)
+    else:
+        applied, evidence = replaced_evidence(xformers_calls)
     return settle(outcome, applied, evidence, {"xformers_calls": xformers_calls})
 
 
@@ -268,6 +327,7 @@ def specs(ctx: Context) -> list[CheckSpec]:
                     gate=True,
                     uses=("inference", "training"),
                     impl=impl,
+                    via="diffusers",
                     needs=needs,
                     run=partial(mask_check, ctx, backend, form, dtype_name),
                     quick=dtype_name == quick_dtype,
@@ -276,7 +336,14 @@ def specs(ctx: Context) -> list[CheckSpec]:
                     instead = partial(
                         mask_check, ctx, "native", form, dtype_name, workaround="sdpa-instead"
                     )
-                    covering = (spec.covered_by("sdpa-instead", instead, "sdpa"),)
+                    covering: tuple[CheckSpec, ...] = (
+                        spec.covered_by("sdpa-instead", instead, "sdpa"),
+                    )
+                    if form in HANDED:
+                        kept = partial(
+                            mask_check, ctx, "xformers", form, dtype_name, workaround="mask-form"
+                        )
+                        covering = (spec.covered_by("mask-form", kept, "xformers"), *covering)
                     spec = replace(spec, workarounds=covering)
                 out.append(spec)
     return out

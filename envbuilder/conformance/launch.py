@@ -1,9 +1,10 @@
 """Starting worker processes: from a fork server that imported torch once, else fresh.
 
 Each worker is a process of its own in a session of its own, whichever way it is
-started: the time limit kills its process group, a crash ends only it. Where the fork
-server cannot start or is lost, every later worker is a freshly started interpreter
-(``python -m envbuilder.conformance.worker``).
+started: the time limit (or a ``stop`` predicate, asked every ``POLL_S``) kills its
+process group, a crash ends only it. Where the fork server cannot start or is lost,
+every later worker is a freshly started interpreter (``python -m
+envbuilder.conformance.worker``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,27 @@ __all__ = [
     "exit_description",
     "log_tail",
 ]
+
+
+#: how often a ``stop`` predicate is asked while a worker runs
+POLL_S = 0.25
+
+#: POSIX: each worker leads a process group of its own, and the group is killed (on Windows,
+#: which has neither process groups nor fork, the worker process alone)
+_GROUPS = hasattr(os, "killpg")
+
+#: asked while a worker runs; True kills it as at the time limit
+Stop = Callable[[], bool]
+
+
+def _wait_slice(deadline: float, stop: Stop | None) -> float:
+    """How long to wait before looking again: until ``deadline``, or one poll with ``stop``."""
+    left = max(deadline - time.monotonic(), 0.0)
+    return left if stop is None else min(left, POLL_S)
+
+
+def _over(deadline: float, stop: Stop | None) -> bool:
+    return time.monotonic() >= deadline or (stop is not None and stop())
 
 
 def exit_description(status: int) -> str:
@@ -53,22 +75,32 @@ class Spawner:
     def __init__(self, python: str) -> None:
         self.python = python
 
-    def run(self, argv: Sequence[str], output: Path, timeout: float) -> int | None:
-        """Run a worker in its own session; None when it was killed at the time limit."""
+    def run(
+        self, argv: Sequence[str], output: Path, timeout: float, stop: Stop | None = None
+    ) -> int | None:
+        """Run a worker in its own session; None when it was killed at the time limit (or
+        when ``stop`` said so)."""
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         command = [self.python, "-m", "envbuilder.conformance.worker", *argv]
         with output.open("ab") as sink:
             proc = subprocess.Popen(
-                command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=env
+                command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=_GROUPS, env=env
             )
-            try:
-                return proc.wait(timeout=max(timeout, 1.0))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
+            deadline = time.monotonic() + max(timeout, 1.0)
+            while True:
+                try:
+                    return proc.wait(timeout=_wait_slice(deadline, stop))
+                except subprocess.TimeoutExpired:
+                    if _over(deadline, stop):
+                        break
+            with contextlib.suppress(ProcessLookupError):
+                if _GROUPS:
                     os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return None
+                else:
+                    proc.kill()
+            proc.wait()
+            return None
 
 
 class ForkServerLost(RuntimeError):
@@ -147,9 +179,11 @@ class ForkServer:
         *,
         after: str | None = None,
         hold: bool = False,
+        stop: Stop | None = None,
     ) -> int | None:
         """Run a worker once the preload modules up to ``after`` are imported (all of them
-        when None); ``hold``: the server pauses its preloading until the next request."""
+        when None); ``hold``: the server pauses its preloading until the next request;
+        ``stop``: asked while it runs, True kills it as at the time limit."""
         with self._lock:
             self._next_id += 1
             rid = self._next_id
@@ -178,10 +212,12 @@ class ForkServer:
             pid, self.forked_with = self._forked.pop(rid)
         deadline = time.monotonic() + max(timeout, 1.0)  # from the fork, not the request
         with self._changed:
-            finished = self._changed.wait_for(
-                lambda: pid in self._exits or self._lost, max(deadline - time.monotonic(), 0)
-            )
-            if finished and pid in self._exits:
+            while not self._changed.wait_for(
+                lambda: pid in self._exits or self._lost, _wait_slice(deadline, stop)
+            ):
+                if _over(deadline, stop):
+                    break
+            if pid in self._exits:
                 return self._exits.pop(pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
@@ -214,7 +250,10 @@ class Launcher:
         self._used: ForkServer | None = None  # the server workers were forked from, if any
         self._error: str | None = None
         self._echo = echo
-        if fork_server:
+        if fork_server and not hasattr(os, "fork"):
+            self._error = "this operating system cannot fork"
+            echo(f"  ! {self._error}; starting a fresh interpreter per group")
+        elif fork_server:
             try:
                 self._server = self._used = ForkServer(python, workdir / "forkserver.log")
             except OSError as e:
@@ -247,18 +286,20 @@ class Launcher:
         *,
         after: str | None = None,
         hold: bool = False,
+        stop: Stop | None = None,
     ) -> int | None:
         """Run a worker; forked, it waits for the preload modules up to ``after`` (and with
-        ``hold`` the server pauses its preloading until the next request)."""
+        ``hold`` the server pauses its preloading until the next request); ``stop`` is asked
+        while it runs, and True kills it as at the time limit."""
         server = self._server
         if server is not None:
             start = time.monotonic()
             try:
-                return server.run(argv, output, timeout, after=after, hold=hold)
+                return server.run(argv, output, timeout, after=after, hold=hold, stop=stop)
             except ForkServerLost as e:
                 self.stop_forking(str(e))
                 timeout -= time.monotonic() - start
-        return self._spawner.run(argv, output, timeout)
+        return self._spawner.run(argv, output, timeout, stop)
 
     @property
     def forking(self) -> bool:

@@ -69,6 +69,10 @@ class RunOptions:
     lock_sha256: str | None = None
     #: seconds a group's process may take, by group (default: the group's own limit)
     timeouts: Mapping[str, float] = field(default_factory=dict)
+    #: seconds one check may run, counted from its start: past it the check is ``timeout``
+    #: and the worker is restarted for the rest while its group has time (None: no limit
+    #: but the group's)
+    check_timeout: float | None = None
     python: str = sys.executable
     #: groups run at once (None: GPU_JOBS on a GPU, else 1)
     jobs: int | None = None
@@ -112,6 +116,8 @@ class GroupRun:
     done: frozenset[str]
     exit_status: int | None  # None: killed at the time limit
     log_tail: str
+    #: with exit_status None: killed because its check ran this long, not at the group's limit
+    check_limit_s: float | None = None
 
 
 class NoCudaDevice(RuntimeError):
@@ -128,17 +134,19 @@ def settle(
     """Results for what a dead or killed worker could not report, and whether to restart it.
 
     A worker killed at the time limit: the check it was in is ``timeout``, the
-    ones it had not started are ``skip``. A worker that crashed: the check it
-    was in is ``error`` with the signal or exit status, and the worker is
-    restarted for the rest. A worker that died before planning: one
-    ``<group>.worker`` error (``<group>.worker.<part>`` for a part of a split group).
+    ones it had not started are ``skip``. A worker that crashed, or was killed at
+    its check's own limit: the check it was in is ``error`` with the signal or exit
+    status (``timeout``), and the worker is restarted for the rest. A worker that
+    died before planning: one ``<group>.worker`` error (``<group>.worker.<part>``
+    for a part of a split group).
     """
     timed_out = run.exit_status is None
-    how = (
-        f"the group's time limit of {limit_s:.0f}s ran out"
-        if timed_out
-        else f"the group's process ended ({exit_description(run.exit_status or 0)})"
-    )
+    if timed_out and run.check_limit_s is not None:
+        how = f"the check's time limit of {run.check_limit_s:.0f}s ran out"
+    elif timed_out:
+        how = f"the group's time limit of {limit_s:.0f}s ran out"
+    else:
+        how = f"the group's process ended ({exit_description(run.exit_status or 0)})"
     tail = f"; last output: {run.log_tail}" if run.log_tail else ""
     if run.plan is None:
         meta = {"name": f"{group}.worker{part}", "gate": True, "impl": None, "workaround": None}
@@ -159,7 +167,7 @@ def settle(
     remaining = [m for m in run.plan if str(m["name"]) not in done]
     if not remaining:
         return records, False
-    if timed_out or run.exit_status == 0:
+    if (timed_out and run.check_limit_s is None) or run.exit_status == 0:
         reason = (
             f"not started: {how}"
             if timed_out
@@ -168,6 +176,28 @@ def settle(
         records.extend(CheckResult.synthetic(m, "skip", reason) for m in remaining)
         return records, False
     return records, elapsed_s < limit_s
+
+
+class _CheckClock:
+    """Whether the check a worker is in has run longer than ``limit_s``, timed from its
+    ``start`` line in the worker's state file as the launcher polls (a finished check's
+    worker, between checks or ending, is never past it)."""
+
+    def __init__(self, state: Path, jsonl: Path, limit_s: float) -> None:
+        self._state, self._jsonl, self.limit_s = state, jsonl, limit_s
+        self._started = 0
+        self._since = time.monotonic()
+        self.overran = False
+
+    def __call__(self) -> bool:
+        started = [str(x["start"]) for x in read_jsonl(self._state) if "start" in x]
+        if len(started) != self._started:
+            self._started, self._since = len(started), time.monotonic()
+        if not started or time.monotonic() - self._since <= self.limit_s:
+            return False
+        done = {r.get("name") for r in read_jsonl(self._jsonl)}
+        self.overran = started[-1] not in done
+        return self.overran
 
 
 def _ended(status: int | None) -> str:
@@ -207,8 +237,13 @@ def _run_group(
     positions: dict[str, int] = {}
     for _attempt in range(200):
         state.unlink(missing_ok=True)
+        clock = (
+            None
+            if opts.check_timeout is None
+            else _CheckClock(state, opts.jsonl, opts.check_timeout)
+        )
         status = launcher.run(
-            argv, log, limit - (time.monotonic() - start), after=spec.preload_after
+            argv, log, limit - (time.monotonic() - start), after=spec.preload_after, stop=clock
         )
         lines = read_jsonl(state)
         planned = next((x for x in lines if "plan" in x), None)
@@ -226,6 +261,7 @@ def _run_group(
             ),
             exit_status=status,
             log_tail=log_tail(log) if status != 0 else "",
+            check_limit_s=clock.limit_s if clock is not None and clock.overran else None,
         )
         if status == 0 and plan is not None and all(str(m["name"]) in run.done for m in plan):
             return positions

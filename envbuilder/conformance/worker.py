@@ -153,6 +153,7 @@ def execute(spec: CheckSpec, ctx: Context) -> CheckResult:
         duration_s=time.monotonic() - start,
         uses=spec.uses,
         covers=spec.covers,
+        via=spec.via,
     )
 
 

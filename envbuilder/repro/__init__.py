@@ -1,60 +1,77 @@
-"""``envbuilder repro``: a standalone script that rebuilds a failing conformance check.
+"""``envbuilder repro`` and ``envbuilder report``: a failing check's cause as a minimal
+script, and as an issue draft for the project at fault.
 
-`results.choose` finds the check in a results file, `cases.plan` rebuilds its case
-from its name and the suite's definitions, `script.render` writes the script.
+`records` reads the check records (from the lockfile by default, from results files
+for maintainers), `causes` says which known cause a failed check has, `scripts`
+writes that cause's minimal standalone script, `report` the Markdown draft around it.
+A check whose error the suite's own code raised is refused (`refuse_suite_error`):
+it is a bug of the suite, with nothing to send upstream.
 """
 
 from __future__ import annotations
 
-from envbuilder.repro.cases import SUPPORTED, ReproCase, UnsupportedCheck, infer_profile, plan
-from envbuilder.repro.results import Recorded, ResultsFile, choose, load, results_in
-from envbuilder.repro.script import Origin, default_filename, render
+from envbuilder.errors import InputError
+from envbuilder.repro.causes import KNOWN, KnownCause, by_key, cause_of, sharing
+from envbuilder.repro.records import (
+    Recorded,
+    RecordedRun,
+    choose,
+    from_lockfile,
+    of_combination,
+    results_in,
+)
+from envbuilder.repro.report import draft
+from envbuilder.repro.scripts import code_lines, default_filename, render
 
 __all__ = [
-    "SUPPORTED",
-    "Origin",
+    "KNOWN",
+    "KnownCause",
+    "NoReproducer",
     "Recorded",
-    "ReproCase",
-    "ResultsFile",
-    "UnsupportedCheck",
+    "RecordedRun",
+    "SuiteError",
+    "by_key",
+    "cause_of",
     "choose",
+    "code_lines",
     "default_filename",
-    "generate",
-    "infer_profile",
-    "load",
-    "plan",
+    "draft",
+    "from_lockfile",
+    "known_cause",
+    "of_combination",
+    "refuse_suite_error",
     "render",
     "results_in",
+    "sharing",
 ]
 
 
-def origin_of(recorded: Recorded) -> Origin:
-    """The facts a script's header names, from the recorded check and its run."""
-    data = recorded.results.data
-    return Origin(
-        check=recorded.name,
-        status=recorded.status,
-        reason=recorded.reason,
-        results_path=str(recorded.results.path),
-        combination=data.get("combination"),
-        lock_sha256=data.get("lock_sha256"),
-        suite_version=data.get("suite_version"),
-        finished=recorded.results.finished or None,
-        runner=recorded.runner,
-        numbers=recorded.numbers,
-        fault_component=recorded.fact("fault_component"),
-        fault_op=recorded.fact("fault_op"),
-        cause=recorded.fact("cause"),
-    )
+class NoReproducer(InputError):
+    """No minimal script shows this check's failure."""
 
 
-def generate(recorded: Recorded, *, filename: str | None = None) -> tuple[ReproCase, str]:
-    """The case ``recorded`` ran and the script that rebuilds it."""
-    profile = infer_profile(
-        recorded.name,
-        recorded.numbers,
-        cuda=recorded.cuda,
-        file_says_quick=recorded.quick_file,
-    )
-    case = plan(recorded.name, recorded.numbers, profile)
-    return case, render(case, origin_of(recorded), filename=filename)
+class SuiteError(InputError):
+    """The check's error was raised in the suite's own code: nothing to reproduce upstream."""
+
+
+def refuse_suite_error(check: Recorded) -> None:
+    if check.suite_error:
+        where = check.numbers.get("fault_evidence") or check.reason
+        raise SuiteError(
+            f"{check.name} errored in envbuilder's own conformance code ({where}): that is a bug"
+            " of the suite, not of torch, xformers or diffusers, and no verdict counts it, so"
+            " there is nothing to reproduce or report upstream; report it to envbuilder"
+        )
+
+
+def known_cause(check: Recorded, *, by_name: bool = False) -> KnownCause:
+    """The known cause of ``check``, or `NoReproducer` naming the causes there are."""
+    refuse_suite_error(check)
+    cause = cause_of(check, by_name=by_name)
+    if cause is None:
+        known = "; ".join(f"{c.key} ({', '.join(c.names)})" for c in KNOWN)
+        raise NoReproducer(
+            f"no minimal reproducer for {check.name}'s cause ({check.cause!r}); envbuilder"
+            f" repro writes one for: {known}"
+        )
+    return cause

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from envbuilder.conformance.plan import FORMS  # torch-free: the suite's plan
+
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None,
     reason="torch is not installed (the tests nox session installs torch==2.13.0)",
@@ -54,8 +56,9 @@ def test_disable_around_the_compiled_callable_is_not_the_workaround(
     from envbuilder.conformance import checks_compile
 
     monkeypatch.setattr(checks_compile, "projected", lambda attention: attention)
+    monkeypatch.setattr(checks_compile, "split_fn", lambda mask, call: call)
     outcome = checks_compile.compile_check(
-        ctx, "dynamo-disable", "causal", False, True, "fp32", False,
+        ctx, "dynamo-disable", "bias", False, True, "fp32", False,
         workaround="dynamo-disable", inner="sdpa",
     )  # fmt: skip
     assert outcome.status == "invalid"
@@ -89,7 +92,6 @@ def test_dropout_behind_the_disable_keeps_its_statistics(ctx: Any) -> None:
 needs_diffusers = pytest.mark.skipif(
     importlib.util.find_spec("diffusers") is None, reason="diffusers is not installed"
 )
-FORMS = ("bool2d", "bool4d_b11n", "bool4d_b1mn", "additive")
 
 
 @needs_diffusers
@@ -155,7 +157,12 @@ def test_the_xformers_backends_checks_are_covered_by_the_native_backend(ctx: Any
     spec = checks["masks.xformers.bool4d_b11n.fp32"]
     assert spec.requires == {"cuda", "diffusers", "xformers"}
     assert spec.uses == ("inference", "training")
-    (instead,) = spec.workarounds
+    form, instead = spec.workarounds  # the cheaper first: a mask form the backend converts
+    assert (form.workaround, form.impl, form.covers) == (
+        "mask-form",
+        "xformers",
+        "masks.xformers.bool4d_b11n.fp32",
+    )
     assert (instead.workaround, instead.impl, instead.covers) == (
         "sdpa-instead",
         "sdpa",
@@ -164,3 +171,131 @@ def test_the_xformers_backends_checks_are_covered_by_the_native_backend(ctx: Any
     outcome = instead.run()
     assert outcome.status == "pass", outcome.reason
     assert (outcome.numbers["xformers_calls"], outcome.numbers["applied"]) == (0, True)
+
+
+needs_xformers_ops = pytest.mark.skipif(
+    importlib.util.find_spec("xformers") is None, reason="xformers is not installed"
+)
+
+
+@needs_xformers_ops
+@pytest.mark.parametrize("mask", ["causal", "blockdiag"])
+def test_a_bias_object_built_inside_fullgraph_code_fails_to_trace_and_outside_traces(
+    mask: str,
+) -> None:
+    """What dynamo does with xformers' bias classes, on CPU as on a GPU (the kernel behind
+    them is SDPA here: tracing is what is measured)."""
+    import torch
+
+    from envbuilder.conformance._attn import Case, make_inputs, outside_bias, sdpa_on_bias, split_fn
+
+    inp = make_inputs(Case(B=1, M=24, N=24, H=2, K=16).with_mask(mask), torch.float32, "cpu")  # type: ignore[arg-type]
+    seqlens = inp.case.seqlens
+    torch._dynamo.reset()
+    inside = torch.compile(split_fn(mask, sdpa_on_bias), fullgraph=True, backend="eager")  # type: ignore[arg-type]
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        inside(inp.q, inp.k, inp.v, seqlens)
+    outside = torch.compile(sdpa_on_bias, fullgraph=True, backend="eager")
+    assert outside(inp.q, inp.k, inp.v, outside_bias(inp)).shape == inp.q.shape
+
+
+@needs_xformers_ops
+@pytest.mark.parametrize("mask", ["causal", "blockdiag"])
+def test_the_mask_outside_experiment_blames_the_bias_object_built_inside(
+    ctx: Any, mask: str
+) -> None:
+    from envbuilder.conformance.checks_compile import compile_check
+
+    outcome = compile_check(ctx, "xformers", mask, False, True, "fp32", True, inner="sdpa")  # type: ignore[arg-type]
+    assert outcome.status == "fail"
+    assert outcome.numbers["cf_mask_outside_fullgraph"] == "pass"
+    assert outcome.numbers["fault_component"] == "xformers"
+    bias_class = {"causal": "LowerTriangularMask", "blockdiag": "BlockDiagonalMask"}[mask]
+    assert f"its {bias_class} constructed inside compiled code" in str(
+        outcome.numbers["fault_evidence"]
+    )
+
+
+@pytest.fixture
+def kernel_ignoring_causal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: the kernel behind xformers' attention code drops the causal mask."""
+    from envbuilder.conformance import _attn, checks_compile
+
+    def wrong(q: Any, k: Any, v: Any, bias: Any) -> Any:
+        return _attn.sdpa_on_bias(q, k, v, None)
+
+    monkeypatch.setattr(checks_compile, "sdpa_on_bias", wrong)
+
+
+@needs_xformers_ops
+@pytest.mark.usefixtures("kernel_ignoring_causal")
+def test_a_wrong_kernel_is_not_blamed_on_the_bias_object(ctx: Any) -> None:
+    """The direct check (mask built inside, nobreaks) fails; built outside it still fails
+    (the kernel is wrong), so the experiment decides nothing."""
+    from envbuilder.conformance.checks_compile import compile_check
+
+    outcome = compile_check(ctx, "xformers", "causal", False, False, "fp32", False, inner="sdpa")
+    assert outcome.status == "fail"
+    assert str(outcome.numbers["cf_mask_outside_fullgraph"]).startswith("fail: ")
+    assert "> bound" in str(outcome.numbers["cf_mask_outside_fullgraph"])
+    assert outcome.numbers["fault_component"] == "undecided"
+    assert "mask built outside, fullgraph=True: fail" in str(outcome.numbers["fault_evidence"])
+
+
+@needs_xformers_ops
+@pytest.mark.parametrize("mask", ["causal", "blockdiag"])
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_the_mask_built_outside_keeps_the_checks_fullgraph_with_no_break(
+    ctx: Any, mask: str, fullgraph: bool
+) -> None:
+    from envbuilder.conformance.checks_compile import compile_check
+
+    outcome = compile_check(
+        ctx, "mask-outside-compile", mask, True, fullgraph, "fp32", True,  # type: ignore[arg-type]
+        workaround="mask-outside-compile", inner="sdpa",
+    )  # fmt: skip
+    numbers = outcome.numbers
+    assert outcome.status == "pass", outcome.reason
+    assert (numbers["applied"], numbers["graph_breaks"], numbers["fullgraph"]) == (
+        True,
+        0,
+        fullgraph,
+    )
+    assert isinstance(numbers["sdpa_calls_in_graph"], int) and numbers["sdpa_calls_in_graph"] >= 1
+
+
+@needs_xformers_ops
+@pytest.mark.parametrize(
+    ("mask", "built_inside"),
+    [
+        ("causal", "torch.* op returned non-Tensor"),
+        ("blockdiag", "Attempted to call function marked as skipped"),
+        ("padding", None),
+    ],
+)
+def test_dynamo_disable_builds_the_mask_in_compiled_code_and_says_what_it_costs(
+    ctx: Any, mask: str, built_inside: str | None
+) -> None:
+    from envbuilder.conformance.checks_compile import compile_check
+
+    def run(fullgraph: bool) -> Any:
+        return compile_check(
+            ctx, "dynamo-disable", mask, False, fullgraph, "fp32", True,  # type: ignore[arg-type]
+            workaround="dynamo-disable", inner="sdpa",
+        )  # fmt: skip
+
+    fullgraph = run(True)
+    numbers = fullgraph.numbers
+    assert fullgraph.status == "pass", fullgraph.reason
+    assert numbers["drops_fullgraph"] is True
+    assert "drops fullgraph=True" in str(numbers["applied_evidence"])
+    assert "a reason naming disabled_sdpa_attention" in str(numbers["applied_evidence"])
+    per_call = numbers["graph_breaks_per_call"]
+    assert isinstance(per_call, float) and per_call >= (2 if built_inside else 1)
+    if built_inside is not None:  # the mask's construction breaks the graph too
+        assert built_inside in str(numbers["graph_break_reasons"])
+    nobreaks = run(False)
+    assert nobreaks.status == "fail"
+    assert nobreaks.numbers["drops_fullgraph"] is False
+    breaks = nobreaks.numbers["graph_breaks"]
+    assert nobreaks.reason.startswith(f"leaves the check's own failure: {breaks} graph break(s)")

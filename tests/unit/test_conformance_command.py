@@ -90,13 +90,13 @@ def test_containers_get_the_gpus_or_a_clear_error(
     monkeypatch.setattr("shutil.which", lambda name: smi)
     if outcome == "error":
         with pytest.raises(MissingToolError, match="NVIDIA Container Toolkit"):
-            gpu_request(_Daemon(runtimes), allow_cpu)
+            gpu_request(_Daemon(runtimes), allow_cpu, {"CUDA_VISIBLE_DEVICES": "0"})
         return
-    requests = gpu_request(_Daemon(runtimes), allow_cpu)
+    requests = gpu_request(_Daemon(runtimes), allow_cpu, {"CUDA_VISIBLE_DEVICES": "0"})
     if outcome == "cpu":
         assert requests == []
     else:
-        assert [(r["Count"], r["Capabilities"]) for r in requests] == [(-1, [["gpu"]])]
+        assert [(r["DeviceIDs"], r["Capabilities"]) for r in requests] == [(["0"], [["gpu"]])]
 
 
 class _Container:

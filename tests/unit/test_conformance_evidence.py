@@ -14,6 +14,7 @@ from envbuilder.conformance._workaround import (
     is_xformers_op,
     replaced_evidence,
     settle,
+    with_evidence,
 )
 
 
@@ -81,5 +82,107 @@ def test_sdpa_in_xformers_place_must_not_call_xformers() -> None:
     )
 
 
-def test_only_the_disable_keeps_xformers() -> None:
-    assert {w for w, keeps in KEEPS_XFORMERS.items() if keeps} == {"dynamo-disable"}
+def test_only_the_sdpa_workarounds_replace_xformers() -> None:
+    assert {w for w, keeps in KEEPS_XFORMERS.items() if not keeps} == {
+        "sdpa-under-compile",
+        "sdpa-instead",
+    }
+
+
+#: dynamo's reason for a break at a call to a disabled function, as torch 2.13 words it
+NAMED = (
+    "1 x Skip calling `torch.compiler.disable()`d function Explanation: Skip calling function"
+    " `<function disabled_xformers_attention at 0x7f>` since it was wrapped with"
+    " `torch.compiler.disable`"
+)
+OTHER = NAMED.replace("disabled_xformers_attention", "attention")
+
+
+@pytest.mark.parametrize(
+    ("reasons", "graphs", "missing"),
+    [
+        (OTHER, 2, "no graph break reason names the disabled function disabled_xformers_attention"),
+        ("1 x torch.* op returned non-Tensor", 2, "no graph break reason names the disabled"),
+        (NAMED, 0, "no graph was compiled around the disabled call"),
+    ],
+)
+def test_a_disable_needs_its_break_reason_and_a_compiled_graph(
+    reasons: str, graphs: int, missing: str
+) -> None:
+    tracker = Disabled(kernel="xformers", calls=1, ops=2)
+    applied, evidence, numbers = tracker.evidence(1, break_reasons=reasons, graphs_compiled=graphs)
+    outcome = settle(Outcome.passed(), applied, evidence, numbers)
+    assert outcome.status == "invalid"
+    assert missing in outcome.reason
+
+
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_a_disable_records_its_cost_and_whether_it_drops_fullgraph(fullgraph: bool) -> None:
+    tracker = Disabled(kernel="xformers", calls=1, ops=2)
+    outcome = with_evidence(
+        Outcome.passed(),
+        "dynamo-disable",
+        tracker,
+        3,
+        0,
+        break_reasons=NAMED,
+        graphs_compiled=2,
+        drops_fullgraph=fullgraph,
+        graph_breaks_per_call=2.0,
+        graph_breaks_per_step=2,
+    )
+    assert outcome.status == "pass", outcome.reason
+    numbers = outcome.numbers
+    assert (numbers["drops_fullgraph"], numbers["graph_breaks_per_call"]) == (fullgraph, 2.0)
+    assert (numbers["graph_breaks_per_step"], numbers["graphs_compiled"]) == (2, 2)
+    evidence = str(numbers["applied_evidence"])
+    assert "a reason naming disabled_xformers_attention" in evidence
+    assert "costs 2 graph break(s) per call, 2 per step" in evidence
+    assert ("drops fullgraph=True" in evidence) is fullgraph
+
+
+@pytest.mark.parametrize(
+    ("workaround", "breaks", "nobreaks", "status"),
+    [
+        ("dynamo-disable", 1, True, "fail"),
+        ("dynamo-disable", 1, False, "pass"),
+        ("mask-outside-compile", 2, True, "fail"),
+        ("mask-outside-compile", 0, True, "pass"),
+    ],
+)
+def test_a_workaround_that_leaves_the_checks_own_graph_breaks_is_no_fix(
+    workaround: str, breaks: int, nobreaks: bool, status: str
+) -> None:
+    tracker = (
+        Disabled(kernel="xformers", calls=1, ops=1) if workaround == "dynamo-disable" else None
+    )
+    outcome = with_evidence(
+        Outcome.passed({"error": 0.0}),
+        workaround,
+        tracker,
+        breaks,
+        1,
+        break_reasons=NAMED,
+        graphs_compiled=1,
+        covers_nobreaks=nobreaks,
+    )
+    assert outcome.status == status, outcome.reason
+    assert outcome.numbers["applied"] is True
+    if status == "fail":
+        assert outcome.reason == f"leaves the check's own failure: {breaks} graph break(s)"
+        assert outcome.numbers["cause"] == "workaround leaves the check's own failure: graph breaks"
+
+
+@pytest.mark.parametrize(
+    ("graphs", "calls_in_graph", "missing"),
+    [(0, 3, "no graph was compiled"), (1, 0, "no xformers operator ran inside a compiled graph")],
+)
+def test_a_mask_built_outside_needs_xformers_inside_a_compiled_graph(
+    graphs: int, calls_in_graph: int, missing: str
+) -> None:
+    outcome = with_evidence(
+        Outcome.passed(), "mask-outside-compile", None, 0, calls_in_graph, graphs_compiled=graphs
+    )
+    assert outcome.status == "invalid"
+    assert outcome.reason == f"workaround not applied: {missing}"
+    assert outcome.numbers["xformers_calls_in_graph"] == calls_in_graph

@@ -45,12 +45,20 @@ def test_results_follow_the_schema(path: Path) -> None:
     assert all(c["name"].split(".", 1)[0] == c["group"] for c in data["checks"])
 
 
-def test_schema_requires_uses_and_covers_from_results_2_on() -> None:
+def test_schema_requires_uses_and_covers_from_results_2_on_and_via_on_3() -> None:
     data = _load(SOURCE_QUICK)
-    assert data["schema"] == "envbuilder.results/2"
+    assert data["schema"] == "envbuilder.results/3"
     jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    no_via = [{k: v for k, v in c.items() if k != "via"} for c in data["checks"]]
+    with pytest.raises(jsonschema.ValidationError, match="'via' is a required property"):
+        jsonschema.Draft202012Validator(SCHEMA).validate({**data, "checks": no_via})
+    jsonschema.Draft202012Validator(SCHEMA).validate(
+        {**data, "schema": "envbuilder.results/2", "checks": no_via}
+    )
     # the same checks as suite 1.x wrote them (no uses, no covers) validate as results/1 only
-    bare = [{k: v for k, v in c.items() if k not in ("uses", "covers")} for c in data["checks"]]
+    bare = [
+        {k: v for k, v in c.items() if k not in ("uses", "covers", "via")} for c in data["checks"]
+    ]
     jsonschema.Draft202012Validator(SCHEMA).validate(
         {**data, "schema": "envbuilder.results/1", "checks": bare}
     )
@@ -103,7 +111,7 @@ def test_the_pypi_wheel_s_build_record_names_cuda_12_and_the_runtime_wheel_provi
 def test_with_the_runtime_wheel_the_extension_loads_and_attention_is_correct() -> None:
     data = _load(FULL)
     checks = _checks(data)
-    assert data["suite_version"] == "2.1.0" and data["lock_sha256"]
+    assert data["suite_version"] == "3.0.0" and data["lock_sha256"]
     assert checks["environment.xformers.extension_loads"]["status"] == "pass"
     for dtype in ("fp16", "bf16", "fp32"):
         for mask in ("none", "causal", "blockdiag", "bias", "padding", "bias_expanded"):
@@ -148,15 +156,25 @@ def test_each_workaround_check_covers_a_failed_direct_check_of_its_file(path: Pa
             assert numbers["step_ms"] > 0, check["name"]
 
 
-def test_compiled_xformers_with_a_causal_mask_breaks_the_graph_and_both_workarounds_pass() -> None:
+def test_compiled_xformers_with_a_causal_mask_breaks_the_graph_and_the_mask_outside_fixes_it() -> (
+    None
+):
     checks = _checks(_load(FULL))
     direct = "compile.xformers.causal.dynamic.fullgraph.bf16.forward"
     assert checks[direct]["status"] == "fail"
     assert "torch.* op returned non-Tensor" in checks[direct]["reason"]
+    # decided by experiment: the same attention with the mask built outside compiles
+    assert checks[direct]["numbers"]["fault_component"] == "xformers"
+    assert checks[direct]["numbers"]["cf_mask_outside_fullgraph"] == "pass"
+    outside = checks[f"{direct}.mask_outside_compile"]
     disabled = checks[f"{direct}.dynamo_disable"]
     sdpa = checks[f"{direct}.sdpa_under_compile"]
-    assert disabled["status"] == sdpa["status"] == "pass"
-    assert disabled["numbers"]["graph_breaks"] == 1 and sdpa["numbers"]["graph_breaks"] == 0
+    assert outside["status"] == disabled["status"] == sdpa["status"] == "pass"
+    assert outside["numbers"]["graph_breaks"] == 0 and outside["numbers"]["xformers_calls_in_graph"]
+    # the disabled call keeps xformers at a cost, and gives up fullgraph=True to do it
+    assert disabled["numbers"]["graph_breaks_per_call"] >= 1
+    assert disabled["numbers"]["drops_fullgraph"] is True
+    assert sdpa["numbers"]["graph_breaks"] == 0
 
 
 @pytest.mark.parametrize("name", [FULL, SOURCE_FULL])
@@ -173,12 +191,21 @@ def test_compiled_training_with_an_xformers_tensor_bias_fails_and_both_workaroun
     for direct in bias_backward:
         assert checks[direct]["status"] == "fail"
         assert "aten._efficient_attention_backward" in checks[direct]["reason"]
-        assert checks[direct]["numbers"]["fault_component"] == "torch"
+        # decided by experiment: xformers' philox arguments fail fake tensors, 0-dim ones pass
+        numbers = checks[direct]["numbers"]
+        assert numbers["fault_component"] == "xformers", numbers.get("fault_evidence")
+        assert (numbers["cf_fake_xformers_args"][:4], numbers["cf_fake_scalar_philox"]) == (
+            "fail",
+            "pass",
+        )
+        assert numbers["cf_eager"] == "pass"
         assert checks[f"{direct}.sdpa_under_compile"]["status"] == "pass"
-        # the disabled xformers call inside the compiled layer: one graph break, run eagerly
+        # the disabled xformers call inside the compiled layer: graph breaks, run eagerly; it
+        # fixes a fullgraph check (dropping fullgraph) and leaves a nobreaks check's failure
         disabled = checks[f"{direct}.dynamo_disable"]
-        assert disabled["status"] == "pass", disabled["reason"]
-        assert disabled["numbers"]["graph_breaks"] == 1
+        fixes = ".fullgraph." in direct
+        assert (disabled["status"] == "pass") is fixes, disabled["reason"]
+        assert disabled["numbers"]["graph_breaks"] >= 1
         assert disabled["numbers"]["xformers_calls_outside_graph"] >= 1
         forward = checks[direct.removesuffix(".backward") + ".forward"]
         assert forward["status"] == "pass", forward["reason"]

@@ -106,6 +106,40 @@ def test_settle_names_the_signal() -> None:
     assert "SIGSEGV" in records[0].reason
 
 
+@pytest.mark.parametrize(
+    ("check_limit_s", "elapsed_s", "expected", "restart", "words"),
+    [
+        # killed at its check's own limit: b timeout, the worker restarted for c
+        (5.0, 10, {"attention.b": "timeout"}, True, "the check's time limit of 5s"),
+        # the same once the group's time is spent: nothing restarted
+        (5.0, 61, {"attention.b": "timeout"}, False, "the check's time limit of 5s"),
+        # killed at the group's limit: b timeout, c not started
+        (None, 61, {"attention.b": "timeout", "attention.c": "skip"}, False, "group's time limit"),
+    ],
+    ids=["check-limit", "check-limit-group-spent", "group-limit"],
+)
+def test_settle_a_check_past_its_own_limit(
+    check_limit_s: float | None,
+    elapsed_s: float,
+    expected: dict[str, str],
+    restart: bool,
+    words: str,
+) -> None:
+    run = GroupRun(
+        plan=PLAN,
+        started=("attention.a", "attention.b"),
+        unplanned={},
+        done=frozenset({"attention.a"}),
+        exit_status=None,
+        log_tail="",
+        check_limit_s=check_limit_s,
+    )
+    records, again = settle("attention", run, limit_s=60, elapsed_s=elapsed_s)
+    assert {r.name: r.status for r in records} == expected
+    assert again is restart
+    assert words in records[0].reason
+
+
 def test_settle_without_a_plan_records_the_group() -> None:
     run = GroupRun(
         plan=None,
@@ -317,7 +351,7 @@ def test_unmatched_patterns_names_only_those_that_selected_nothing() -> None:
     ]
 
 
-def test_a_check_of_the_xformers_implementation_requires_xformers() -> None:
+def test_a_check_of_the_xformers_implementation_requires_xformers_and_cuda() -> None:
     from envbuilder.conformance._record import CheckSpec, Outcome
 
     def spec(impl: Any, needs: frozenset[str]) -> CheckSpec:
@@ -326,6 +360,8 @@ def test_a_check_of_the_xformers_implementation_requires_xformers() -> None:
         )
 
     assert spec("xformers", frozenset({"cuda"})).requires == {"cuda", "xformers"}
+    # xformers' kernels have no CPU implementation: a CPU run skips, never fails, them
+    assert spec("xformers", frozenset()).requires == {"cuda", "xformers"}
     assert spec("sdpa", frozenset({"cuda"})).requires == {"cuda"}
     assert spec(None, frozenset()).requires == frozenset()
 

@@ -87,3 +87,65 @@ def test_compare_takes_its_bound_from_the_rule() -> None:
     c = tolerance.compare("out", 0.01, 0.004, "bfloat16", 0.2)
     assert c.bound == tolerance.bound(0.004, "bfloat16") == tolerance.FLOOR["bfloat16"]
     assert c.ok and c.sensitivity_ratio == pytest.approx(0.2 / 0.016)
+
+
+@pytest.mark.parametrize(
+    ("cuda", "compiled", "k"),
+    [
+        (True, False, tolerance.K),
+        (True, True, tolerance.K),  # GPU bounds keep K
+        (False, False, tolerance.K),  # eager float32 on CPU: within 0.6-1.5 x, measured
+        (False, True, tolerance.K_CPU_COMPILED),
+    ],
+)
+def test_factor_is_k_but_compiled_on_cpu(cuda: bool, compiled: bool, k: float) -> None:
+    assert tolerance.factor(cuda=cuda, compiled=compiled)[0] == k
+    rule = tolerance.factor(cuda=cuda, compiled=compiled)[1]
+    assert rule == (tolerance.RULE_CPU_COMPILED if k != tolerance.K else tolerance.RULE)
+
+
+#: the compiled Qwen-Image training step on CPU (torch 2.13.0+cpu, diffusers 0.42.1, the
+#: plan's seeds): its worst quantity, the gradients, as measured
+CPU_COMPILED_GRADIENTS = {"error": 5.39e-5, "math_error": 1.68e-5, "sensitivity": 30.7}
+
+
+def test_a_compiled_cpu_step_is_judged_by_its_own_bound() -> None:
+    measured = CPU_COMPILED_GRADIENTS
+    k, rule = tolerance.factor(cuda=False, compiled=True)
+    at_k = tolerance.compare(
+        "gradients", measured["error"], measured["math_error"], "float32", measured["sensitivity"]
+    )
+    assert not at_k.ok  # K = 3 fails it by 7 %: inductor sums float32 in another order
+    c = tolerance.compare(
+        "gradients",
+        measured["error"],
+        measured["math_error"],
+        "float32",
+        measured["sensitivity"],
+        k=k,
+    )
+    outcome = tolerance.assess([c], wrong="the model without its padding mask", rule=rule)
+    assert outcome.status == "pass", outcome.reason
+    assert outcome.numbers["rule"] == tolerance.RULE_CPU_COMPILED
+    # the nearest plausible wrong answer still lies 10^5 of the new bounds away
+    ratio = outcome.numbers["sensitivity_ratio"]
+    assert isinstance(ratio, float) and ratio > 1e5
+
+
+def test_a_planted_wrong_answer_fails_the_cpu_compiled_bound() -> None:
+    measured = CPU_COMPILED_GRADIENTS
+    k, rule = tolerance.factor(cuda=False, compiled=True)
+    # the model without its padding mask returned as the compiled step's answer
+    wrong = tolerance.compare(
+        "gradients",
+        measured["sensitivity"],
+        measured["math_error"],
+        "float32",
+        measured["sensitivity"],
+        k=k,
+    )
+    outcome = tolerance.assess([wrong], wrong="the model without its padding mask", rule=rule)
+    assert outcome.status == "fail" and "gradients error 30.7 > bound" in outcome.reason
+    # and so does an answer a hundredth as wrong
+    near = tolerance.compare("gradients", 0.307, measured["math_error"], "float32", 30.7, k=k)
+    assert not near.ok

@@ -78,7 +78,14 @@ def test_each_workaround_check_covers_its_direct_check_and_shares_its_uses() -> 
 @pytest.mark.parametrize(
     ("pattern", "workarounds"),
     [
-        (r"compile\.xformers\..*", {"dynamo-disable", "sdpa-under-compile"}),
+        (
+            r"compile\.xformers\.(?!causal\.|blockdiag\.).*",
+            {"dynamo-disable", "sdpa-under-compile"},
+        ),
+        (
+            r"compile\.xformers\.(causal|blockdiag)\..*",
+            {"mask-outside-compile", "dynamo-disable", "sdpa-under-compile"},
+        ),
         (r"attention\.xformers\.\w+\.\w+\.(forward|backward)", {"sdpa-instead"}),
         (r"attention\.xformers\.dropout", {"sdpa-instead"}),
         (r"model\.diffusers\.qwenimage\.xformers\.\w+\.eager", {"sdpa-instead"}),
@@ -86,7 +93,8 @@ def test_each_workaround_check_covers_its_direct_check_and_shares_its_uses() -> 
             r"model\.diffusers\.qwenimage\.xformers\.\w+\.compiled",
             {"dynamo-disable", "sdpa-under-compile"},
         ),
-        (r"masks\.xformers\..*", {"sdpa-instead"}),
+        (r"masks\.xformers\.(bool2d|additive)\..*", {"sdpa-instead"}),
+        (r"masks\.xformers\.bool4d_\w+\..*", {"mask-form", "sdpa-instead"}),
         (r"(attention|compile|model)\..*sdpa\..*", set()),
         (r"masks\.native\..*", set()),
     ],
