@@ -26,9 +26,10 @@ from envbuilder.extras import check_command
 from envbuilder.settings import Settings
 from envbuilder.textsafe import PrintableStream
 
-__all__ = ["COMMANDS", "build_parser", "main", "parse"]
+__all__ = ["COMMANDS", "CONSUMER_COMMANDS", "build_parser", "main", "parse"]
 
-#: subcommand name -> module; the order is the order of ``--help``.
+#: subcommand name -> module; the order is the order of ``--help`` within its heading
+#: (`CONSUMER_COMMANDS` first; every other command is the maintainers').
 COMMANDS: dict[str, str] = {
     "resolve": "envbuilder.commands.resolve",
     "matrix": "envbuilder.commands.matrix",
@@ -39,12 +40,17 @@ COMMANDS: dict[str, str] = {
     "export": "envbuilder.commands.export",
     "build-wheel": "envbuilder.commands.build_wheel",
     "install": "envbuilder.commands.install",
+    "verify": "envbuilder.commands.verify",
     "doctor": "envbuilder.commands.doctor",
     "publish": "envbuilder.commands.publish",
     "snapshot": "envbuilder.commands.snapshot",
     "repro": "envbuilder.commands.repro",
+    "report": "envbuilder.commands.report",
 }
 
+
+#: the commands for people who use a lockfile, listed first by ``--help``
+CONSUMER_COMMANDS = ("query", "install", "export", "doctor", "repro", "report", "verify")
 
 #: commands that act on every selected combination and ask for a selector or --all rather
 #: than taking none to mean everything (an image build per combination is expensive)
@@ -71,23 +77,64 @@ def _add_global_options(parser: argparse.ArgumentParser, *, prefix: str = "") ->
 
 
 def build_parser() -> argparse.ArgumentParser:
+    modules = {name: importlib.import_module(path) for name, path in COMMANDS.items()}
     parser = argparse.ArgumentParser(
         prog="envbuilder",
-        description="Resolve, build, test and publish torch + xformers environments.",
+        description=_command_list({name: m.HELP for name, m in modules.items()}),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"envbuilder {__version__}")
     _add_global_options(parser)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
-        module = importlib.import_module(COMMANDS[name])
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP, allow_abbrev=False)
+    sub = parser.add_subparsers(
+        dest="command",
+        metavar="COMMAND",
+        required=True,
+        help="one of the commands above; `envbuilder COMMAND --help` for its options",
+    )
+    for name, module in modules.items():
+        # no help= here: the description lists the commands under their two headings
+        p = sub.add_parser(name, description=module.HELP, allow_abbrev=False)
         _add_global_options(p, prefix="sub_")
         module.configure(p)
         if name in ASK_FOR_SELECTION:
             _ask_for_selection(p)
         p.set_defaults(_module=module, _parser=p)
     return parser
+
+
+def _command_list(helps: dict[str, str]) -> str:
+    """What envbuilder does, then the commands under two headings, the consumers' first,
+    each help wrapped beside its name as argparse wraps options (to the terminal's width)."""
+    import shutil
+    import textwrap
+
+    width = max(shutil.get_terminal_size().columns - 2, 40)
+    column = max(len(name) for name in helps) + 4
+    consumer = [n for n in CONSUMER_COMMANDS if n in helps]
+    sections = (
+        ("commands for your environment (they read the lockfile; no checkout needed):", consumer),
+        ("maintainer commands (the pipeline that makes and publishes the lockfile):",
+         [n for n in helps if n not in consumer]),
+    )  # fmt: skip
+    lines = textwrap.wrap(
+        "Which torch + xformers stack is verified for your GPU, and install it exactly; for "
+        "maintainers, the pipeline that measures and publishes the answer.",
+        width,
+    )
+    for title, names in sections:
+        lines += ["", title]
+        for name in names:
+            wrapped = textwrap.wrap(
+                helps[name],
+                width,
+                initial_indent=f"  {name}".ljust(column),
+                subsequent_indent=" " * column,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            lines += wrapped
+    return "\n".join(lines)
 
 
 def _ask_for_selection(parser: argparse.ArgumentParser) -> None:
@@ -118,7 +165,7 @@ def parse(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) ->
     args, extra = parser.parse_known_args(argv)
     chosen: argparse.ArgumentParser = args._parser
     if extra:
-        chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+        chosen.error(f"unrecognized arguments: {' '.join(extra)}{_option_hint(chosen, extra)}")
     if args.command in ASK_FOR_SELECTION:
         if args.all and args.selectors:
             chosen.error("give SELECTORs or --all, not both")
@@ -130,6 +177,17 @@ def parse(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) ->
     args.debug = args.debug or args.sub_debug
     args.verbose = args.verbose + args.sub_verbose
     return args
+
+
+def _option_hint(parser: argparse.ArgumentParser, extra: Sequence[str]) -> str:
+    """``; did you mean '--python'?`` for the first mistyped option that is near one."""
+    known = [o for action in parser._actions for o in action.option_strings]
+    for word in extra:
+        if word.startswith("--"):
+            near = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+            if near:
+                return f"; did you mean {near[0]!r}?"
+    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,6 +10,7 @@ extra      brings                           for
 resolve    uv, rich, jsonschema             resolve, matrix, lock, publish
 install    uv                               install (default installer, --venv)
 docker     the Docker SDK                   build, conformance in a container
+verify     sigstore                         verify, install --verify
 all        all of the above                 the maintainers' pipeline (nox)
 =========  ===============================  ====================================
 
@@ -57,7 +58,9 @@ COMMAND_NEEDS: dict[str, tuple[Need, ...]] = {
     "export": (),
     "install": (),  # uv only for --installer uv, found on PATH too: see lockfile.install
     "doctor": (),
-    "repro": (),  # reads results JSON; the script it writes needs torch, not envbuilder
+    "verify": (Need(module="sigstore", extra="verify"),),
+    "repro": (),  # reads check records; the script it writes needs torch, not envbuilder
+    "report": (),
 }
 
 

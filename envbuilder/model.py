@@ -48,6 +48,7 @@ __all__ = [
     "results_filename",
     "suite_lock_filename",
     "suite_requirements_filename",
+    "verified_lock",
 ]
 
 #: /2 nests each answer's matrix cell (``combination``: the `Combination` it answers, every
@@ -503,6 +504,30 @@ def image_tag(combination_id: str, lock_sha256: str) -> str:
             "(lowercase letters, digits and single '.', '_' or '-' separators)"
         )
     return f"envbuilder/{combination_id}:{lock_sha256[:12]}"
+
+
+def verified_lock(path: Path, sha256: str | None) -> str:
+    """The sha256 of the lock at *path* (over its bytes), checked against the *sha256*
+    ``resolution.json`` records for it (None: it records none, nothing to check).
+
+    The one check that a lock is the one resolved: a lock edited or re-resolved since is
+    refused with how to make them agree again."""
+    import hashlib
+
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError as e:
+        raise InputError(f"{path}: lock not found; run `nox -s resolve`") from e
+    except OSError as e:
+        raise InputError(
+            f"cannot read lock {str(path)!r} ({e.strerror}); run `nox -s resolve`"
+        ) from e
+    if sha256 is not None and digest != sha256:
+        raise InputError(
+            f"{path}: sha256 {digest!r} differs from {sha256!r} in the resolution; the lock "
+            "changed after resolving, run `nox -s resolve` again"
+        )
+    return digest
 
 
 def load_resolution(path: Path) -> Resolution:

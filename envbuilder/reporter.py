@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -15,7 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["Reporter", "Step"]
+__all__ = ["Reporter", "Step", "terminal_size"]
+
+
+def terminal_size(columns: int, lines: int) -> os.terminal_size:
+    """The terminal's size: ``COLUMNS`` and ``LINES`` first, then the terminal's own, and
+    *columns* × *lines* where output is not a terminal."""
+    return shutil.get_terminal_size((columns, lines))
 
 
 class Step:

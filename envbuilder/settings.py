@@ -13,6 +13,7 @@ arguments. Command-line options win over these (``--cache-dir`` over
 | ``ENVBUILDER_LOCK``           | ``lockfile``      | ``./compat.lock.json`` (lockfile/) |
 | ``ENVBUILDER_LOCK_URL``       | ``lock_url``      | none: the wheel's snapshot      |
 | ``ENVBUILDER_SOURCE_REVISION``| ``revision``      | ``GITHUB_SHA``, else git asks   |
+| ``ENVBUILDER_VERIFY``         | ``verify``        | none: ``install`` verifies only with ``--verify`` |
 
 The package index and the CA bundle come from pip's configuration
 (``envbuilder.index.pipconfig``), read on first use.
@@ -49,6 +50,7 @@ class Settings:
     lockfile: Path | None = None
     lock_url: str | None = None  # a published lockfile, downloaded at most once a day
     revision: str | None = None
+    verify: str | None = None  # OWNER/NAME whose workflow must have attested the lockfile
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -63,6 +65,7 @@ class Settings:
             lockfile=Path(environ["ENVBUILDER_LOCK"]) if environ.get("ENVBUILDER_LOCK") else None,
             lock_url=environ.get("ENVBUILDER_LOCK_URL") or None,
             revision=environ.get("ENVBUILDER_SOURCE_REVISION") or environ.get("GITHUB_SHA") or None,
+            verify=environ.get("ENVBUILDER_VERIFY") or None,
             environ=dict(environ),
         )
 

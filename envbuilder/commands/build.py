@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from envbuilder.commands._args import add_matrix_argument, add_selectors
+from envbuilder.errors import InputError
 
 HELP = "build one Docker image per resolved combination from its lock (tag envbuilder/<id>:<lock sha256[:12]>)"
 
@@ -26,12 +27,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="matrix file for selectors and base images (default: the one the locks were resolved from)",
     )
     parser.add_argument(
-        "--force", action="store_true", help="rebuild even when an image with the lock's tag exists"
+        "--force",
+        action="store_true",
+        help="what every build does: make the layers from the lock (kept for scripts)",
     )
     parser.add_argument(
         "--no-cache",
         action="store_true",
-        help="with --force: make every layer again instead of reusing the layer cache",
+        help="make again even the layers this process made for an earlier combination",
     )
     parser.add_argument(
         "--keep-stages",
@@ -40,6 +43,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--push", metavar="REGISTRY", default=None, help="push each image to REGISTRY (host:port)"
+    )
+    parser.add_argument(
+        "--image-records",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="push by digest (to --push, else $ENVBUILDER_REGISTRY; credentials from"
+        " $ENVBUILDER_REGISTRY_USER and $ENVBUILDER_REGISTRY_PASSWORD) and write DIR/<id>.json,"
+        " the record that"
+        " `envbuilder conformance --image-records` pulls the image by; a record already there"
+        " for the same lock and registry is kept and nothing is built (verify it first)",
     )
     parser.add_argument(
         "--log-dir",
@@ -68,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
         ImageRequest,
         base_image_for,
         docker_client,
-        ensure_image,
         lock_path,
+        make_image,
         push_image,
     )
     from envbuilder.docker.cache import WheelCache
@@ -77,8 +91,21 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.reporter import Reporter
     from envbuilder.resolve.matrix import load_matrix
     from envbuilder.sourcebuild.image import image_wheel
+    from envbuilder.target import not_in_images
 
     reporter = Reporter(verbose=args.verbose)
+    auth = None
+    if args.image_records is not None:
+        import os
+
+        from envbuilder.docker.registry import REGISTRY_VARIABLE, registry_auth
+
+        args.push = args.push or os.environ.get(REGISTRY_VARIABLE) or None
+        if not args.push:
+            raise InputError(
+                f"--image-records pushes: give --push REGISTRY or set {REGISTRY_VARIABLE}"
+            )
+        auth = registry_auth(os.environ)
     locks: Path = args.locks
     resolution = load_resolution(locks / "resolution.json")
     matrix = load_matrix(args.matrix or Path(resolution.matrix))
@@ -103,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
             skipped.append(combination.id)
             reporter.line(f"- {combination.id}: skipped, {rc.status}: {rc.reason}")
             continue
+        if (why := not_in_images(combination.platform)) is not None:
+            skipped.append(combination.id)
+            reporter.line(f"- {combination.id}: skipped, {why}")
+            continue
         base = args.base_image or base_image_for(combination.base_image, combination.python)
         lock = lock_path(rc, locks)
         request = ImageRequest(
@@ -117,10 +148,34 @@ def run(args: argparse.Namespace) -> int:
             keep_stages=args.keep_stages,
             built_wheel=image_wheel(rc, lock, cache),
         )
-        tag = ensure_image(request, client=client, reporter=reporter)
+        if args.push and args.image_records is not None:
+            kept = _kept_record(args.image_records / f"{rc.id}.json", lock, args.push)
+            if kept is not None:
+                reporter.line(f"✓ {rc.id}: its lock did not change; {kept} is kept, not built")
+                built.append(kept)
+                print(kept, flush=True)
+                continue
+        made = make_image(request, client=client, reporter=reporter)
+        tag = made.tag
         built.append(tag)
         print(tag, flush=True)
-        if args.push:
+        if args.push and args.image_records is not None:
+            from envbuilder.docker.plan import lock_digest
+            from envbuilder.docker.registry import push_by_digest
+            from envbuilder.files import write_atomic
+
+            record = push_by_digest(
+                client,
+                made.id,
+                combination=rc.id,
+                lock_sha256=lock_digest(lock.read_bytes()),  # what make_image built from
+                registry=args.push,
+                auth=auth,
+                reporter=reporter,
+            )
+            write_atomic(args.image_records / f"{rc.id}.json", record.dumps())
+            print(record.reference, flush=True)
+        elif args.push:
             print(push_image(client, tag, args.push, reporter=reporter), flush=True)
     reporter.line(f"{len(built)} image(s) ready, {len(skipped)} combination(s) skipped")
     reporter.summary(
@@ -135,3 +190,19 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _kept_record(path: Path, lock: Path, registry: str) -> str | None:
+    """The reference of the record at ``path`` when it names this lock's image in
+    ``registry``; None when there is none or it names another (the image is built)."""
+    from envbuilder.docker.plan import lock_digest
+    from envbuilder.docker.registry import ImageRecord, registry_reference
+
+    if not path.is_file():
+        return None
+    record = ImageRecord.loads(path.read_text(encoding="utf-8"), source=str(path))
+    if record.lock_sha256 != lock_digest(lock.read_bytes()):
+        return None
+    if record.registry != registry_reference(registry):
+        return None
+    return record.reference

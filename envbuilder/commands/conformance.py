@@ -1,7 +1,9 @@
 """``envbuilder conformance``: run the conformance suite for selected combinations.
 
-Each combination's image is built (``envbuilder.docker.build.ensure_image``) and
-the suite runs in a container with the host's GPUs (Docker device requests),
+Each combination's image is built by this process from its lock
+(``envbuilder.docker.build.make_image``; an image found under its tag is kept only
+when it is those very bytes) and the suite runs in a container of that image, by
+its id, with the host's GPUs (Docker device requests),
 writing ``<--out>/<id>.json``. ``--in-place`` runs it in this environment
 instead, after checking that this environment is the selected combination.
 """
@@ -16,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.errors import InputError, MissingToolError
-from envbuilder.model import Combination
+from envbuilder.model import Combination, verified_lock
 
 __all__ = ["HELP", "configure", "run"]
 
-HELP = "Run the torch.compile + attention conformance suite for selected combinations."
+HELP = "run the torch.compile + attention conformance suite for selected combinations"
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--allow-cpu",
         action="store_true",
         help="run without a GPU (CPU checks only, GPU checks skip)",
+    )
+    parser.add_argument(
+        "--image-records",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="pull the image of each combination with a record DIR/<id>.json by its digest"
+        " and check it (`envbuilder build --push --image-records`) instead of building it",
     )
 
 
@@ -212,11 +222,12 @@ def _run_in_containers(
 ) -> int:
     try:
         from envbuilder.docker.build import (
+            ImageMade,
             ImageRequest,
             base_image_for,
             docker_client,
-            ensure_image,
             lock_path,
+            make_image,
         )
         from envbuilder.sourcebuild.image import image_wheel
     except ImportError as e:
@@ -256,7 +267,28 @@ def _run_in_containers(
                 revision=settings.revision,
                 built_wheel=image_wheel(resolved, lock, cache),
             )
-            tag = ensure_image(request, client=client, reporter=reporter)
+            record = (
+                None
+                if args.image_records is None
+                else args.image_records / f"{combination.id}.json"
+            )
+            if record is not None and record.is_file():
+                import os
+
+                from envbuilder.docker.registry import ImageRecord, pull_verified, registry_auth
+
+                lock_sha256 = verified_lock(lock, resolved.lock_sha256)
+                pulled = pull_verified(
+                    client,
+                    ImageRecord.loads(record.read_text(encoding="utf-8"), source=str(record)),
+                    combination=combination.id,
+                    lock_sha256=lock_sha256,
+                    auth=registry_auth(os.environ),
+                    reporter=reporter,
+                )
+                image = ImageMade(tag=combination.image_tag(lock_sha256), id=pulled)
+            else:
+                image = make_image(request, client=client, reporter=reporter)
             command = [
                 "python",
                 "-m",
@@ -265,11 +297,11 @@ def _run_in_containers(
                 f"/results/{combination.results_file}",
                 *_suite_argv(args, combination.id, resolved.lock_sha256),
             ]
-            reporter.command(["docker", "run", tag, *command])
+            reporter.command(["docker", "run", f"{image.id} ({image.tag})", *command])
             results = combination.results_file
             status, copied = run_suite_container(
                 client,
-                tag,
+                image.id,  # what was built now, whatever the tag names meanwhile
                 command,
                 devices=devices,
                 suite_dir=package_dir,

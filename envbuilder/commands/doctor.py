@@ -3,6 +3,12 @@
 ``python3`` on PATH (`envbuilder.lockfile.interpreter`); it needs nothing of envbuilder
 installed. The first line names the interpreter chosen.
 
+With a GPU, torch and xformers are imported once, in a child process, beside the file
+check (hashes from the stamp of the last run) and the reading of the lockfile; the
+compile checks run again only when something they depend on changed (the finding says
+what), and ``--fast`` (a start-up check) imports nothing: the driver is asked for the GPU
+and the GPU checks' last results are reported where they still hold.
+
 Exit status: 0 when every check passed (warnings allowed), 1 when one failed,
 2 for bad input (a missing, damaged or edited lockfile).
 """
@@ -16,11 +22,17 @@ from dataclasses import asdict
 from pathlib import Path
 
 from envbuilder.commands._lockfile_args import add_lock_argument, add_python_argument
+from envbuilder.errors import InputError
+from envbuilder.lockfile.advice import wrapped
+from envbuilder.reporter import terminal_size
 
 HELP = (
     "check your environment against the lockfile (versions, file hashes, xformers, GPU smoke "
     "test): the active venv or conda env, or --python's"
 )
+
+#: The file stamp's name inside ``--cache-dir``.
+FILE_STAMP = "files-stamp.json"
 
 _MARK = {"pass": "✓", "warn": "!", "skip": "-", "fail": "✕"}
 
@@ -48,6 +60,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="skip importing torch/xformers and the GPU smoke test",
     )
     parser.add_argument(
+        "--fast",
+        action="store_true",
+        help="a start-up check: load torch's and xformers' libraries without importing them, "
+        "ask the driver for the GPU, and report the GPU checks' last results where nothing "
+        "they depend on changed since (a warning where something did)",
+    )
+    parser.add_argument(
+        "--recheck",
+        action="store_true",
+        help="run the GPU compile checks even where their last result still holds",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="the doctor's directory for the file stamp, the GPU checks' results and torch's "
+        "compile caches (default: .envbuilder-doctor in the environment, else the user's "
+        "cache directory; the file stamp stays in the environment)",
+    )
+    parser.add_argument(
         "--full-probe",
         action="store_true",
         help="import torch and xformers even where no GPU is present (by default only their "
@@ -67,19 +99,37 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.lockfile.published import lockfile_choice
     from envbuilder.lockfile.read import load_lockfile
 
+    if args.fast and args.full_probe:
+        raise InputError("--fast and --full-probe contradict each other: give one")
+    if args.cache_dir is not None:
+        args.cache_dir.mkdir(parents=True, exist_ok=True)
+    chosen = choose(parse_python(args.python) if args.python else None)
+    # the probe (a child process) runs beside reading the lockfile and the file check
+    running = None
+    if not args.no_probe:
+        running = start_probe(
+            str(chosen.executable),
+            full=args.full_probe,
+            fast=args.fast,
+            cache=args.cache_dir,
+            recheck=args.recheck or args.rehash,
+        )
     path, source = lockfile_choice(args.lock, args.settings)
     if source:
-        print(source, file=sys.stderr)
+        print(wrapped(source, max(terminal_size(SCREEN_COLUMNS, 40).columns, 40)), file=sys.stderr)
     lock = load_lockfile(path)
-    chosen = choose(parse_python(args.python) if args.python else None)
     if chosen.executable.absolute() == Path(sys.executable).absolute():
         env = installed()
     else:
         env = inspect_environment(str(chosen.executable))
-    # the probe runs beside the file hashing
-    running = None if args.no_probe else start_probe(str(chosen.executable), full=args.full_probe)
+    stamp = args.cache_dir / FILE_STAMP if args.cache_dir is not None else None
     entry, findings = check_environment(
-        lock, env=env, probe=running, hashes=not args.no_hashes, rehash=args.rehash
+        lock,
+        env=env,
+        probe=running,
+        hashes=not args.no_hashes,
+        rehash=args.rehash,
+        stamp=stamp,
     )
     probe = running.report() if running is not None else None
     ok = not any(f.status == "fail" for f in findings)
@@ -103,12 +153,25 @@ def run(args: argparse.Namespace) -> int:
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(f"interpreter: {chosen.describe()}")
-        print(f"envbuilder doctor: {env.executable} against {path}")
-        for f in findings:
-            print(f"  {_MARK[f.status]} {f.name}: {f.detail}")
-        for line in summary(findings):
-            print(line)
-        verdict = entry.verdict.verdict if entry else "not in the lockfile"
-        print(f"{'PASS' if ok else 'FAIL'}: lockfile verdict {verdict}")
+        lines = [f"interpreter: {chosen.describe()}"]
+        lines.append(f"envbuilder doctor: {env.executable} against {path}")
+        lines += [f"  {_MARK[f.status]} {f.name}: {f.detail}" for f in findings]
+        lines += summary(findings)
+        lines.append(
+            verdict_line(ok, entry.id if entry else None, entry.verdict.verdict if entry else None)
+        )
+        width = terminal_size(SCREEN_COLUMNS, 40).columns
+        print("\n".join(wrapped(line, max(width, 40)) for line in lines))
     return 0 if ok else 1
+
+
+#: the width where output is not a terminal (as `query`'s)
+SCREEN_COLUMNS = 200
+
+
+def verdict_line(ok: bool, combination: str | None, verdict: str | None) -> str:
+    """The last line: whether every check held, and for which row with which verdict."""
+    if combination is None:
+        return "✕ no combination of the lockfile matches this environment"
+    held = "✓ every check holds" if ok else "✕ not every check holds"
+    return f"{held} for {combination} (its verdict in the lockfile: {verdict})"

@@ -21,9 +21,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--format",
         type=choice(FORMATS),
         metavar="{" + ",".join(FORMATS) + "}",
-        default="pylock",
+        default=None,
         help="pylock (uv pip install -r), requirements (pip install --require-hashes -r) or "
-        "constraints (pip/uv install -c FILE -r your-requirements.txt) (default: pylock)",
+        "constraints (pip/uv install -c FILE -r your-requirements.txt) (default: pylock; "
+        "requirements from the lockfile this envbuilder carries, which names no file URL)",
     )
     parser.add_argument(
         "-o",
@@ -47,26 +48,30 @@ def run(args: argparse.Namespace) -> int:
 
     from envbuilder.errors import InputError
     from envbuilder.files import write_atomic
+    from envbuilder.lockfile.export import carried, exported
     from envbuilder.lockfile.published import lockfile_choice
-
-    if args.out is not None and args.format == "pylock" and not is_valid_pylock_path(args.out):
-        raise InputError(
-            f"--out {str(args.out)!r}: a PEP 751 lock must be named pylock.toml or "
-            "pylock.<name>.toml with no dots in <name> (uv recognises it only by that name), "
-            f"e.g. pylock.{args.id.replace('.', '_')}.toml"
-        )
-    from envbuilder.lockfile.export import exported
+    from envbuilder.lockfile.read import load_lockfile
 
     lockfile, source = lockfile_choice(
         args.lock, args.settings, with_locks=True, combination=args.id
     )
     if source:
         print(source, file=sys.stderr)
-    data = exported(lockfile, args.id, args.format, with_suite=args.with_suite)
+    fmt = args.format
+    if fmt is None:
+        entry = load_lockfile(lockfile).by_id().get(args.id)
+        fmt = "requirements" if entry is not None and carried(lockfile, entry) else "pylock"
+    if args.out is not None and fmt == "pylock" and not is_valid_pylock_path(args.out):
+        raise InputError(
+            f"--out {str(args.out)!r}: a PEP 751 lock must be named pylock.toml or "
+            "pylock.<name>.toml with no dots in <name> (uv recognises it only by that name), "
+            f"e.g. pylock.{args.id.replace('.', '_')}.toml"
+        )
+    data = exported(lockfile, args.id, fmt, with_suite=args.with_suite)
     if args.out is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
     else:
         write_atomic(args.out, data)
-        print(f"wrote {args.out} ({args.format}, {args.id})", file=sys.stderr)
+        print(f"wrote {args.out} ({fmt}, {args.id})", file=sys.stderr)
     return 0

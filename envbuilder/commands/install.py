@@ -6,6 +6,7 @@ The flow is `envbuilder.lockfile.install.install`; this module is its command li
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
 
 from envbuilder.commands._lockfile_args import add_lock_argument, add_selection_arguments, choice
@@ -35,28 +36,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--allow-unverified", action="store_true", help="also install unverified or broken ones"
     )
     parser.add_argument(
-        "--installer",
-        type=choice(("uv", "pip")),
-        metavar="{uv,pip}",
-        default="uv",
-        help="installer to use (default: uv)",
-    )
-    parser.add_argument(
-        "--with-suite",
-        action="store_true",
-        help="also install the suite group (the conformance suite's own dependencies, e.g."
-        " diffusers), to run the suite in that environment; left out by default",
-    )
-    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="make every check, write the lock and print the commands to paste; install nothing",
     )
     add_lock_argument(parser)
-    add_source_build_arguments(parser)
+    rare = parser.add_argument_group("rarely needed")
+    rare.add_argument(
+        "--installer",
+        type=choice(("uv", "pip")),
+        metavar="{uv,pip}",
+        default=None,
+        help="installer to use (default: uv where it is installed, else pip)",
+    )
+    rare.add_argument(
+        "--with-suite",
+        action="store_true",
+        help="also install the suite group (the conformance suite's own dependencies, e.g."
+        " diffusers), to run the suite in that environment; left out by default",
+    )
+    add_source_build_arguments(rare)
+    parser.add_argument(
+        "--verify",
+        default=None,
+        metavar="REPOSITORY",
+        help="install only from a lockfile that the GPU matrix workflow of REPOSITORY (OWNER/NAME) "
+        "attested (its Sigstore bundle, published beside it; needs the 'verify' extra) "
+        "(default: $ENVBUILDER_VERIFY; unset: the lockfile's content hash only)",
+    )
+    from envbuilder.commands.verify import add_signer_arguments
+
+    add_signer_arguments(parser)
 
 
-def add_source_build_arguments(parser: argparse.ArgumentParser) -> None:
+def add_source_build_arguments(parser: argparse._ActionsContainer) -> None:
     """``install``'s options for a source build's wheel."""
     parser.add_argument(
         "--wheel",
@@ -80,9 +93,26 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.lockfile.install import InstallRequest, install
     from envbuilder.reporter import Reporter
 
+    reporter = Reporter(verbose=args.verbose)
+    lock = args.lock
+    if args.verify or args.settings.verify:
+        from envbuilder.commands.verify import signer
+        from envbuilder.lockfile.provenance import verified_lockfile
+
+        expected = signer(args.verify or args.settings.verify, args)
+        attested = verified_lockfile(
+            lock,
+            args.settings,
+            expected,
+            trusted_root=args.trusted_root,
+            with_locks=True,
+            combination=args.id,
+        )
+        reporter.line(f"✓ {attested.path}: attested by {expected.identity}")
+        lock = str(attested.path)  # the very bytes verified, not a second download
     request = InstallRequest(
         settings=args.settings,
-        lock=args.lock,
+        lock=lock,
         id=args.id,
         python=args.python,
         venv=args.venv,
@@ -97,5 +127,20 @@ def run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         wheel=args.wheel,
         build_cache=args.build_cache,
+        pip_indexes=pip_index_options(args.settings.environ),
     )
-    return install(request, Reporter(verbose=args.verbose))
+    return install(request, reporter)
+
+
+def pip_index_options(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """pip's configured ``index-url`` and ``extra-index-url`` as installer options (empty
+    where pip's configuration names none), for uv, which does not read pip's."""
+    from envbuilder.index.pipconfig import pip_config_value
+
+    options: list[str] = []
+    url = pip_config_value("index-url", environ=environ)
+    if url:
+        options += ["--index-url", url]
+    for extra in (pip_config_value("extra-index-url", environ=environ) or "").split():
+        options += ["--extra-index-url", extra]
+    return tuple(options)

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from envbuilder.lockfile.model import CompatLock
+    from envbuilder.model import Resolution
+    from envbuilder.reporter import Reporter
     from envbuilder.settings import Settings
 
 HELP = "merge resolution and conformance results into the compatibility lockfile"
@@ -41,6 +43,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "is unchanged, as stale evidence otherwise; its retired combinations stay retired",
     )
     parser.add_argument(
+        "--matrix",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the matrix whose rows are kept: a previous entry the resolution does not name "
+        "(not selected this time) stays as it was unless the matrix no longer holds it, then "
+        "it retires (default: the matrix the resolution names, when that file exists)",
+    )
+    parser.add_argument(
         "-o",
         "--out",
         type=Path,
@@ -58,6 +69,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="directories holding build-record.<id>.json of source builds, first found wins; "
         "repeatable (default: the resolution's directory, where build-wheel writes them, then "
         "results/build-records/, where the records of measured wheels are committed)",
+    )
+    parser.add_argument(
+        "--release-wheels",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the release's wheel assets: after writing, every built wheel the lockfile's build "
+        "records name must be here with its recorded sha256, this run's builds or copied from "
+        "--earlier-wheels; exit 1 when one is found nowhere",
+    )
+    parser.add_argument(
+        "--earlier-wheels",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the previous release's wheel assets, for --release-wheels: the wheels this run "
+        "did not rebuild are copied from here, their sha256 checked",
     )
     parser.add_argument(
         "--skip-rejected",
@@ -91,6 +119,17 @@ def _previous(value: str | None, settings: Settings) -> CompatLock | None:
         raise InputError(f"--previous: {e}") from e
 
 
+def _matrix_ids(value: Path | None, resolution: Resolution) -> frozenset[str] | None:
+    """The ids of the matrix's rows (``--matrix``, else the resolution's matrix when that file
+    exists); None when neither is there."""
+    from envbuilder.resolve.matrix import load_matrix
+
+    path = value if value is not None else Path(resolution.matrix)
+    if value is None and not path.is_file():
+        return None
+    return frozenset(c.id for c in load_matrix(path).combinations)
+
+
 def run(args: argparse.Namespace) -> int:
     from envbuilder.errors import InputError, OutputError
     from envbuilder.files import write_atomic
@@ -99,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     from envbuilder.lockfile.results import find_results
     from envbuilder.model import load_resolution
     from envbuilder.reporter import Reporter
+    from envbuilder.textsafe import one_line
 
     report = Reporter(verbose=args.verbose)
     resolution = load_resolution(args.resolution)
@@ -126,10 +166,13 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         previous=previous,
         build_records=records,
+        matrix=_matrix_ids(args.matrix, resolution),
     )
     lock, rejected = merged.lock, merged.rejected
     for r in rejected:
-        report.line(f"✕ rejected {r}")
+        report.line(f"✕ rejected {one_line(str(r))}")
+    for d in merged.dropped:
+        report.line(f"✕ dropped {one_line(str(d))}")
     if rejected and not args.skip_rejected:
         raise InputError(
             f"{len(rejected)} of {len(files)} results file(s) rejected (listed above); "
@@ -147,12 +190,13 @@ def run(args: argparse.Namespace) -> int:
             per_use = ", ".join(f"{u.use} {u.verdict.verdict}" for u in entry.uses)
             report.line(f"  {'':<25} per use: {per_use}")
         if entry.stale_runs and not entry.runs and entry.last_verified:
-            report.line(f"  {'':<25} stale evidence: {entry.last_verified.describe()}")
+            described = one_line(entry.last_verified.describe())
+            report.line(f"  {'':<25} stale evidence: {described}")
         if entry.source_build is not None:
             from envbuilder.lockfile.sourcebuilds import describe
 
             report.line(f"  {'':<25} {describe(entry.source_build, entry.id)}")
-        report.detail(entry.verdict.reason)
+        report.detail(one_line(entry.verdict.reason))  # GPU names and reasons from results
     for record in lock.retired:
         report.line(f"  {'retired':<25} {record.id}: {record.last_verified.describe()}")
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
@@ -176,7 +220,15 @@ def run(args: argparse.Namespace) -> int:
         from envbuilder.credentials import redact_text
 
         again = f" ({merged.repeated} of its runs given again)" if merged.repeated else ""
-        carried = f" and {merged.carried} run(s) kept from {redact_text(args.previous)}{again}"
+        dropped = f", {len(merged.dropped)} dropped (listed above)" if merged.dropped else ""
+        carried = (
+            f" and {merged.carried} run(s) kept from {redact_text(args.previous)}{again}{dropped}"
+        )
+    if merged.unselected:
+        carried += (
+            f"; {len(merged.unselected)} combination(s) not in this resolution but in the "
+            "matrix kept as they were"
+        )
     retired = ""
     if lock.retired:
         kept = sum(len(r.runs) for r in lock.retired)
@@ -190,4 +242,26 @@ def run(args: argparse.Namespace) -> int:
         f"{len(files) - len(rejected)} results file(s){carried}, {len(rejected)} rejected"
         f"{retired}"
     )
+    if args.release_wheels is not None:
+        return _release_wheels(lock, args.release_wheels, args.earlier_wheels, report)
     return 0
+
+
+def _release_wheels(lock: CompatLock, into: Path, earlier: Path | None, report: Reporter) -> int:
+    """Gather the built wheels the release attaches (`gather_release_wheels`); 1 when one
+    the lockfile names is found nowhere with its sha256."""
+    from envbuilder.lockfile.published_wheel import gather_release_wheels
+
+    wheels = gather_release_wheels(lock, into, earlier)
+    for name in wheels.missing:
+        report.line(
+            f"✕ {name}: a build record in the lockfile names it, and neither this run's "
+            f"builds ({into}) nor the earlier release's assets ({earlier or 'none given'}) hold "
+            "it with its sha256"
+        )
+    report.line(
+        f"{'✕' if wheels.missing else '✓'} release wheels in {into}: {len(wheels.present)} "
+        f"built now, {len(wheels.carried)} carried from the earlier release (sha256 checked), "
+        f"{len(wheels.missing)} missing"
+    )
+    return 1 if wheels.missing else 0

@@ -7,7 +7,10 @@ from pathlib import Path
 
 from envbuilder.commands._args import add_matrix_argument, add_selectors
 
-HELP = "print the GitHub Actions job matrix (one job per resolvable combination)"
+HELP = (
+    "print the GitHub Actions job matrix (one job per resolvable combination), in chunks"
+    " that fit GitHub's limits, and what it costs (--estimate)"
+)
 
 FORMATS = ("json", "github", "ids")
 
@@ -35,7 +38,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="also append matrix=<JSON> and count=<N> to FILE (in a workflow: $GITHUB_OUTPUT)",
+        help="also append count=<N>, chunks=<JSON list of chunk numbers>, chunk-<K>=<JSON>"
+        " for each chunk, build-chunks=<JSON list> and build-<K>=<JSON> for each chunk of"
+        " the images to build to FILE (in a workflow: $GITHUB_OUTPUT)",
+    )
+    parser.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print the run's jobs and GPU-runner minutes, from the suite's measured"
+        " per-group costs (json: also the 'estimate' key)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="estimate runs of the suite with --quick (default: the full suite)",
+    )
+    parser.add_argument(
+        "--overhead-minutes",
+        type=float,
+        default=0.0,
+        metavar="M",
+        help="add M minutes per job for setup and the image (not measured by the suite)",
     )
 
 
@@ -43,7 +66,14 @@ def run(args: argparse.Namespace) -> int:
     import json
     import logging
 
-    from envbuilder.ghmatrix import compact, github_output, plan_jobs, workflow_command
+    from envbuilder.ghmatrix import (
+        chunk_plan,
+        compact,
+        estimate,
+        github_output,
+        plan_jobs,
+        workflow_command,
+    )
     from envbuilder.model import load_resolution
     from envbuilder.reporter import Reporter
     from envbuilder.resolve.matrix import load_matrix
@@ -63,6 +93,13 @@ def run(args: argparse.Namespace) -> int:
                 args.matrix,
             )
     plan = plan_jobs(selected, gpus=matrix.runners.gpus, resolution=resolution)
+    chunks = chunk_plan(plan.jobs)
+    build_chunks = plan.build_chunks()
+    cost = None
+    if args.estimate:
+        cost = estimate(
+            plan, size="quick" if args.quick else "full", overhead_s=args.overhead_minutes * 60
+        )
 
     for skipped in plan.not_run:
         message = f"{skipped.id}: {skipped.status}: {skipped.reason}"
@@ -83,8 +120,18 @@ def run(args: argparse.Namespace) -> int:
             f"| combination | status | reason |\n| --- | --- | --- |\n{rows}\n"
         )
 
+    if cost is not None:
+        reporter.summary(f"### Cost of this run\n\n{cost.describe()}\n")
+
     if args.github_output is not None:
-        text = github_output({"matrix": compact(plan.github()), "count": str(len(plan.jobs))})
+        values = {
+            "count": str(len(plan.jobs)),
+            "chunks": compact([c.index for c in chunks]),
+            **{c.output: compact(c.github()) for c in chunks},
+            "build-chunks": compact([c.index for c in build_chunks]),
+            **{c.output: compact(c.github()) for c in build_chunks},
+        }
+        text = github_output(values)
         with args.github_output.open("a", encoding="utf-8") as f:
             f.write(text)
 
@@ -94,9 +141,22 @@ def run(args: argparse.Namespace) -> int:
         for job in plan.jobs:
             print(job.id + (f" {job.gpu}" if job.gpu else ""))
     else:
-        print(json.dumps(plan.to_json(), indent=2))
+        document = plan.to_json()
+        document["chunks"] = [
+            {"output": c.output, "count": len(c.jobs), "bytes": c.size()} for c in chunks
+        ]
+        if cost is not None:
+            document["estimate"] = cost.to_json()
+        print(json.dumps(document, indent=2))
+    # Rows of another platform resolved fine: they have no image to run, not no answer.
+    other_platform = sum(1 for n in plan.not_run if n.status == "skipped")
+    unresolvable = len(plan.not_run) - other_platform
     reporter.line(
-        f"{len(plan.jobs)} job(s) for {len(selected)} selected combination(s)"
-        + (f", {len(plan.not_run)} not resolvable" if plan.not_run else "")
+        f"{len(plan.jobs)} job(s) in {len(chunks)} chunk(s) for {len(selected)} selected"
+        " combination(s)"
+        + (f", {unresolvable} not resolvable" if unresolvable else "")
+        + (f", {other_platform} skipped for their platform (no image)" if other_platform else "")
     )
+    if cost is not None:
+        reporter.line(cost.describe())
     return 0

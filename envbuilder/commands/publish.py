@@ -23,13 +23,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.lockfile.published import lockfile_argument
+    from envbuilder.lockfile.published import lockfile_choice
     from envbuilder.publish import build_site
     from envbuilder.reporter import Reporter
 
     report = Reporter(verbose=args.verbose)
     with report.step(f"publish {args.out}"):
-        files = build_site(lockfile_argument(args.lock, args.settings), args.out)
+        lockfile, source = lockfile_choice(args.lock, args.settings, with_locks=True)
+        if source:
+            report.line(f"  {source}")
+        files = build_site(lockfile, args.out)
         for path in files:
             report.line(f"  {path} ({path.stat().st_size} bytes)")
     report.summary((args.out / "compat.md").read_text(encoding="utf-8"))

@@ -1,8 +1,9 @@
 """``envbuilder query``: the lockfile's combinations that match, best first.
 
-Every answer fits one screen (`SCREEN_LINES` lines of at most `SCREEN_COLUMNS`
-characters): one line per combination (`advice.one_line`); ``--long`` or a combination's
-id adds its failing checks grouped by cause; ``--json`` holds everything.
+Every answer fits the terminal (its width, and at most `SCREEN_LINES` lines): one line
+per combination (`advice.one_line`), a line too wide cut at a word with "…" and a list too
+long cut with "… N more"; ``--long`` or a combination's id adds its failing checks grouped
+by cause; ``--json`` holds everything.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuilder.commands._lockfile_args import add_lock_argument, add_selection_arguments
+from envbuilder.lockfile.advice import fit
 
 if TYPE_CHECKING:
     from envbuilder.lockfile.host import Host
@@ -23,8 +26,10 @@ if TYPE_CHECKING:
     from envbuilder.lockfile.model import CompatLock, LastVerified, Use
     from envbuilder.lockfile.query import Answer, Match, Query
 
-#: what one answer may take: a terminal's screen
+#: the most lines one answer takes, however tall the terminal
 SCREEN_LINES = 40
+#: the width where output is not a terminal (a pipe or a file keeps what the old fixed
+#: limit kept: a reader there has no screen to fit)
 SCREEN_COLUMNS = 200
 
 HELP = "list the lockfile's combinations matching --python/--cuda/--torch/--gpu, best first (--use: by one use's verdict; --here: for this machine)"
@@ -48,8 +53,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--driver",
         metavar="VERSION",
-        help="the host's NVIDIA driver version, e.g. 550.54.15: combinations whose CUDA "
-        "release needs a newer one are rejected",
+        help="the host's NVIDIA driver version, e.g. 550.54.15: a combination whose CUDA "
+        "release needs a newer one is kept with a warning where NVIDIA's minor-version "
+        "compatibility runs it, and rejected otherwise",
     )
     parser.add_argument(
         "--here",
@@ -127,11 +133,36 @@ def _query(args: argparse.Namespace, host: Host | None) -> Query:
         use=args.use,
         arch=args.arch or (host.arch if host else None),
         driver=args.driver or (host.driver if host else None),
+        os=(host.os or None) if host else None,
     )
 
 
+def _lockfile_json(
+    args: argparse.Namespace, path: Path, lock: CompatLock, now: datetime
+) -> dict[str, object]:
+    """Which lockfile answered (its path; the URL it came from, without a password; whether it
+    is the snapshot this envbuilder carries) and how old its newest evidence is."""
+    from datetime import date
+
+    from envbuilder.credentials import redact_text
+    from envbuilder.lockfile.published import is_url
+    from envbuilder.lockfile.snapshot import is_carried, newest_evidence
+
+    url = args.lock if args.lock and is_url(args.lock) else None
+    if args.lock is None and args.settings.lockfile is None and args.settings.lock_url:
+        url = args.settings.lock_url
+    day = newest_evidence(lock)
+    return {
+        "path": str(path),
+        "url": redact_text(url) if url else None,
+        "carried": is_carried(path),
+        "newest_evidence": day,
+        "age_days": (now.date() - date.fromisoformat(day)).days if day else None,
+    }
+
+
 def _match_json(m: Match, now: datetime) -> dict[str, object]:
-    from envbuilder.lockfile.advice import action, causes, dated, verdict_date
+    from envbuilder.lockfile.advice import action, advisory_line, causes, dated, verdict_date
 
     cc = m.compute_capability
     return {
@@ -152,6 +183,15 @@ def _match_json(m: Match, now: datetime) -> dict[str, object]:
         "failing_checks": list(m.verdict.failing_checks),
         "choices": [asdict(c) for c in m.verdict.choices],
         "options": [asdict(o) for o in m.verdict.options],
+        "suite_errors": list(m.verdict.suite_errors),
+        "advisories": [
+            {
+                **asdict(a),
+                "line": advisory_line(m.entry, a, cc),
+                "causes": [{**asdict(c), "repro": c.repro} for c in causes(m.entry, a.verdict, cc)],
+            }
+            for a in m.verdict.advisories
+        ],
         "action": action(m.verdict, m.replacement),
         "replacement": None
         if m.replacement is None
@@ -170,21 +210,77 @@ def _match_json(m: Match, now: datetime) -> dict[str, object]:
     }
 
 
-def _detail(m: Match, now: datetime, *, indent: str = "    ") -> list[str]:
-    """Under a combination's line: its date, then each failing cause on one line."""
+def _advisory_lines(
+    m: Match, *, indent: str = "    ", long: bool = False, width: int = SCREEN_COLUMNS
+) -> list[str]:
+    """Each advisory of *m*'s verdict on one line (a library the row does not pin); with
+    *long*, its causes (who is at fault, by which experiment) and who is hit under it."""
+    from envbuilder.lockfile.advice import advisories, advisory_line, cause_line, causes
+
+    cc = m.compute_capability
+    room = width - len(indent) - 2
+    lines = []
+    for a in advisories(m.verdict):
+        lines.append(f"{indent}! {advisory_line(m.entry, a, cc, room)}")
+        if not long:
+            continue
+        for c in causes(m.entry, a.verdict, cc):
+            lines.append(f"{indent}    {cause_line(c, room - 4)}")
+            if c.evidence:
+                lines.append(f"{indent}      decided by: {c.evidence}")
+        for i in a.info:
+            finding = i.reason.split("; ")[0]  # the finding, not the advice a suite gave
+            if finding:
+                said = f"{i.name.rsplit('.', 1)[-1]} {i.status}"
+                lines.append(f"{indent}    who is hit ({said}): {finding}")
+    return [fit(line, width) for line in lines]
+
+
+def _advisory_footer(matches: Sequence[Match], width: int = SCREEN_COLUMNS) -> list[str]:
+    """Each advisory of the listed rows once, with how many rows it concerns: a library the
+    rows do not pin (``--long`` shows its causes under each row)."""
+    from envbuilder.lockfile.advice import advisories, advisory_line
+
+    found: dict[str, list[Match]] = {}
+    for m in matches:
+        for a in advisories(m.verdict):
+            key = advisory_line(m.entry, a, m.compute_capability, 1000)
+            found.setdefault(key, []).append(m)
+    return [
+        fit(f"! {len(rows)} row{'s' if len(rows) != 1 else ''}: {key}", width)
+        for key, rows in found.items()
+    ]
+
+
+def _detail(
+    m: Match, now: datetime, *, indent: str = "    ", width: int = SCREEN_COLUMNS
+) -> list[str]:
+    """Under a combination's line: its date, then each failing cause on one line, the
+    advisories of libraries the row does not pin, and the suite's own errors."""
     from envbuilder.lockfile.advice import cause_line, causes, dated
 
     cc = m.compute_capability
     lines = [f"{indent}{dated(m.entry, m.verdict, now, cc, m.use)}"]
-    width = SCREEN_COLUMNS - len(indent)
-    lines += [f"{indent}{cause_line(c, width)}" for c in causes(m.entry, m.verdict, cc)]
+    for c in causes(m.entry, m.verdict, cc):
+        lines.append(f"{indent}{cause_line(c, width - len(indent))}")
+        if c.evidence:
+            lines.append(f"{indent}  decided by: {c.evidence}")
     others = [o.workaround for o in m.verdict.options if o.workaround not in m.verdict.workarounds]
     if others:
         lines.append(f"{indent}also verified on some of these checks: {', '.join(others)}")
-    return lines
+    lines += _advisory_lines(m, indent=indent, long=True, width=width)
+    if m.verdict.suite_errors:
+        n = len(m.verdict.suite_errors)
+        lines.append(
+            f"{indent}{n} suite error{'s' if n != 1 else ''} (the suite's own bug, counted "
+            f"nowhere): {', '.join(m.verdict.suite_errors)}"
+        )
+    return [fit(line, width) for line in lines]
 
 
-def _one_combination(lock: CompatLock, match: Match, use: Use | None, now: datetime) -> list[str]:
+def _one_combination(
+    lock: CompatLock, match: Match, use: Use | None, now: datetime, width: int = SCREEN_COLUMNS
+) -> list[str]:
     """``query ID``: per use (or for *use* only) the line, its date and its causes."""
     from dataclasses import replace
 
@@ -211,28 +307,33 @@ def _one_combination(lock: CompatLock, match: Match, use: Use | None, now: datet
             f"{u.use:<18} {u.verdict.verdict:<24} {count:>3} failing  "
             f"{action(u.verdict, alternative)}"
         )
-        lines += _detail(per_use, now)
-    return lines
+        lines += _detail(per_use, now, width=width)
+    return [fit(line, width) for line in lines]
 
 
 def _has_detail(m: Match) -> bool:
-    """Whether ``--long`` has more to say about *m* than its line: its failing causes, or the
-    stale evidence of a combination whose lock moved since its runs."""
-    if m.verdict.verdict in ("verified", "unsatisfiable"):
+    """Whether ``--long`` has more to say about *m* than its line: its failing causes, an
+    advisory, a suite error, or the stale evidence of a combination whose lock moved since
+    its runs."""
+    from envbuilder.lockfile.advice import advisories
+
+    if m.verdict.verdict == "unsatisfiable":
         return False
+    if m.verdict.verdict == "verified":
+        return bool(advisories(m.verdict) or m.verdict.suite_errors)
     return m.verdict.verdict != "unverified" or (
         not m.entry.runs and m.entry.last_verified is not None
     )
 
 
-def _with_evidence(line: str, m: Match) -> str:
-    """*line* and, for a GPU, where the combination was verified (or "untested")."""
+def _evidence(m: Match) -> str:
+    """For a GPU, where the combination was verified (or "untested"), to end its line."""
     if m.compute_capability is None or m.verdict.verdict == "unsatisfiable":
-        return line
+        return ""
     said = m.evidence.text if m.evidence is not None else "untested on any GPU"
     if m.evidence is None and m.entry.gpus:
         said = "not verified on any GPU"
-    return f"{line}  [{said}]"
+    return f"  [{said}]"
 
 
 def render(
@@ -242,43 +343,54 @@ def render(
     now: datetime,
     long: bool = False,
     everything: bool = False,
+    width: int = SCREEN_COLUMNS,
+    height: int = SCREEN_LINES,
 ) -> list[str]:
-    """The matches of *answer*, one line each, within one screen unless *everything*:
-    combinations with no results at all are counted rather than listed, then the rest is
-    cut with a line saying how to see it."""
+    """The matches of *answer*, one line each of at most *width* characters, within
+    *height* lines unless *everything*: combinations with no results at all are counted
+    rather than listed, then the rest is cut with a line saying how to see it."""
+    import textwrap
+
     from envbuilder.lockfile.advice import column_widths, one_line
 
     matches = list(answer.matches)
-    lines = [
-        f"verdicts for {use}:" if use else "verdicts (the worst of the four uses):",
-    ]
-    lines[0] += (
-        " verdict, combination, failing gate checks, age of the newest run counted "
-        f"(now {now:%Y-%m-%d}), what to do"
+    lines = textwrap.wrap(
+        (f"verdicts for {use}:" if use else "verdicts (the worst of the four uses):")
+        + f" verdict, combination, failing checks, age (now {now:%Y-%m-%d}), what to do",
+        width,
+        subsequent_indent="  ",
+        break_long_words=False,
+        break_on_hyphens=False,
     )
     silent = [
         m
         for m in matches
         if not m.entry.runs and m.entry.last_verified is None and m.verdict.verdict == "unverified"
     ]
-    budget = SCREEN_LINES - 2  # the header and one line for what is left out
+    budget = height - len(lines) - 1  # the header and one line for what is left out
     shown = matches
     if not everything and len(matches) * (1 + 4 * long) > budget and silent:
         shown = [m for m in matches if m not in silent]
+    footer = [] if long else _advisory_footer([m for m in shown if m.entry.runs], width)
+    budget -= len(footer)
     widths = column_widths(shown, now)
     body: list[str] = []
     cut = 0
     for i, m in enumerate(shown):
-        block = [_with_evidence(one_line(m, now, **widths), m)]
+        row, said = one_line(m, now, **widths, width=width), _evidence(m)
+        # where the GPU evidence has no room beside the action, it takes its own line
+        block = [row + said] if len(row + said) <= width else [row, fit(f"    {said[2:]}", width)]
         if m.suggestion:
-            block.append(f"    ↳ {m.suggestion}")
+            block.append(fit(f"    ↳ {m.suggestion}", width))
         if long and _has_detail(m):
-            block += _detail(m, now)
-        if not everything and len(body) + len(block) > budget - (1 if shown is not matches else 0):
+            block += _detail(m, now, width=width)
+        if not everything and len(body) + len(block) > budget:
             cut = len(shown) - i
             break
         body += block
     lines += body
+    if not long:
+        lines += _advisory_footer([m for m in shown[: len(shown) - cut] if m.entry.runs], width)
     notes = []
     if shown is not matches:
         notes.append(f"{len(silent)} more with no results yet")
@@ -288,7 +400,7 @@ def render(
         lines.append(
             f"… {', '.join(notes)}: narrow with --python/--cuda/--torch/--gpu, or list all with --all"
         )
-    return [line[:SCREEN_COLUMNS] for line in lines]
+    return [fit(line, width) for line in lines]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -300,8 +412,8 @@ def run(args: argparse.Namespace) -> int:
 
     now = datetime.now(UTC)
     path, source = lockfile_choice(args.lock, args.settings)
-    if source:
-        print(source, file=sys.stderr)  # stdout stays one screen (or JSON)
+    if source:  # on stderr: stdout stays one screen (or JSON)
+        print(_wrapped(source, _screen()[0]), file=sys.stderr)
     lock = load_lockfile(path)
     chosen, chosen_line = _interpreter(args) if args.here else (None, "")
     host = detect_host(python=chosen.version if chosen else "") if args.here else None
@@ -314,31 +426,28 @@ def run(args: argparse.Namespace) -> int:
     # nothing matched; a plain filter's misses are not
     host_query = bool(args.here or args.arch or args.driver or gpu_arch(args.gpu or ""))
     if args.json:
-        listed = [_match_json(m, now) for m in matches]
-        if host_query:
-            out: object = {
-                "interpreter": None
-                if chosen is None
-                else {
-                    "executable": str(chosen.executable),
-                    "version": chosen.version,
-                    "chosen_by": chosen.source,
-                },
-                "host": None if host is None else asdict(host),
-                "query": asdict(query),
-                "matches": listed,
-                "rejected": [
-                    {"id": r.entry.id, "reasons": list(r.reasons)} for r in result.rejected
-                ],
-            }
-        else:
-            out = listed
+        out = {
+            "lockfile": _lockfile_json(args, path, lock, now),
+            "interpreter": None
+            if chosen is None
+            else {
+                "executable": str(chosen.executable),
+                "version": chosen.version,
+                "chosen_by": chosen.source,
+            },
+            "host": None if host is None else asdict(host),
+            "query": asdict(query),
+            "matches": [_match_json(m, now) for m in matches],
+            "rejected": [{"id": r.entry.id, "reasons": list(r.reasons)} for r in result.rejected],
+        }
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0 if matches else 1
+    width, height = _screen()
+    head: list[str] = []
     if host is not None:
-        print(chosen_line)
-        print(f"this machine: {host.describe()}")
+        head += _wrapped(chosen_line, width).splitlines()  # its reason whole, not cut
+        head.append(f"this machine: {host.describe()}")
         given = [
             f"--{k} {v}"
             for k, v in (
@@ -349,29 +458,56 @@ def run(args: argparse.Namespace) -> int:
             if v
         ]
         if given:
-            print(f"overridden: {' '.join(given)}")
+            head.append(f"overridden: {' '.join(given)}")
         if len({g.compute_capability for g in host.gpus}) > 1:
-            print(f"judged for the first GPU, {host.gpus[0].name}")
-    if matches and args.id is not None:
-        print("\n".join(_one_combination(lock, matches[0], args.use, now)))
-    elif matches:
-        print("\n".join(render(result, use=args.use, now=now, long=args.long, everything=args.all)))
-    else:
-        print(f"no combination in {path} matches", file=sys.stderr)
-    warned = _warning_lines(matches) if args.id is None else []
-    if warned:
-        print("\n".join(warned))
+            head.append(f"judged for the first GPU, {host.gpus[0].name}")
+    tail = _warning_lines(matches) if args.id is None else []
     if query.no_gpu:
-        print("\n".join(_gpu_summary(lock)))
+        tail += _gpu_summary(lock)
     if (host_query or not matches) and result.rejected:
-        print(f"{'not for this host' if host_query else 'not matching'} ({len(result.rejected)}):")
+        tail.append(
+            f"{'not for this host' if host_query else 'not matching'} ({len(result.rejected)}):"
+        )
         reason_lines = _rejection_lines(result, everything=args.all)
-        shown = reason_lines if args.all else reason_lines[: SCREEN_LINES // 2]
-        for line in shown:
-            print(line[:SCREEN_COLUMNS])
-        if len(shown) < len(reason_lines):
-            print(f"  … {len(reason_lines) - len(shown)} more lines (--all lists them)")
+        room = max(height // 4, 2)
+        if args.all or len(reason_lines) <= room:
+            tail += reason_lines
+        else:
+            tail += reason_lines[: room - 1]
+            tail.append(f"  … {len(reason_lines) - room + 1} more (--all lists them)")
+    if not matches:
+        print(fit(f"no combination in {path} matches", width), file=sys.stderr)
+    body: list[str] = []
+    if matches and args.id is not None:
+        body = _one_combination(lock, matches[0], args.use, now, width)
+        room = max(height - len(head) - len(tail), 4)
+        if not args.all and len(body) > room:
+            cut = len(body) - room + 1
+            said = (
+                f"… {cut} more lines: --use USE narrows, --all shows them, --json holds everything"
+            )
+            body = [*body[: room - 1], said]
+    elif matches:
+        body = render(
+            result,
+            use=args.use,
+            now=now,
+            long=args.long,
+            everything=args.all,
+            width=width,
+            height=max(height - len(head) - len(tail), 4),
+        )
+    print("\n".join(fit(line, width) for line in head + body + tail))
     return 0 if matches else 1
+
+
+def _screen() -> tuple[int, int]:
+    """The terminal's width, and the lines one answer may take: at most `SCREEN_LINES`
+    (`SCREEN_COLUMNS` wide where output is not a terminal)."""
+    from envbuilder.reporter import terminal_size
+
+    size = terminal_size(SCREEN_COLUMNS, SCREEN_LINES)
+    return max(size.columns, 40), max(min(size.lines, SCREEN_LINES), 10)
 
 
 def _warning_lines(matches: tuple[Match, ...]) -> list[str]:
@@ -384,12 +520,9 @@ def _warning_lines(matches: tuple[Match, ...]) -> list[str]:
             counts[warning] = counts.get(warning, 0) + 1
     if not counts:
         return []
-    lines = [
-        f"! {n} row{'s' if n != 1 else ''}: {warning}"[:SCREEN_COLUMNS]
-        for warning, n in counts.items()
-    ]
-    lines.append(f"  rule: {COMPATIBILITY_SOURCE}"[:SCREEN_COLUMNS])
-    lines.append(f"  full-support drivers: {DRIVER_SOURCE}"[:SCREEN_COLUMNS])
+    lines = [f"! {n} row{'s' if n != 1 else ''}: {warning}" for warning, n in counts.items()]
+    lines.append(f"  rule: {COMPATIBILITY_SOURCE}")
+    lines.append(f"  full-support drivers: {DRIVER_SOURCE}")
     return lines
 
 
@@ -432,7 +565,7 @@ def _gpu_summary(lock: CompatLock) -> list[str]:
     for (model, cc), rows in sorted(per_gpu.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         ids = [i for _, i in sorted(rows)]
         shown = ", ".join(ids[:3]) + (f", … {len(ids) - 3} more" if len(ids) > 3 else "")
-        lines.append(f"  {model} ({sm(cc)}): {len(ids)} verified: {shown}"[:SCREEN_COLUMNS])
+        lines.append(f"  {model} ({sm(cc)}): {len(ids)} verified: {shown}")
     if not per_gpu:
         lines.append("  none verified on any GPU yet")
     lines.append("  (--gpu NAME answers for one of them)")
@@ -455,4 +588,15 @@ def _only(result: Answer, combination: str, known: Mapping[str, object]) -> Answ
         result,
         matches=tuple(m for m in result.matches if m.entry.id == combination),
         rejected=tuple(r for r in result.rejected if r.entry.id == combination),
+    )
+
+
+def _wrapped(text: str, width: int) -> str:
+    """A sentence on as many lines as *width* needs, broken between words."""
+    import textwrap
+
+    return "\n".join(
+        textwrap.wrap(
+            text, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+        )
     )

@@ -63,6 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from envbuilder.errors import InputError
     from envbuilder.files import write_atomic
+    from envbuilder.index.relay import IndexRelay
     from envbuilder.model import Resolution, load_resolution
     from envbuilder.resolve.closure import find_uv
     from envbuilder.resolve.evidence import IndexEvidence
@@ -77,28 +78,32 @@ def run(args: argparse.Namespace) -> int:
     selected = matrix.select(args.selectors)
     matrix.require_index_urls(selected)
     cache_dir = args.cache_dir or args.settings.cache_dir
-    settings = ResolveSettings(
-        default_index_url=args.settings.index_url,
-        jobs=args.jobs,
-        locking=LockSettings(
-            out_dir=args.out,
-            cache_dir=cache_dir,
-            uv=find_uv(),
-            python=sys.executable,
-            offline=args.offline,
-            upgrade=args.upgrade,
-            suite=matrix.suite.requirements,
-            ca_bundle=args.settings.ca_bundle,
-            credentials=args.settings.credentials.merged(matrix.credentials),
-        ),
-    )
     progress = _Progress(reporter, total=len(selected))
-    with args.settings.http_client(
-        cache_dir=cache_dir,
-        offline=args.offline,
-        max_workers=args.jobs,
-        credentials=matrix.credentials,
-    ) as client:
+    with (
+        args.settings.http_client(
+            cache_dir=cache_dir,
+            offline=args.offline,
+            max_workers=args.jobs,
+            credentials=matrix.credentials,
+        ) as client,
+        IndexRelay(client) as relay,
+    ):
+        settings = ResolveSettings(
+            default_index_url=args.settings.index_url,
+            jobs=args.jobs,
+            locking=LockSettings(
+                out_dir=args.out,
+                cache_dir=cache_dir,
+                uv=find_uv(),
+                python=sys.executable,
+                offline=args.offline,
+                upgrade=args.upgrade,
+                suite=matrix.suite.requirements,
+                ca_bundle=args.settings.ca_bundle,
+                credentials=args.settings.credentials.merged(matrix.credentials),
+                relay=relay,
+            ),
+        )
         resolver = Resolver(
             indexes=dict(matrix.indexes),
             evidence=IndexEvidence(client),

@@ -2,13 +2,16 @@
 
 Decisions (also in docs/lockfile.md, "The compatibility lockfile"):
 
-- Name ``compat.lock.json``; ``schema = "envbuilder.compat/3"``. The major
+- Name ``compat.lock.json``; ``schema = "envbuilder.compat/4"``. The major
   number changes only when a reader of the previous one would misread the
   file (/2: per-use verdicts and the check status ``invalid``, which a /1
   reader would count as neither passed nor failed; /3: ``retired``, run
   dates, ``last_verified`` on every entry with runs, the verdict
   ``xformers-unusable``, which a /2 reader cannot rank, and each verdict's
-  ``options``). Readers read /3 and /2 (`model.READABLE_COMPAT_SCHEMAS`) and refuse
+  ``options``; /4: each check's ``via``, each verdict's ``advisories`` and
+  ``suite_errors``, workaround tiers and breaks per call and per step). Readers read
+  /4, /3 and /2 (`model.READABLE_COMPAT_SCHEMAS`; older checks take ``via`` from their
+  names, every verdict is made again on read) and refuse
   any other schema string (exit 2): regenerate a /1 file, upgrade for a newer.
 - JSON Schema: ``envbuilder/schemas/compat.schema.json`` (``publish`` copies it).
 - Canonical JSON (`canonical`): sorted keys, fixed indent and separators,

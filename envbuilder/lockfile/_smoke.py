@@ -1,18 +1,32 @@
-"""The doctor's in-environment probe, run as ``python -m envbuilder.lockfile._smoke``.
+"""The doctor's in-environment probe: ``python _smoke.py [--cache DIR] [--recheck]``.
 
-Run in a child process so that a crashing CUDA extension cannot take the
-doctor down. Prints one JSON object on its last line of stdout: torch and
-CUDA facts, whether xformers' C++/CUDA extension loaded, and — with a CUDA
-GPU — a tiny attention check (xformers vs SDPA) and a torch.compile check.
+Run by path in a child process so that a crashing CUDA extension cannot take
+the doctor down; torch is imported once, here. Prints one JSON object on its
+last line of stdout: torch and CUDA facts, whether xformers' C++/CUDA extension
+loaded, and — with a CUDA GPU — a tiny attention check (xformers vs SDPA) and a
+torch.compile check of each.
+
+The compile checks cost more than the import: they run only when something they
+depend on changed since their last run here (`_checkcache`: torch, xformers,
+triton and CUDA libraries, the GPU, the driver, the settings, this file), else
+their recorded results are reported with the date they were measured (``from``)
+and ``cache`` says which. When they run, torch's own caches (FX graph and AOT
+autograd) live in the doctor's directory and inductor compiles in this process
+(one compile thread: no worker pool importing torch again for two tiny graphs),
+while torch's compiler modules are imported in a thread beside the CUDA context's
+creation. The eager attention checks always run: they prove the GPU answers.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 TOLERANCE = 1e-2  # fp16 attention, max abs difference against SDPA in fp32
@@ -29,7 +43,42 @@ def _attempt(report: dict[str, Any], key: str, fn: Callable[[], Any]) -> None:
         }
 
 
-def probe() -> dict[str, Any]:
+def _checkcache() -> Any:
+    """`_checkcache`, loaded by path from beside this file (envbuilder need not be installed)."""
+    import importlib.util
+
+    path = Path(__file__).with_name("_checkcache.py")
+    spec = importlib.util.spec_from_file_location("_envbuilder_doctor_checkcache", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def use_caches(directory: Path) -> None:
+    """Point torch's compile caches into the doctor's *directory* (before torch is imported)."""
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory / "inductor")
+    os.environ["TRITON_CACHE_DIR"] = str(directory / "triton")
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+    os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+
+def _import_compiler() -> None:
+    import torch._dynamo
+    import torch._inductor.compile_fx  # noqa: F401
+
+
+def probe(argv: list[str] | None = None) -> dict[str, Any]:
+    inherited = dict(os.environ)
+    args = list(sys.argv[1:] if argv is None else argv)
+    recheck = "--recheck" in args
+    override = args[args.index("--cache") + 1] if "--cache" in args else None
+    cc = _checkcache()
+    cache = cc.cache_dir(sys.prefix, override)
+    if cache is not None:
+        use_caches(cache)
     report: dict[str, Any] = {}
     try:
         import torch
@@ -59,9 +108,21 @@ def probe() -> dict[str, Any]:
         }
     except ImportError as e:
         report["xformers"] = None if "xformers" in str(e.name or "") else {"error": str(e)}
+    except Exception as e:  # an xformers that breaks on this torch is a finding, not a crash
+        report["xformers"] = {"error": f"import xformers raised {type(e).__name__}: {e}"[:500]}
     if not cuda:
         return report
 
+    gpu = cc.gpu_facts()
+    if gpu.get("driver"):
+        report["driver"] = gpu["driver"]
+    key = cc.check_key(__file__, gpu, inherited)
+    recorded, report["cache"] = cc.reuse(cc.read_record(cache), key, recheck=recheck)
+    report["cache"]["dir"] = None if cache is None else str(cache)
+    compiler = None
+    if recorded is None:  # the compile checks run: import their modules beside CUDA's start
+        compiler = threading.Thread(target=_import_compiler, name="import-compiler", daemon=True)
+        compiler.start()
     import torch.nn.functional as F
 
     torch.manual_seed(0)
@@ -89,12 +150,22 @@ def probe() -> dict[str, Any]:
         _attempt(
             report, "attention_xformers", lambda: check(xops.memory_efficient_attention(q, k, v))
         )
+    if recorded is not None:
+        for name in ("compile_sdpa", "compile_xformers"):
+            if name in recorded and (name == "compile_sdpa" or xops is not None):
+                report[name] = {**recorded[name], "from": report["cache"]["at"]}
+        return report
+    if compiler is not None:
+        compiler.join()
     compiled_sdpa = torch.compile(sdpa, dynamic=True)
     _attempt(report, "compile_sdpa", lambda: check(compiled_sdpa(q, k, v)))
     if xops is not None:
         attention: Any = xops.memory_efficient_attention
         compiled_xf: Any = torch.compile(attention, dynamic=True)
         _attempt(report, "compile_xformers", lambda: check(compiled_xf(q, k, v)))
+    note = cc.write_record(cache, key, report)
+    if note:
+        report["cache"]["note"] = note
     return report
 
 

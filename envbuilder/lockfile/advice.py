@@ -15,21 +15,26 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
 from envbuilder.lockfile.model import (
+    VERDICT_RANK,
+    Advisory,
     CheckOutcome,
     Entry,
     Use,
+    UseVerdict,
     Verdict,
     WorkaroundOption,
     use_verdict,
 )
 from envbuilder.lockfile.query import Match, Replacement
-from envbuilder.lockfile.verdicts import FAILED
+from envbuilder.lockfile.verdicts import FAILED, cost_text
 
 __all__ = [
     "LINE_WIDTH",
     "WORKAROUND_ACTION",
     "Cause",
     "action",
+    "advisories",
+    "advisory_line",
     "age",
     "cause_line",
     "causes",
@@ -37,11 +42,14 @@ __all__ = [
     "count_text",
     "dated",
     "failing_count",
+    "fit",
     "grouped",
     "normalise_reason",
     "one_line",
     "short_age",
+    "use_counts",
     "verdict_date",
+    "wrapped",
 ]
 
 #: the most characters `one_line` writes
@@ -49,9 +57,20 @@ LINE_WIDTH = 120
 
 #: how users apply each workaround, as an instruction
 WORKAROUND_ACTION: Mapping[str, str] = {
+    "mask-outside-compile": "build the attention bias object outside the compiled function",
+    "mask-form": "hand the backend the mask in the form the check passed with",
     "dynamo-disable": "wrap attn in torch.compiler.disable",
     "sdpa-under-compile": "use SDPA in xformers' place under torch.compile",
     "sdpa-instead": "use SDPA in xformers' place",
+}
+#: the same, for a workaround applied to a library the suite reached the kernels through
+VIA_ACTION: Mapping[tuple[str, str], str] = {
+    ("diffusers", "sdpa-instead"): "use diffusers' native attention backend",
+    ("diffusers", "sdpa-under-compile"): "use diffusers' native attention backend",
+    (
+        "diffusers",
+        "mask-form",
+    ): "hand diffusers' xformers backend the mask form the check passed with",
 }
 
 
@@ -124,16 +143,15 @@ def _short_age(entry: Entry, now: datetime, cc: str | None) -> str:
 
 
 def _cost(option: WorkaroundOption) -> str:
-    parts = []
-    if option.graph_breaks is not None:
-        parts.append(f"{option.graph_breaks} graph break{'s' if option.graph_breaks != 1 else ''}")
-    if option.step_ms is not None:
-        parts.append(f"≤{option.step_ms:.3g} ms/step")
-    return f" ({', '.join(parts)})" if parts else ""
+    text = cost_text(option)
+    return f" ({text})" if text else ""
 
 
-def _do(option: WorkaroundOption) -> str:
-    return WORKAROUND_ACTION.get(option.workaround, f"apply {option.workaround}") + _cost(option)
+def _do(option: WorkaroundOption, via: str | None = None) -> str:
+    said = VIA_ACTION.get((via or "", option.workaround)) or WORKAROUND_ACTION.get(
+        option.workaround, f"apply {option.workaround}"
+    )
+    return said + _cost(option)
 
 
 def failing_count(verdict: Verdict) -> int:
@@ -168,12 +186,36 @@ def action(verdict: Verdict, replacement: Replacement | None = None) -> str:
     if name == "unsatisfiable":
         return verdict.reason  # the resolver's, whole: it may hold "; " itself
     if "no conformance results" in verdict.reason:
-        return "no results yet: run the suite on it"
+        return "not measured yet: choose a verified row"
     return verdict.reason.split("; ")[0]  # what is missing, without the stale evidence
 
 
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+def wrapped(line: str, width: int) -> str:
+    """*line* on as many lines as *width* needs, broken between words (never inside one), the
+    rest indented four more than its text; a line that fits is returned as it is."""
+    import textwrap
+
+    if len(line) <= width:
+        return line
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    return "\n".join(
+        textwrap.wrap(
+            line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+        )
+    )
+
+
+def fit(text: str, width: int) -> str:
+    """*text* within *width* characters: whole, or cut after the last whole word that fits
+    and marked with "…" (inside a word only where the first word alone is too wide)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"
+    kept = text[: width - 1]
+    if text[width - 1] != " " and not kept.endswith(" ") and " " in kept.strip():
+        kept = kept.rsplit(" ", 1)[0]
+    return kept.rstrip(" ,;:") + "…"
 
 
 def count_text(verdict: Verdict) -> str:
@@ -181,6 +223,19 @@ def count_text(verdict: Verdict) -> str:
     if verdict.verdict in ("unverified", "unsatisfiable") and not verdict.failing_checks:
         return "–"
     return str(failing_count(verdict))
+
+
+def use_counts(uses: Sequence[UseVerdict]) -> str:
+    """The failing-checks column of an answer for every use: the count of the worst use
+    (the most, where several are as bad), never a union over uses; ``–`` where nothing was
+    judged."""
+    judged = [u for u in uses if count_text(u.verdict) != "–"]
+    if not judged:
+        return "–"
+    rank = max(VERDICT_RANK[u.verdict.verdict] for u in judged)
+    return str(
+        max(failing_count(u.verdict) for u in judged if VERDICT_RANK[u.verdict.verdict] == rank)
+    )
 
 
 def short_age(entry: Entry, now: datetime, cc: str | None = None) -> str:
@@ -196,21 +251,27 @@ def one_line(
     id_width: int = 0,
     count_width: int = 0,
     age_width: int = 0,
+    width: int = LINE_WIDTH,
 ) -> str:
-    """One combination's answer in at most `LINE_WIDTH` characters: verdict, id, how many
+    """One combination's answer in at most *width* characters: verdict, id, how many
     gate checks failed, the verdict's age, then the one action (its cost dropped, then cut,
     when it has no room). The widths align the columns of several lines."""
     v = match.verdict
     head = (
         f"{v.verdict:<{verdict_width}} {match.entry.id:<{id_width}} "
-        f"{count_text(v):>{count_width}} "
+        f"{_count_of(match):>{count_width}} "
         f"{_short_age(match.entry, now, match.compute_capability):<{age_width}} "
     )
     todo = action(v, match.replacement)
-    room = LINE_WIDTH - len(head)
+    room = width - len(head)
     if len(todo) > room:
         todo = re.sub(r" \([^()]*\)$", "", todo)
-    return (head + _fit(todo, room)).rstrip()
+    return (head + fit(todo, room)).rstrip()
+
+
+def _count_of(match: Match) -> str:
+    """Per use when the answer is for every use (`use_counts`), else that use's count."""
+    return use_counts(match.uses) if match.use is None and match.uses else count_text(match.verdict)
 
 
 def column_widths(matches: Sequence[Match], now: datetime) -> dict[str, int]:
@@ -218,7 +279,7 @@ def column_widths(matches: Sequence[Match], now: datetime) -> dict[str, int]:
     return {
         "verdict_width": max((len(m.verdict.verdict) for m in matches), default=0),
         "id_width": max((len(m.entry.id) for m in matches), default=0),
-        "count_width": max((len(count_text(m.verdict)) for m in matches), default=0),
+        "count_width": max((len(_count_of(m)) for m in matches), default=0),
         "age_width": max(
             (len(_short_age(m.entry, now, m.compute_capability)) for m in matches), default=0
         ),
@@ -230,8 +291,11 @@ class Cause:
     """Failing checks that share one cause: what it is, who is at fault, how to re-run it."""
 
     text: str  # the check's ``numbers.cause``, else its reason's first line, normalised
-    component: str | None  # ``numbers.fault_component``: torch, xformers, diffusers
+    #: who an experiment found at fault (torch, xformers, diffusers), else ``undecided``
+    #: (`CheckOutcome.fault`: a component read from a message is no finding)
+    component: str | None
     op: str | None  # ``numbers.fault_op``: the failing op or function, when known
+    evidence: str | None = None  # the experiment that decided ``component``
     checks: tuple[str, ...]  # sorted
     workarounds: tuple[str, ...]  # verified on every one of these checks, cheapest first
     #: verified on some of these checks only: (workaround, how many), cheapest first
@@ -269,19 +333,25 @@ def _outcomes(entry: Entry, cc: str | None) -> dict[str, CheckOutcome]:
 
 
 def causes(entry: Entry, verdict: Verdict, cc: str | None = None) -> list[Cause]:
-    """*verdict*'s failing checks grouped by cause, the cause with most checks first."""
+    """*verdict*'s failing checks grouped by (cause, who is at fault), the cause with most
+    checks first; what works on some of a group only is counted within that group."""
     outcomes = _outcomes(entry, cc)
-    groups: dict[tuple[str, str | None, str | None], list[str]] = {}
+    groups: dict[tuple[str, str | None], list[str]] = {}
+    ops: dict[tuple[str, str | None], str | None] = {}
+    evidence: dict[tuple[str, str | None], str | None] = {}
     for name in verdict.failing_checks:
         check = outcomes.get(name)
         numbers = check.numbers if check is not None else {}
         text = _text(numbers.get("cause")) or (
             normalise_reason(check.reason) if check is not None else "no outcome recorded"
         )
-        key = (text, _text(numbers.get("fault_component")), _text(numbers.get("fault_op")))
+        key = (text, check.fault if check is not None else None)
         groups.setdefault(key, []).append(name)
+        ops.setdefault(key, _text(numbers.get("fault_op")))
+        evidence.setdefault(key, check.fault_evidence if check is not None else None)
     out = []
-    for (text, component, op), names in groups.items():
+    for (text, component), names in groups.items():
+        op = ops[(text, component)]
         mine = set(names)
         working = tuple(o.workaround for o in verdict.options if mine <= set(o.fixes))
         partial = tuple(
@@ -294,6 +364,7 @@ def causes(entry: Entry, verdict: Verdict, cc: str | None = None) -> list[Cause]
                 text=text,
                 component=component,
                 op=op,
+                evidence=evidence[(text, component)],
                 checks=tuple(sorted(names)),
                 workarounds=working,
                 partial=partial,
@@ -322,9 +393,41 @@ def cause_line(cause: Cause, width: int = 200) -> str:
     end = tail(cause.op)
     if len(head) + min(len(cause.text), 40) + len(end) > width:
         end = tail(None)
-    return head + _fit(cause.text, max(width - len(head) - len(end), 40)) + end
+    return head + fit(cause.text, max(width - len(head) - len(end), 40)) + end
 
 
 def grouped(entry: Entry, verdict: Verdict, cc: str | None = None) -> Sequence[str]:
     """`cause_line` of each of `causes`."""
     return [cause_line(c) for c in causes(entry, verdict, cc)]
+
+
+def _phrase(cause: str) -> str:
+    """A cause as an advisory's headline says it: ``error above bound: diffusers xformers
+    backend, 4-D boolean mask`` is ``wrong with 4-D boolean mask``."""
+    kind, sep, subject = cause.partition(": ")
+    case = subject.rsplit(", ", 1)[-1] if sep else ""
+    if kind == "error above bound" and case:
+        return f"wrong with {case}"
+    if kind == "NaN/inf values" and case:
+        return f"NaN/inf with {case}"
+    return cause
+
+
+def advisories(verdict: Verdict) -> list[Advisory]:
+    """The advisories worth a line: a library whose verdict is short of ``verified`` and
+    was measured (an ``unverified`` one has nothing to say)."""
+    return [a for a in verdict.advisories if a.verdict.verdict not in ("verified", "unverified")]
+
+
+def advisory_line(
+    entry: Entry, item: Advisory, cc: str | None = None, width: int = LINE_WIDTH
+) -> str:
+    """One advisory in one line: the library with its version and backend, what is wrong
+    (its largest cause), the cheapest measured fix with its cost, then its verdict (the
+    part cut first where *width* has no room for all of it)."""
+    found = causes(entry, item.verdict, cc)
+    what = _phrase(found[0].text) if found else item.verdict.reason
+    fix = item.verdict.options[0] if item.verdict.options else None
+    todo = f"; fix: {_do(fix, item.via)}" if fix is not None else "; no measured fix"
+    tail = f" [{item.verdict.verdict}, not pinned by this row]"  # first to go when cut
+    return fit(f"{item.name}: {what}{todo}{tail}", width)

@@ -20,6 +20,8 @@ fact the run recorded                  must agree with
                                          when it has no xformers (an unsatisfiable
                                          one: the versions it asked for)
 ``runner.platform``                    the target's machine (``x86_64``, ``aarch64``)
+                                         where it names one, and the target's
+                                         operating system (Linux, Windows, macOS)
                                          where it names one
 ``runner.gpus``                        each GPU's compute capability with its
                                          name's (for the GPUs envbuilder knows);
@@ -37,7 +39,10 @@ fact the run recorded                  must agree with
 
 Packages outside the CUDA chain are not compared: a run made in place on a
 host may hold the host's numpy, and that does not change what torch and
-xformers do. Standard library and envbuilder's records only.
+xformers do. A run carried from a previous lockfile (`run_problems`) is held
+to the same rules, over the runner and checks it keeps, and is filed under
+its runner's first GPU (``gpu``, ``compute_capability``), as a results file's
+run is. Standard library and envbuilder's records only.
 """
 
 from __future__ import annotations
@@ -48,9 +53,11 @@ from typing import Any
 
 from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY
 from envbuilder.lockfile.host import ARCHES, platform_arch
+from envbuilder.lockfile.model import Run
 from envbuilder.model import ResolvedCombination
+from envbuilder.target import platform_family
 
-__all__ = ["claim_problems", "cuda_chain"]
+__all__ = ["claim_problems", "cuda_chain", "run_problems"]
 
 _SQUASH = re.compile(r"[^0-9a-z]")
 #: the GPU table's names, longest first, so that "GH200" is found before "H200"
@@ -72,6 +79,19 @@ def _major_minor(version: object) -> str | None:
         return None
     parts = version.split(".")
     return ".".join(parts[:2]) if len(parts) >= 2 else None
+
+
+#: the operating system ``platform.platform()`` starts with, as targets' families name it
+_SYSTEMS = {"Linux": "linux", "Windows": "windows", "macOS": "macos", "Darwin": "macos"}
+
+
+def _family(platform: str) -> str | None:
+    """The operating system a target's platform tag names (musllinux is Linux)."""
+    try:
+        family = platform_family(platform)
+    except ValueError:
+        return None
+    return "linux" if family == "musllinux" else family
 
 
 def _named_machine(platform: str) -> str | None:
@@ -190,6 +210,10 @@ def claim_problems(
     ran_on = _named_machine(platform)
     if machine in ARCHES and ran_on is not None and ran_on != machine:
         problems.append(f"platform {platform!r}, not a {machine} machine ({combo.platform})")
+    system = _SYSTEMS.get(platform.split("-", 1)[0])
+    family = _family(combo.platform)
+    if system is not None and family is not None and system != family:
+        problems.append(f"platform {platform!r}, not a {family} machine ({combo.platform})")
     problems += _gpu_problems(runner)
     problems += _build_problems(runner, built)
     if locked:
@@ -201,3 +225,35 @@ def claim_problems(
             if _public(version) != _public(locked[name]):
                 problems.append(f"{name} {version} installed, the lock has {locked[name]}")
     return problems
+
+
+def _filed_under(run: Run) -> list[str]:
+    """Whether *run* is filed under the GPU its runner lists first (``cpu``: none)."""
+    gpus = run.runner.get("gpus") or []
+    first = gpus[0] if isinstance(gpus, list) and gpus else None
+    if first is not None and not isinstance(first, Mapping):
+        return []  # `claim_problems` names it
+    name = first.get("name") if first is not None else "cpu"
+    cc = first.get("compute_capability") if first is not None else None
+    if (run.gpu, run.compute_capability) == (name, cc):
+        return []
+    return [
+        f"filed under GPU {run.gpu!r} with compute capability {run.compute_capability!r}, "
+        f"but its runner's first GPU is {name!r} with {cc!r}"
+    ]
+
+
+def run_problems(
+    run: Run,
+    combo: ResolvedCombination,
+    *,
+    locked: Mapping[str, str] | None = None,
+    built: Mapping[str, str] | None = None,
+) -> list[str]:
+    """What contradicts *combo* in a run a lockfile carries: `claim_problems` over the
+    runner and checks it keeps, and the GPU it is filed under against its runner's."""
+    recorded = {
+        "runner": run.runner,
+        "checks": [{"name": c.name, "numbers": c.numbers} for c in run.checks],
+    }
+    return _filed_under(run) + claim_problems(recorded, combo, locked=locked, built=built)

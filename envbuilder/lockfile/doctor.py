@@ -14,6 +14,14 @@ and xformers); `_smoke` imports torch and xformers and runs the GPU smoke test.
 `start_probe` runs the light one first and the full one only where a GPU device
 is present, where the light one finds something not loading (an import decides a
 failure), or when asked, beside the file hashing rather than after it.
+
+The GPU's compile checks cost more than importing torch: `_smoke` runs them only
+when something they depend on changed since their last run (`_checkcache` names
+each part: torch, xformers, triton and CUDA libraries, GPU, driver, settings, the
+checks' code), else reports their recorded results with their date; torch's
+compile caches live in the doctor's directory beside that record. ``fast`` (a
+start-up check within the import's own time) imports nothing: the light probe
+asks the driver for the GPU and reports the checks' last results where they hold.
 """
 
 from __future__ import annotations
@@ -102,7 +110,9 @@ def installed() -> Installed:
     return installed_from_report(_envprobe.report())
 
 
-def _run_file(python: str, script: Path, timeout: float) -> subprocess.CompletedProcess[str] | str:
+def _run_file(
+    python: str, script: Path, timeout: float, args: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str] | str:
     """Run *script* by path in *python*, with neither the script's directory nor the working
     directory on ``sys.path`` (no ``-P`` before 3.11): a file there cannot shadow a module."""
     boot = (
@@ -111,7 +121,7 @@ def _run_file(python: str, script: Path, timeout: float) -> subprocess.Completed
     )
     try:
         return subprocess.run(
-            [python, "-c", boot, str(script)],
+            [python, "-c", boot, str(script), *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -207,6 +217,31 @@ def _verdict_finding(entry: Entry) -> Finding:
     )
 
 
+def _advisory_findings(entry: Entry, env: Installed) -> list[Finding]:
+    """Per library the row does not pin but whose own verdict is short of verified: a warning
+    where this environment has it (naming a version other than the one measured), a pass
+    where it does not; never a failure (the row's verdict is made without it)."""
+    from envbuilder.lockfile.advice import advisories, advisory_line
+
+    found = []
+    for item in advisories(entry.verdict):
+        here = env.versions.get(_norm(item.library))
+        line = advisory_line(entry, item, width=400)
+        if here is None:
+            status: Status = "pass"
+            detail = f"{item.library} is not installed here, so this does not apply: {line}"
+        else:
+            status = "warn"
+            other = (
+                f" (measured on {item.version})"
+                if item.version is not None and here != item.version
+                else ""
+            )
+            detail = f"{item.library} {here} is installed here{other}: {line}"
+        found.append(Finding(name=f"advisory:{item.library}", status=status, detail=detail))
+    return found
+
+
 def _versions(entry: Entry, env: Installed) -> Finding:
     problems = []
     pins = [p for p in entry.packages if _applies(p.marker, env)]
@@ -272,13 +307,17 @@ def _hashes(entry: Entry, env: Installed, *, stamp: Path | None, rehash: bool) -
         )
 
 
-def run_probe(python: str = sys.executable, timeout: float = 300) -> dict[str, Any]:
+def run_probe(
+    python: str = sys.executable, timeout: float = 300, args: Sequence[str] = ()
+) -> dict[str, Any]:
     """Run `_smoke`, by path, in the interpreter *python* and return its report."""
-    return _report_of(_smoke, python, timeout)
+    return _report_of(_smoke, python, timeout, args)
 
 
-def _report_of(script: Any, python: str, timeout: float) -> dict[str, Any]:
-    proc = _run_file(python, Path(script.__file__), timeout)
+def _report_of(
+    script: Any, python: str, timeout: float, args: Sequence[str] = ()
+) -> dict[str, Any]:
+    proc = _run_file(python, Path(script.__file__), timeout, args)
     if isinstance(proc, str):
         return {"probe_error": f"the probe: {proc}"}
     lines = proc.stdout.strip().splitlines()
@@ -294,20 +333,33 @@ def _report_of(script: Any, python: str, timeout: float) -> dict[str, Any]:
 class ProbeRun:
     """The probe of *python*, running in the background (`start_probe`); `report` waits."""
 
-    def __init__(self, python: str, *, full: bool, timeout: float) -> None:
+    def __init__(
+        self,
+        python: str,
+        *,
+        full: bool,
+        fast: bool = False,
+        cache: Path | None = None,
+        recheck: bool = False,
+        timeout: float,
+    ) -> None:
         self._report: dict[str, Any] = {}
+        where = ["--cache", str(cache)] if cache is not None else []
+        self._light_args = [*(["--fast"] if fast else []), *where]
+        self._full_args = [*(["--recheck"] if recheck else []), *where]
         self._thread = threading.Thread(
-            target=self._run, args=(python, full, timeout), name="doctor-probe", daemon=True
+            target=self._run, args=(python, full, fast, timeout), name="doctor-probe", daemon=True
         )
         self._thread.start()
 
-    def _run(self, python: str, full: bool, timeout: float) -> None:
+    def _run(self, python: str, full: bool, fast: bool, timeout: float) -> None:
         if not full:
-            light = _report_of(_extload, python, timeout)
-            if "probe_error" in light or not (light.get("gpu_present") or light_failed(light)):
+            light = _report_of(_extload, python, timeout, self._light_args)
+            gpu = bool(light.get("gpu_present")) and not fast
+            if "probe_error" in light or not (gpu or light_failed(light)):
                 self._report = light
                 return
-        self._report = run_probe(python, timeout)
+        self._report = run_probe(python, timeout, self._full_args)
 
     def report(self) -> dict[str, Any]:
         self._thread.join()
@@ -327,13 +379,21 @@ def light_failed(report: Mapping[str, Any]) -> bool:
 
 
 def start_probe(
-    python: str = sys.executable, *, full: bool = False, timeout: float = 300
+    python: str = sys.executable,
+    *,
+    full: bool = False,
+    fast: bool = False,
+    cache: Path | None = None,
+    recheck: bool = False,
+    timeout: float = 300,
 ) -> ProbeRun:
     """Start probing *python*: the light probe (`_extload`: torch's libraries and xformers'
     extension link, nothing imported), then the full one (`_smoke`: import and GPU smoke
-    test) where it finds a GPU device or a library that does not load (`light_failed`),
-    or at once when *full*."""
-    return ProbeRun(python, full=full, timeout=timeout)
+    test) where it finds a GPU device (unless *fast*) or a library that does not load
+    (`light_failed`), or at once when *full*. *cache* is the doctor's directory for the
+    checks' record and torch's compile caches (default: beside the environment);
+    *recheck* runs the compile checks even where their record holds."""
+    return ProbeRun(python, full=full, fast=fast, cache=cache, recheck=recheck, timeout=timeout)
 
 
 def _probe_findings(entry: Entry | None, report: Mapping[str, Any]) -> Iterable[Finding]:
@@ -345,7 +405,10 @@ def _probe_findings(entry: Entry | None, report: Mapping[str, Any]) -> Iterable[
         yield Finding(name="torch", status="fail", detail=why or "torch is not importable here")
         return
     light = bool(report.get("light"))
-    how = "; its libraries load, not imported: no GPU here" if light else ""
+    fast = bool(report.get("fast"))
+    how = ""
+    if light:
+        how = "; its libraries load, not imported: " + ("--fast" if fast else "no GPU here")
     yield Finding(
         name="torch",
         status="pass",
@@ -365,11 +428,25 @@ def _probe_findings(entry: Entry | None, report: Mapping[str, Any]) -> Iterable[
                 status="pass",
                 detail=f"xformers {xf.get('version')} C++/CUDA extension {loaded}",
             )
+    if fast and report.get("gpu_error"):
+        yield Finding(name="gpu", status="fail", detail=f"the driver: {report['gpu_error']}")
+        return
     if not report.get("cuda_available"):
         seen = "no NVIDIA GPU device here" if light else "torch sees no CUDA GPU here"
         yield Finding(name="gpu-smoke", status="skip", detail=f"not run ({seen})")
         return
     where = f"{report.get('gpu')} (sm_{str(report.get('compute_capability', '')).replace('.', '')})"
+    if light:
+        driver = f", driver {report['driver']}" if report.get("driver") else ""
+        yield Finding(name="gpu", status="pass", detail=f"{where}{driver}, asked of the driver")
+    cache: Mapping[str, Any] = report.get("cache") or {}
+    if light and not cache.get("reused"):
+        yield Finding(
+            name="gpu-checks",
+            status="warn",
+            detail=f"not run (--fast) and no earlier result holds ({cache.get('why')}):"
+            " run envbuilder doctor without --fast once",
+        )
     sdpa_compiles = report.get("compile_sdpa", {}).get("status") == "pass"
     # the lockfile already says compiling xformers directly fails here when it verified a
     # workaround for it: the disabled call keeps xformers, SDPA under compile replaces it
@@ -386,29 +463,59 @@ def _probe_findings(entry: Entry | None, report: Mapping[str, Any]) -> Iterable[
         if key not in report:
             continue
         outcome = report[key]
+        since = _since(outcome, cache, compiled=key.startswith("compile"))
         if outcome["status"] == "pass":
-            detail = f"on {where}: max abs error {outcome['max_abs_error']:.2g}"
+            detail = f"on {where}: max abs error {outcome['max_abs_error']:.2g}{since}"
             yield Finding(name=key.replace("_", "-"), status="pass", detail=detail)
             continue
         status: Status = "fail"
-        detail = f"on {where}: {outcome['error']}"
+        detail = f"on {where}: {outcome['error']}{since}"
         if key == "compile_xformers" and expected is not None:
             status, detail = "warn", f"{detail} (expected: {expected})"
         yield Finding(name=key.replace("_", "-"), status=status, detail=detail)
+
+
+def _since(outcome: Mapping[str, Any], cache: Mapping[str, Any], *, compiled: bool) -> str:
+    """How a GPU check's result was come by: reused from its record, or run because what
+    it depends on changed."""
+    if outcome.get("from"):
+        return (
+            f" (measured {outcome['from']}; torch, xformers, CUDA libraries, GPU, driver,"
+            " settings and the check unchanged since)"
+        )
+    if compiled and cache.get("changed"):
+        return f" (run again: {', '.join(cache['changed'])} changed)"
+    return ""
 
 
 def _runtime_hint(
     entry: Entry | None, env: Installed, findings: Iterable[Finding]
 ) -> Iterable[Finding]:
     """A ``-cudart`` combination whose extension did not load: say the ``LD_LIBRARY_PATH``
-    (prepended) that lets it find the runtime the lock adds."""
+    (prepended) that lets it find the runtime the lock adds; where that directory is not
+    there, that the runtime is not installed and how to install it."""
     from dataclasses import replace
 
-    from envbuilder.lockfile.install import runtime_line
+    from envbuilder.lockfile.install import on_windows, runtime_line
+    from envbuilder.target import library_path
 
     for f in findings:
-        line = runtime_line(entry, env.prefix) if entry is not None else None
-        if f.name == "xformers-extension" and f.status == "fail" and line:
+        if entry is None or f.name != "xformers-extension" or f.status != "fail":
+            yield f
+            continue
+        line = runtime_line(entry, env.prefix)
+        windows = on_windows(entry)
+        dirs = library_path(
+            entry.extra_runtime, python=entry.python, venv=env.prefix, windows=windows
+        ).split(";" if windows else ":")
+        absent = [d for d in dirs if d and not Path(d).is_dir()]
+        if line and absent:
+            runtimes = ", ".join(entry.extra_runtime)
+            line = (
+                f"the CUDA runtime {entry.id} adds ({runtimes}) is not installed here "
+                f"(no {absent[0]}): `envbuilder install {entry.id}` installs it"
+            )
+        if line:
             f = replace(f, detail=f"{f.detail}; {line.removeprefix('! ')}")
         yield f
 
@@ -449,6 +556,7 @@ def check_environment(
             Finding(name="combination", status="pass", detail=f"{entry.id} ({described})")
         )
         findings.append(_verdict_finding(entry))
+        findings += _advisory_findings(entry, env)
         findings.append(_versions(entry, env))
         if hashes:
             where = stamp if stamp is not None else stamp_path(env.prefix)
@@ -468,6 +576,8 @@ NOT_PROBED = "not run (--no-probe): torch, xformers' extension and the GPU smoke
 
 #: How the summary names a finding.
 LABELS = {
+    "gpu": "GPU",
+    "gpu-checks": "GPU checks",
     "gpu-smoke": "GPU smoke",
     "installed-files": "file hashes",
     "versions": "versions",

@@ -18,6 +18,14 @@ lock), to any format: users get it only when they ask, for example to run the
 suite themselves. The group must have been locked against the very lock the
 lockfile records (its ``lock-sha256``); a pylock with it is a new document
 holding both.
+
+The lockfile snapshot the wheel carries (`envbuilder.lockfile.snapshot`) holds no
+pylocks: they name their index's host. There each entry's ``packages`` (name, version,
+wheel filenames and sha256) are enough: ``requirements`` output then pins
+``name==version`` with every sha256 of a wheel that fits the target, and uv or pip
+fetch them from the indexes the user's configuration names (`carried_requirements`);
+a file whose bytes differ is refused by ``--require-hashes``. There is no URL to put in
+a pylock, so ``pylock`` output is refused there, naming ``requirements``.
 """
 
 from __future__ import annotations
@@ -27,13 +35,18 @@ from pathlib import Path, PurePosixPath
 
 from envbuilder.errors import InputError
 from envbuilder.files import sha256_file
-from envbuilder.lockfile.model import Entry
+from envbuilder.lockfile.model import Entry, PackagePin
 from envbuilder.pylock import LockedPackage
 from envbuilder.target import Target
 
 __all__ = [
     "FORMATS",
+    "carried",
+    "carried_constraints",
+    "carried_pins",
+    "carried_requirements",
     "exported",
+    "exported_carried",
     "exported_constraints",
     "exported_entry",
     "exported_requirements",
@@ -43,6 +56,16 @@ __all__ = [
 
 #: what `envbuilder export --format` writes
 FORMATS = ("pylock", "requirements", "constraints")
+
+
+def carried(lockfile: Path, entry: Entry) -> bool:
+    """Whether *entry* is installed from the lockfile's own record of its closure: the
+    lockfile is the snapshot this envbuilder carries and its pylock is not beside it."""
+    from envbuilder.lockfile.snapshot import is_carried
+
+    if entry.lock is None or not is_carried(lockfile):
+        return False
+    return not (lockfile.parent / PurePosixPath(entry.lock.path)).is_file()
 
 
 def locate_pylock(lockfile: Path, entry: Entry) -> Path:
@@ -55,8 +78,8 @@ def locate_pylock(lockfile: Path, entry: Entry) -> Path:
     if rel.is_absolute() or ".." in rel.parts or "\\" in entry.lock.path or not rel.parts:
         raise InputError(
             f"{lockfile}: the lock of {entry.id!r} is named {entry.lock.path!r}, outside the "
-            "lockfile's directory; a lockfile names its locks relative to itself: regenerate "
-            "it with `nox -s lock` or download it again"
+            "lockfile's directory; a lockfile names its locks relative to itself: download it "
+            "again (maintainers: make it again with `nox -s lock`)"
         )
     path = lockfile.parent / rel
     try:
@@ -69,7 +92,8 @@ def locate_pylock(lockfile: Path, entry: Entry) -> Path:
     if digest != entry.lock.sha256:
         raise InputError(
             f"{path}: sha256 {digest} is not the {entry.lock.sha256} recorded in {lockfile}; "
-            "the lock was changed after the lockfile was made: run `nox -s lock`"
+            "the lock was changed after the lockfile was made: download the lockfile and its "
+            "locks again (maintainers: `nox -s lock`)"
         )
     return path
 
@@ -191,6 +215,104 @@ def exported_pylock(entry: Entry, pylock: Path, suite: Path) -> str:
     )
 
 
+def _fits(pin: PackagePin, target: Target) -> bool:
+    from packaging.markers import InvalidMarker, Marker
+
+    if not pin.marker:
+        return True
+    try:
+        return Marker(pin.marker).evaluate(dict(target.marker_environment))
+    except InvalidMarker as e:
+        raise InputError(f"{pin.name}: its marker {pin.marker!r} cannot be read ({e})") from e
+
+
+def _wheel_hashes(pin: PackagePin, target: Target, where: str) -> list[str]:
+    """The sha256 of each of *pin*'s wheels whose tags the target accepts."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    accepted = set(target.tags)
+    hashes = []
+    for filename, sha256 in pin.wheels:
+        try:
+            tags = parse_wheel_filename(filename)[3]
+        except InvalidWheelFilename as e:
+            raise InputError(f"{where}: {pin.name}'s wheel {filename!r} is misnamed ({e})") from e
+        if tags & accepted:
+            if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+                raise InputError(f"{where}: {pin.name}'s wheel {filename!r} has no sha256")
+            hashes.append(sha256)
+    if not hashes:
+        raise InputError(
+            f"{where}: no wheel of {pin.name} {pin.version} fits {target.describe()}; "
+            "only wheels are installed"
+        )
+    return hashes
+
+
+def carried_pins(entry: Entry) -> list[tuple[str, list[str]]]:
+    """(``name==version``, its wheels' sha256) for each package the entry's target installs,
+    from the lockfile's own record of the closure (no URL, no host)."""
+    if not entry.packages:
+        raise InputError(
+            f"{entry.id!r}: the lockfile records no packages for it (made by an older "
+            "envbuilder); pass --lock URL of the published lockfile"
+        )
+    target = _target(entry)
+    pins = []
+    for pin in entry.packages:
+        if not _fits(pin, target):
+            continue
+        if not pin.version:
+            raise InputError(f"{entry.id!r}: {pin.name} is recorded without a version")
+        pins.append((f"{pin.name}=={pin.version}", _wheel_hashes(pin, target, entry.id)))
+    return sorted(pins)
+
+
+def carried_requirements(entry: Entry) -> str:
+    """A ``--require-hashes`` requirements file of the entry's closure by name, version and
+    sha256 only: the installer fetches from the user's configured indexes."""
+    lines = [
+        f"# {entry.id}: exported by `envbuilder export` from the lockfile this envbuilder "
+        "carries (names, versions and sha256; the files come from your configured indexes)",
+        f"# target: Python {entry.python}, {entry.platform}; verdict: {entry.verdict.verdict}",
+        "# install: pip install --require-hashes --no-deps --only-binary :all: -r <this file>",
+    ]
+    for requirement, hashes in carried_pins(entry):
+        lines.append(requirement + "".join(f" \\\n    --hash=sha256:{h}" for h in hashes))
+    return "".join(f"{line}\n" for line in lines)
+
+
+def carried_constraints(entry: Entry) -> str:
+    """`exported_constraints` from the lockfile's record of the closure."""
+    lines = [
+        f"# {entry.id}: exported by `envbuilder export --format constraints` from the "
+        "lockfile this envbuilder carries",
+        "# use: uv pip install -c <this file> -r your-requirements.txt "
+        "(or pip install -c ... -r ...)",
+    ]
+    lines += [requirement for requirement, _ in carried_pins(entry)]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def exported_carried(entry: Entry, fmt: str, *, with_suite: bool = False) -> bytes:
+    """What `exported_entry` writes from a lockfile whose pylocks are not beside it (the
+    snapshot the wheel carries): requirements or constraints by name, version and sha256."""
+    if with_suite:
+        raise InputError(
+            "the lockfile this envbuilder carries holds no suite group; leave out --with-suite, "
+            "or pass --lock URL of the published lockfile"
+        )
+    if fmt == "pylock":
+        raise InputError(
+            "the lockfile this envbuilder carries names no file URLs (no index host), so it "
+            "cannot make a pylock: pass --format requirements (hash-pinned, fetched from your "
+            "configured indexes), or --lock URL of the published lockfile"
+        )
+    if fmt == "constraints":
+        return carried_constraints(entry).encode("utf-8")
+    return carried_requirements(entry).encode("utf-8")
+
+
 def exported(lockfile: Path, combination: str, fmt: str, *, with_suite: bool = False) -> bytes:
     """The bytes `envbuilder export` writes (also used by `install`); ``with_suite`` adds
     the combination's suite group."""
@@ -209,7 +331,10 @@ def exported(lockfile: Path, combination: str, fmt: str, *, with_suite: bool = F
 
 
 def exported_entry(lockfile: Path, entry: Entry, fmt: str, *, with_suite: bool = False) -> bytes:
-    """`exported` for an entry of the lockfile at *lockfile*, already read."""
+    """`exported` for an entry of the lockfile at *lockfile*, already read; from the snapshot
+    the wheel carries, without its pylocks, `exported_carried`."""
+    if carried(lockfile, entry):
+        return exported_carried(entry, fmt, with_suite=with_suite)
     pylock = locate_pylock(lockfile, entry)
     suite = locate_suite(lockfile, entry) if with_suite else None
     if fmt == "pylock":

@@ -1,17 +1,17 @@
-"""Naming GPUs: ``--gpu sm90``, ``--gpu 9.0``, ``--gpu H100``.
-
-Names map to a CUDA compute capability through the table below; a name the
-table lacks is looked up among the GPUs the lockfile's runners recorded (their
-``compute_capability``). Runs match a GPU by compute capability: kernels are
-built per architecture, so an H100 run speaks for an H200 and vice versa.
-"""
+"""The GPU table's old home: its names live in `envbuilder.gpus` (kept for one release)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-
-from envbuilder.errors import InputError
+from envbuilder.gpus import (
+    GPU_ARCH,
+    GPU_COMPUTE_CAPABILITY,
+    arch_covers,
+    compute_capability,
+    gpu_arch,
+    gpu_model,
+    same_model,
+    sm,
+)
 
 __all__ = [
     "GPU_ARCH",
@@ -23,100 +23,3 @@ __all__ = [
     "same_model",
     "sm",
 ]
-
-#: Data-centre and common desktop GPUs -> compute capability.
-GPU_COMPUTE_CAPABILITY: dict[str, str] = {
-    "V100": "7.0",
-    "T4": "7.5",
-    "A100": "8.0",
-    "A800": "8.0",
-    "A10": "8.6",
-    "A10G": "8.6",
-    "A40": "8.6",
-    "RTX3090": "8.6",
-    "L4": "8.9",
-    "L40": "8.9",
-    "L40S": "8.9",
-    "RTX4090": "8.9",
-    "H100": "9.0",
-    "H800": "9.0",
-    "H200": "9.0",
-    "GH200": "9.0",
-    "B100": "10.0",
-    "B200": "10.0",
-    "GB200": "10.0",
-    "RTX5090": "12.0",
-}
-
-#: GPUs that come only on one CPU architecture: the Grace superchips are ARM (aarch64).
-GPU_ARCH: dict[str, str] = {"GH200": "aarch64", "GB200": "aarch64"}
-
-_SM = re.compile(r"sm_?(\d+)(\d)", re.IGNORECASE)
-_DOTTED = re.compile(r"\d+\.\d")
-
-
-def _squash(name: str) -> str:
-    return re.sub(r"[\s_-]", "", name).upper()
-
-
-def compute_capability(gpu: str, recorded: Iterable[tuple[str, str | None]] = ()) -> str:
-    """The compute capability *gpu* stands for; *recorded* are (name, cc) pairs seen by runners."""
-    text = gpu.strip()
-    if m := _SM.fullmatch(text):
-        return f"{int(m.group(1))}.{m.group(2)}"
-    if _DOTTED.fullmatch(text):
-        return text
-    key = _squash(text)
-    if key in GPU_COMPUTE_CAPABILITY:
-        return GPU_COMPUTE_CAPABILITY[key]
-    for name, cc in recorded:
-        if cc and key in _squash(name):
-            return cc
-    known = ", ".join(sorted(GPU_COMPUTE_CAPABILITY))
-    raise InputError(
-        f"unknown GPU {gpu!r}: give a compute capability (sm90 or 9.0) or one of {known}"
-    )
-
-
-def gpu_model(name: str) -> str | None:
-    """The model of the table a GPU's name names: ``NVIDIA H100 80GB HBM3`` -> ``H100``,
-    ``NVIDIA GH200 480GB`` -> ``GH200`` (the longest model in the name); None for others."""
-    key = _squash(name)
-    found = [model for model in GPU_COMPUTE_CAPABILITY if model in key]
-    return max(found, key=len) if found else None
-
-
-def same_model(a: str, b: str) -> bool:
-    """Whether two GPU names name one model (``H100`` and ``NVIDIA H100 80GB HBM3``)."""
-    model = gpu_model(a)
-    return model == gpu_model(b) if model is not None else _squash(a) == _squash(b)
-
-
-def sm(cc: str) -> str:
-    """``9.0`` -> ``sm_90``."""
-    return "sm_" + cc.replace(".", "")
-
-
-def gpu_arch(gpu: str) -> str | None:
-    """The CPU architecture a GPU name implies (``GH200`` -> ``aarch64``); None for most."""
-    return GPU_ARCH.get(_squash(gpu))
-
-
-def arch_covers(arch_list: str, cc: str) -> bool:
-    """Whether a ``TORCH_CUDA_ARCH_LIST`` (``"8.0 9.0+PTX"``, ``"8.0;9.0"``) runs on *cc*.
-
-    An exact architecture runs natively; ``X+PTX`` is JIT-compiled on anything
-    newer than X.
-    """
-    want = tuple(int(p) for p in cc.split("."))
-    for item in re.split(r"[\s;,]+", arch_list.strip()):
-        if not item:
-            continue
-        base, _, ptx = item.partition("+")
-        try:
-            have = tuple(int(p) for p in base.split("."))
-        except ValueError:
-            continue
-        if have == want or (ptx.upper() == "PTX" and have <= want):
-            return True
-    return False

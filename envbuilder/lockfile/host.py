@@ -17,13 +17,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envbuilder.errors import InputError
+from envbuilder.target import ARCHES, normalise_arch, platform_arch
 
 __all__ = [
+    "ARCHES",
     "NVIDIA_SMI_QUERY",
     "Gpu",
     "Host",
     "detect_host",
+    "host_family",
     "normalise_arch",
     "parse_nvidia_smi",
     "platform_arch",
@@ -32,8 +34,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Architectures as wheel platform tags end in them, and the other names machines use.
-ARCHES = ("x86_64", "aarch64", "ppc64le", "s390x", "armv7l", "i686")
-_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64", "arm64": "aarch64"}
 
 #: The fields `parse_nvidia_smi` reads, in this order.
 NVIDIA_SMI_QUERY = ("name", "compute_cap", "driver_version")
@@ -53,9 +53,12 @@ class Host:
     driver: str | None = None
     source: str = ""  # where the GPU facts came from: "NVML", "nvidia-smi"
     note: str = ""  # why there are no GPU facts
+    #: the operating system as targets name it (`envbuilder.target.PlatformFamily`);
+    #: "" when unknown (then rows for every platform are candidates)
+    os: str = ""
 
     def describe(self) -> str:
-        text = f"Python {self.python or 'unknown'}, {self.arch}"
+        text = f"{f'Python {self.python}' if self.python else 'no Python found'}, {self.arch}"
         if self.gpus:
             names = ", ".join(
                 f"{g.name} (sm_{(g.compute_capability or '?').replace('.', '')})" for g in self.gpus
@@ -66,22 +69,15 @@ class Host:
         return text
 
 
-def normalise_arch(arch: str) -> str:
-    """``amd64``/``x86-64`` -> ``x86_64``, ``arm64`` -> ``aarch64``; unknown names are refused."""
-    text = arch.strip().lower()
-    text = _ALIASES.get(text, text)
-    if text not in ARCHES:
-        raise InputError(f"bad --arch {arch!r}: give one of {', '.join(ARCHES)} (or amd64, arm64)")
-    return text
-
-
-def platform_arch(tag: str) -> str:
-    """The architecture a wheel platform tag names: ``manylinux_2_28_x86_64`` -> ``x86_64``,
-    ``manylinux2014_aarch64`` -> ``aarch64``, ``win_amd64`` -> ``x86_64``."""
-    for arch in (*ARCHES, *_ALIASES):
-        if tag == arch or tag.endswith("_" + arch):
-            return _ALIASES.get(arch, arch)
-    return tag.rsplit("_", 1)[-1]
+def host_family(system: str | None = None) -> str:
+    """The operating system of *system* (default: this machine's ``sys.platform``) as
+    targets name it: ``windows``, ``macos``, ``linux``; "" for any other."""
+    system = sys.platform if system is None else system
+    if system in ("win32", "cygwin"):
+        return "windows"
+    if system == "darwin":
+        return "macos"
+    return "linux" if system.startswith("linux") else ""
 
 
 def parse_nvidia_smi(text: str) -> tuple[tuple[Gpu, ...], str | None]:
@@ -146,12 +142,20 @@ def detect_host(
     ``platform.machine()``, and the GPUs by NVML or ``nvidia-smi``."""
     python = f"{sys.version_info[0]}.{sys.version_info[1]}" if python is None else python
     arch = platform_arch(platform.machine().lower() or "unknown")
+    system = host_family()
     found = nvml()
     if found is not None and found[0]:
-        return Host(python=python, arch=arch, gpus=found[0], driver=found[1], source="NVML")
+        return Host(
+            python=python,
+            arch=arch,
+            os=system,
+            gpus=found[0],
+            driver=found[1],
+            source="NVML",
+        )
     smi = which("nvidia-smi")
     if smi is None:
-        return Host(python=python, arch=arch, note="no NVML and no nvidia-smi on PATH")
+        return Host(python=python, arch=arch, os=system, note="no NVML and no nvidia-smi on PATH")
     command: Sequence[str] = [
         smi,
         f"--query-gpu={','.join(NVIDIA_SMI_QUERY)}",
@@ -160,19 +164,20 @@ def detect_host(
     try:
         proc = run(command, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return Host(python=python, arch=arch, note=f"nvidia-smi did not run ({e})")
+        return Host(python=python, arch=arch, os=system, note=f"nvidia-smi did not run ({e})")
     if proc.returncode != 0:
         why = (proc.stderr or proc.stdout).strip().splitlines()
         return Host(
             python=python,
             arch=arch,
+            os=system,
             note=f"nvidia-smi exited with status {proc.returncode}"
             + (f": {why[-1]}" if why else ""),
         )
     try:
         gpus, driver = parse_nvidia_smi(proc.stdout)
     except ValueError as e:
-        return Host(python=python, arch=arch, note=f"nvidia-smi: {e}")
+        return Host(python=python, arch=arch, os=system, note=f"nvidia-smi: {e}")
     if not gpus:
-        return Host(python=python, arch=arch, note="nvidia-smi lists no GPU")
-    return Host(python=python, arch=arch, gpus=gpus, driver=driver, source="nvidia-smi")
+        return Host(python=python, arch=arch, os=system, note="nvidia-smi lists no GPU")
+    return Host(python=python, arch=arch, os=system, gpus=gpus, driver=driver, source="nvidia-smi")

@@ -31,11 +31,14 @@ wheel its build record pins (`sourcebuilds`), installed after the lock's files: 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from envbuilder.credentials import redact_text
 from envbuilder.lockfile.interpreter import Interpreter
 from envbuilder.lockfile.model import INSTALLABLE, CompatLock, Entry, Use, Verdict
 from envbuilder.lockfile.runtime_path import announce
@@ -43,7 +46,7 @@ from envbuilder.reporter import Reporter
 from envbuilder.settings import Settings
 from envbuilder.target import library_path
 
-__all__ = ["InstallRequest", "install"]
+__all__ = ["InstallRequest", "index_options", "install"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,11 +65,15 @@ class InstallRequest:
     gpu: str | None = None
     use: Use | None = None
     allow_unverified: bool = False
-    installer: Literal["uv", "pip"] = "uv"
+    #: None: uv where it is installed, else pip (`Installer`)
+    installer: Literal["uv", "pip"] | None = None
     with_suite: bool = False
     dry_run: bool = False
     wheel: Path | None = None  # a source build's wheel
     build_cache: Path | None = None
+    #: pip's configured ``--index-url``/``--extra-index-url`` options, passed on to uv (which
+    #: does not read pip's configuration) where uv's own settings name no index
+    pip_indexes: tuple[str, ...] = ()
 
 
 def _uv() -> str:
@@ -86,6 +93,26 @@ def _uv() -> str:
             return found
         gap = missing("uv", extra="install", needed_for="envbuilder install (uv is its default)")
         raise MissingToolError(f"{gap}; or put uv on PATH, or pass --installer pip") from e
+
+
+def _installer(args: InstallRequest, report: Reporter) -> tuple[Literal["uv", "pip"], str | None]:
+    """The installer, and the uv to run (None where it is missing): uv where
+    it is installed, else pip with ``--require-hashes``, said once; a dry run never fails for
+    a missing installer."""
+    from envbuilder.errors import MissingToolError
+
+    try:
+        uv = _uv()
+    except MissingToolError:
+        if args.installer is None:
+            report.line("uv is not installed here: installing with pip (--require-hashes)")
+            return "pip", None
+        if args.installer == "uv" and not args.dry_run:
+            raise
+        if args.installer == "uv":
+            report.line("uv is not installed here: the commands below need it")
+        return args.installer, None
+    return args.installer or "uv", uv
 
 
 def _how_to_get(python: str) -> str:
@@ -143,7 +170,8 @@ def _check_venv_directory(venv: Path) -> None:
 
     if venv.exists() and (not venv.is_dir() or any(venv.iterdir())):
         raise InputError(
-            f"--venv {venv} exists and is not a virtual environment (it has no bin/python); "
+            f"--venv {venv} exists and is not a virtual environment (it has no "
+            f"{venv_python(Path()).as_posix()}); "
             "choose a new directory, or remove it first"
         )
 
@@ -162,7 +190,7 @@ def _target(
     wanted = request.version if request is not None else None
     if args.venv is None:
         return choose(request), None, wanted
-    python = args.venv / "bin" / "python"
+    python = venv_python(args.venv)
     if python.exists():
         if request is not None:
             raise InputError(
@@ -184,26 +212,83 @@ def _kept(settings: Settings, combination: str, fmt: str) -> Path:
     return settings.cache_dir / "install" / combination / name
 
 
+def _verified_instead(lock: CompatLock, entry: Entry, use: Use | None) -> str | None:
+    """The row to install instead of the unverified *entry*, as `query` words it: without
+    xformers where its xformers is unusable, else the same torch, xformers and CUDA on the
+    nearest Python that is verified (for *use*)."""
+    from envbuilder.lockfile.query import Change, replacement, suggestion
+
+    said = f" for {use}" if use else ""
+    if entry.verdict.verdict == "xformers-unusable" or (
+        use is not None and _verdict_for(entry, use).verdict == "xformers-unusable"
+    ):
+        alternative = replacement(lock, entry, use)
+        if alternative is not None:
+            return (
+                f"without xformers {alternative.id!r} is {alternative.verdict.verdict}{said}: "
+                f"`envbuilder install {alternative.id}`"
+            )
+    same = [
+        e
+        for e in lock.combinations
+        if e.id != entry.id
+        and e.lock is not None
+        and (e.torch, e.xformers, e.cuda, e.platform)
+        == (entry.torch, entry.xformers, entry.cuda, entry.platform)
+        and _verdict_for(e, use).verdict in INSTALLABLE
+    ]
+    if not same:
+        return None
+
+    def distance(e: Entry) -> tuple[int, str]:
+        try:
+            mine, theirs = (int(x.python.split(".")[1]) for x in (entry, e))
+        except (IndexError, ValueError):
+            return (99, e.id)
+        return (abs(mine - theirs), e.id)
+
+    best = min(same, key=distance)
+    change = Change(kind="python", asked=entry.python, needed=best.python)
+    return f"{best.id!r} is " + suggestion(best, (change,))
+
+
+def _verdict_for(entry: Entry, use: Use | None) -> Verdict:
+    from envbuilder.lockfile.model import use_verdict
+
+    return entry.verdict if use is None else use_verdict(entry.uses, use)
+
+
 def _refuse(
     lock: CompatLock, entry: Entry, verdict: Verdict, use: Use | None, allowed: bool
 ) -> None:
-    """Refuse a combination that is not verified (for *use*) unless *allowed*."""
+    """Refuse a combination that is not verified (for *use*) unless *allowed*, naming the
+    verified row to install instead and how to get there."""
     from envbuilder.errors import InputError
-    from envbuilder.lockfile.query import replacement
 
     if verdict.verdict in INSTALLABLE or allowed:
         return
-    alternative = replacement(lock, entry, use) if verdict.verdict == "xformers-unusable" else None
+    instead = _verified_instead(lock, entry, use)
     said = f" for {use}" if use else ""
-    instead = (
-        f"; without xformers {alternative.id!r} is {alternative.verdict.verdict}{said}: "
-        f"`envbuilder install {alternative.id}`"
-        if alternative is not None
-        else ""
-    )
     raise InputError(
-        f"refusing to install {entry.id!r}: it is {verdict.verdict}{said}, not verified"
-        f"{instead}; pass --allow-unverified to install it anyway"
+        f"refusing to install {entry.id!r}: it is {verdict.verdict}{said}"
+        + ("; " if verdict.verdict == "unverified" else ", not verified; ")
+        + (f"{instead}; " if instead else "no row of its torch and xformers is; ")
+        + "pass --allow-unverified to install it anyway"
+    )
+
+
+def _no_gpu(entry: Entry) -> str | None:
+    """One line where a CUDA build goes onto a machine without an NVIDIA GPU; None otherwise."""
+    if entry.cuda_release is None:
+        return None
+    from envbuilder.lockfile.host import detect_host
+
+    host = detect_host(python=entry.python)
+    if host.gpus:
+        return None
+    return (
+        f"! no NVIDIA GPU here ({host.note or 'none found'}): {entry.id} installs, but its CUDA "
+        "kernels run only where there is one"
     )
 
 
@@ -211,9 +296,11 @@ def install(args: InstallRequest, report: Reporter) -> int:
     """Choose the interpreter and the combination, refuse an unverified one, install its lock
     with uv or pip. ``--dry-run`` makes every check the real run makes and prints the commands
     it would run; it only writes the exported lock, at the printed path."""
+    say = _wrapping(report)
     from envbuilder.errors import EnvbuilderError, InputError
     from envbuilder.files import write_atomic
     from envbuilder.lockfile.export import exported_entry
+    from envbuilder.lockfile.host import host_family
     from envbuilder.lockfile.model import use_verdict
     from envbuilder.lockfile.published import lockfile_choice
     from envbuilder.lockfile.query import Query, select
@@ -221,7 +308,7 @@ def install(args: InstallRequest, report: Reporter) -> int:
 
     lockfile, source = lockfile_choice(args.lock, args.settings, with_locks=True)
     if source:
-        report.line(source)
+        say(source)
     lock = load_lockfile(lockfile)
     use = f" for {args.use}" if args.use else ""
 
@@ -233,7 +320,7 @@ def install(args: InstallRequest, report: Reporter) -> int:
         try:  # the combination decides before the interpreter is asked anything
             _refuse(lock, entry, verdict, args.use, args.allow_unverified)
         except InputError:
-            report.line(f"combination {entry.id}{use}: {verdict.verdict} ({verdict.reason})")
+            say(f"combination {entry.id}{use}: {verdict.verdict} ({verdict.reason})")
             raise
         chosen, base, wanted = _target(args)
     else:
@@ -248,24 +335,32 @@ def install(args: InstallRequest, report: Reporter) -> int:
                 xformers=args.xformers,
                 gpu=args.gpu,
                 use=args.use,
+                os=host_family() or None,  # a Windows user gets a Windows row's lock
             ),
         )
         if not matches:
             raise InputError(f"no combination in {lockfile} matches; see `envbuilder query`")
         entry, verdict = matches[0].entry, matches[0].verdict
     if chosen is not None:
-        report.line(f"interpreter: {chosen.describe()}")
+        say(f"interpreter: {chosen.describe()}")
     elif base is not None:
-        report.line(f"interpreter: a new venv {args.venv}, from {base.describe()}")
+        say(f"interpreter: a new venv {args.venv}, from {base.describe()}")
     else:
-        report.line(
+        say(
             f"interpreter: a new venv {args.venv}, from the Python {wanted or entry.python} "
             "that `uv python find` names"
         )
-    report.line(f"combination {entry.id}{use}: {verdict.verdict} ({verdict.reason})")
+    say(f"combination {entry.id}{use}: {verdict.verdict} ({verdict.reason})")
     _refuse(lock, entry, verdict, args.use, args.allow_unverified)
+    no_gpu = _no_gpu(entry)
+    if no_gpu:
+        say(no_gpu)
+    from envbuilder.lockfile.advice import advisories, advisory_line
+
+    for item in advisories(verdict):  # a library the row does not pin: said once, never refused
+        say(f"! advisory{use}: {advisory_line(entry, item)}")
     for choice in verdict.choices:
-        report.line(
+        say(
             f"! {choice.check} is verified{use} only with the workaround "
             f"{choice.workaround!r} (measured on its case by {', '.join(choice.evidence)}): "
             "apply it in your code"
@@ -273,9 +368,7 @@ def install(args: InstallRequest, report: Reporter) -> int:
     chosen_workarounds = {c.workaround for c in verdict.choices}
     for workaround in verdict.workarounds:
         if not workaround.startswith("cuda-runtime:") and workaround not in chosen_workarounds:
-            report.line(
-                f"! verified only with the workaround {workaround!r}: apply it in your code"
-            )
+            say(f"! verified only with the workaround {workaround!r}: apply it in your code")
 
     from envbuilder.lockfile.published_wheel import lockfile_url, wheel_for_install
     from envbuilder.lockfile.sourcebuilds import staged_wheel
@@ -285,14 +378,29 @@ def install(args: InstallRequest, report: Reporter) -> int:
     built, fetched = wheel_for_install(
         entry, wheel=args.wheel, build_cache=cache,
         lock_url=lockfile_url(args.lock, args.settings), settings=args.settings,
+        download=not args.dry_run,
     )  # fmt: skip
     if fetched:
-        report.line(fetched)
-    fmt = "pylock" if args.installer == "uv" else "requirements"
+        say(fetched)
+    installer, uv = _installer(args, report)
+    from envbuilder.lockfile.export import carried
+
+    from_record = carried(lockfile, entry)  # the carried snapshot: no pylock, no URL
+    fmt = "pylock" if installer == "uv" and not from_record else "requirements"
     # the lock and the interpreter are verified before the disk is touched, dry run or not
     data = exported_entry(lockfile, entry, fmt, with_suite=args.with_suite)
+    indexes = (
+        index_options(entry, installer, args.settings.environ, args.pip_indexes)
+        if from_record
+        else []
+    )
+    if from_record:
+        say(
+            "files: from your configured indexes, each checked against the sha256 the "
+            "lockfile records"
+        )
     if chosen is not None:
-        _check_interpreter(chosen, entry.python, entry.id, args.installer)
+        _check_interpreter(chosen, entry.python, entry.id, installer)
         python_exe = chosen.executable
     else:
         if base is None:
@@ -303,53 +411,139 @@ def install(args: InstallRequest, report: Reporter) -> int:
             )
         _check_interpreter(base, entry.python, entry.id, "uv", base=True)  # --seed: pip
         assert args.venv is not None  # `_target` chooses no interpreter only for a new venv
-        python_exe = args.venv / "bin" / "python"
-        cmd = [_uv(), "venv", "--python", str(base.executable), str(args.venv)]
-        if args.installer == "pip":
-            cmd.insert(2, "--seed")  # the venv needs pip itself
+        python_exe = venv_python(args.venv)
+        if uv is None:  # pip without uv: the standard library's venv, with pip in it
+            cmd = [str(base.executable), "-m", "venv", str(args.venv)]
+        else:
+            cmd = [uv, "venv", "--python", str(base.executable), str(args.venv)]
+            if installer == "pip":
+                cmd.insert(2, "--seed")  # the venv needs pip itself
         report.command(cmd)
         if not args.dry_run:
             env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
             made = subprocess.run(cmd, check=False, env=env)
             if made.returncode != 0:
                 raise EnvbuilderError(
-                    f"uv could not create the venv {args.venv} from {base.executable} "
+                    f"{cmd[0]} could not create the venv {args.venv} from {base.executable} "
                     f"(exit status {made.returncode}; its message is above)"
                 )
             created = Interpreter(executable=python_exe, version=base.version, source="--venv")
-            _check_interpreter(created, entry.python, entry.id, args.installer)
+            _check_interpreter(created, entry.python, entry.id, installer)
 
     file = _kept(args.settings, entry.id, fmt)
     write_atomic(file, data)
-    report.line(f"lock: {file} ({fmt} of {entry.id}, from {lockfile})")
+    say(f"lock: {file} ({fmt} of {entry.id}, from {lockfile})")
     if fmt == "pylock":
-        cmd = [_uv(), "pip", "install", "--python", str(python_exe), "--no-build", "-r", str(file)]
+        cmd = [
+            uv or "uv",
+            "pip",
+            "install",
+            "--python",
+            str(python_exe),
+            "--no-build",
+            "-r",
+            str(file),
+        ]
+    elif installer == "uv":
+        cmd = [uv or "uv", "pip", "install", "--python", str(python_exe), "--require-hashes"]
+        cmd += ["--no-deps", "--no-build", *indexes, "-r", str(file)]
     else:
         cmd = [str(python_exe), "-m", "pip", "install", "--require-hashes", "--no-deps"]
-        cmd += ["--only-binary", ":all:", "-r", str(file)]
-    report.command(cmd)
+        cmd += ["--only-binary", ":all:", *indexes, "-r", str(file)]
+    report.line("+ " + redact_text(shlex.join(cmd)))  # a command stays one pasteable line
     then = None  # a source build's wheel goes in after the lock's files
     if built is not None:
-        uv = _uv() if args.installer == "uv" else None
         staged = staged_wheel(entry, built, file.parent)
-        then = built_command(staged, python_exe, args.installer, uv)
+        then = built_command(
+            staged, python_exe, installer, (uv or "uv") if installer == "uv" else None
+        )
         report.command(then)
     runtime = runtime_line(entry, _prefix(python_exe, args.venv)) if entry.extra_runtime else None
     if args.dry_run:
         if runtime:
-            report.line(announce(entry, _prefix(python_exe, args.venv), apply=False) or runtime)
-        report.line("dry run: nothing installed; the commands above do it")
+            report.line(_hooked(entry, _prefix(python_exe, args.venv), apply=False) or runtime)
+        say("dry run: nothing installed; the commands above do it")
         return 0
-    result = subprocess.run(cmd, check=False)
+    # uv reads a pylock only as a preview feature and says so on every install; the
+    # variable turns the warning off (a uv that predates it ignores it)
+    preview = ",".join(filter(None, [os.environ.get("UV_PREVIEW_FEATURES"), "pylock"]))
+    quiet = {**os.environ, "UV_PREVIEW_FEATURES": preview} if fmt == "pylock" else None
+    result = subprocess.run(cmd, check=False, env=quiet)
     if result.returncode == 0 and then is not None:
         result = subprocess.run(then, check=False)
     if result.returncode != 0:
-        report.line(f"✕ installing {entry.id} failed (exit status {result.returncode})")
+        say(f"✕ installing {entry.id} failed (exit status {result.returncode})")
         return 1
-    report.line(f"✓ installed {entry.id} into {python_exe}")
+    say(f"✓ installed {entry.id} into {python_exe}")
     if runtime:
-        report.line(announce(entry, _prefix(python_exe, args.venv), apply=True) or runtime)
+        report.line(_hooked(entry, _prefix(python_exe, args.venv), apply=True) or runtime)
     return 0
+
+
+#: uv's own settings of where packages come from; where one is set, uv's configuration wins
+_UV_INDEX_VARIABLES = (
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_FIND_LINKS",
+    "UV_NO_INDEX",
+)
+
+
+def index_options(
+    entry: Entry,
+    installer: str,
+    environ: Mapping[str, str],
+    pip_indexes: Sequence[str] = (),
+) -> list[str]:
+    """The installer's options naming where the carried lockfile's files come from: the
+    user's configuration, never a host of ours.
+
+    pip reads its own configuration. uv does not read pip's: where uv's environment names no
+    index, *pip_indexes* (pip's ``--index-url``/``--extra-index-url`` options, read at the
+    command's edge) are passed on. A torch from a PyTorch-style index (``<base>/<cuda>``)
+    takes ``$PYTORCH_INDEX_URL`` as the base, else uv's own ``--torch-backend``; pip without
+    the variable is told to set it. Several indexes may serve one name: every file is
+    hash-pinned, so uv may take the best match of all."""
+    from envbuilder.errors import InputError
+
+    options: list[str] = []
+    if installer == "uv" and not any(environ.get(v) for v in _UV_INDEX_VARIABLES):
+        options += pip_indexes
+    torch = entry.torch_build
+    if torch is not None and torch.index != "default" and torch.cuda is not None:
+        base = environ.get("PYTORCH_INDEX_URL", "").strip()
+        if base:
+            options += ["--extra-index-url", f"{base.rstrip('/')}/{torch.cuda.tag}"]
+        elif installer == "uv":
+            options += ["--torch-backend", torch.cuda.tag]
+        else:
+            raise InputError(
+                f"{entry.id!r} takes torch {torch.version} from a PyTorch-style index (one "
+                f"sub-index per CUDA build): set PYTORCH_INDEX_URL to its base URL (the "
+                f"{torch.cuda.tag} files lie under <base>/{torch.cuda.tag}), or install with uv "
+                "(its --torch-backend knows the index)"
+            )
+    if installer == "uv" and "--extra-index-url" in options:
+        options += ["--index-strategy", "unsafe-best-match"]
+    return options
+
+
+def _wrapping(report: Reporter) -> Callable[[str], None]:
+    """``report.line`` with each line broken between words to the terminal's width (200
+    where output is not a terminal); commands are printed whole, to be pasted."""
+    from envbuilder.lockfile.advice import wrapped
+    from envbuilder.reporter import terminal_size
+
+    width = max(terminal_size(200, 40).columns, 40)
+    return lambda text: report.line(wrapped(text, width))
+
+
+def _hooked(entry: Entry, prefix: str, *, apply: bool) -> str | None:
+    """The activate hooks' lines for *entry*'s added runtime (`announce`); None for a
+    Windows row, whose runtime goes on ``PATH`` (`runtime_line` says how)."""
+    return None if on_windows(entry) else announce(entry, prefix, apply=apply)
 
 
 def _prefix(python_exe: Path, venv: Path | None) -> str:
@@ -368,14 +562,38 @@ def _prefix(python_exe: Path, venv: Path | None) -> str:
 
 def runtime_line(entry: Entry, prefix: str) -> str | None:
     """For a combination that adds a CUDA runtime (``-cudart``): the ``LD_LIBRARY_PATH`` its
-    extension needs, prepended to what is there (never replacing it)."""
+    extension needs, prepended to what is there (never replacing it); for a Windows row,
+    the directory to put first on ``PATH``, where Windows looks for DLLs."""
     if not entry.extra_runtime:
         return None
-    path = library_path(entry.extra_runtime, python=entry.python, venv=prefix)
+    windows = on_windows(entry)
+    path = library_path(entry.extra_runtime, python=entry.python, venv=prefix, windows=windows)
     if not path:
         return None
+    if windows:
+        return (
+            f"! {entry.id} adds a CUDA runtime for xformers' extension: before running, put "
+            f'{path} first on PATH (PowerShell: $env:PATH = "{path};$env:PATH") '
+            "(`envbuilder doctor` checks that the extension loads)"
+        )
     return (
         f"! {entry.id} adds a CUDA runtime for xformers' extension: before running, "
         f'export LD_LIBRARY_PATH="{path}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" '
         "(prepended; `envbuilder doctor` checks that the extension loads)"
     )
+
+
+def on_windows(entry: Entry) -> bool:
+    """Whether *entry* was resolved for Windows (its runtime goes on ``PATH``, not
+    ``LD_LIBRARY_PATH``, and the POSIX activate hooks do not apply)."""
+    from envbuilder.target import platform_family
+
+    try:
+        return platform_family(entry.platform) == "windows"
+    except ValueError:
+        return False
+
+
+def venv_python(venv: Path, *, windows: bool = os.name == "nt") -> Path:
+    """The interpreter of the virtual environment *venv* (``Scripts\\python.exe`` on Windows)."""
+    return venv / "Scripts" / "python.exe" if windows else venv / "bin" / "python"

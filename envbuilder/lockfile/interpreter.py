@@ -6,8 +6,9 @@ As pip and uv choose theirs, in this order:
 |-------------------|-------------------------------------------------------------------|
 | ``--python PATH`` | that interpreter (or a venv directory's ``bin/python``, or a      |
 |                   | command on PATH such as ``python3.12``)                           |
-| ``--python X.Y``  | the interpreter below when it is Python X.Y, else ``pythonX.Y``   |
-|                   | on PATH                                                           |
+| ``--python X.Y``  | the interpreter below when it is Python X.Y, else the one         |
+|                   | ``uv python find X.Y`` names (where uv is installed; no download),|
+|                   | else ``pythonX.Y`` on PATH                                        |
 | ``$VIRTUAL_ENV``  | the active virtual environment's ``bin/python``                   |
 | ``$CONDA_PREFIX`` | the active conda environment's ``bin/python``                     |
 | ``PATH``          | the first ``python3``                                             |
@@ -16,6 +17,8 @@ envbuilder's own interpreter is never chosen unless it is the one found: a tool
 installed with ``uv tool`` or ``pipx`` lives in a venv of its own, and what the user
 wants checked or installed into is their environment. `parse_python` reads the option
 (a version or a path, detected); `choose` finds the interpreter and asks it its version.
+An interpreter that does not run (a pyenv shim of a version not selected) is one short
+line naming it and its exit status (`BrokenInterpreter`), never its stderr.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 from envbuilder.errors import InputError, MissingToolError
 
 __all__ = [
+    "BrokenInterpreter",
     "Interpreter",
     "PythonRequest",
     "choose",
@@ -66,6 +70,15 @@ class Interpreter:
 
     def describe(self) -> str:
         return f"Python {self.version} at {self.executable} ({self.source})"
+
+
+class BrokenInterpreter(InputError):
+    """An interpreter that does not run: *executable* and, in a few words, why."""
+
+    def __init__(self, option: str, executable: Path, why: str) -> None:
+        super().__init__(f"{option} {str(executable)!r} does not run ({why})")
+        self.executable = executable
+        self.why = why
 
 
 def _venv_python(directory: Path) -> Path:
@@ -135,16 +148,11 @@ def interpreter_version(executable: Path, *, option: str = "--python") -> str:
             timeout=60,
         )
     except subprocess.CalledProcessError as e:
-        said = (e.stderr or "").strip().splitlines()
-        raise InputError(
-            f"{option} {str(executable)!r} is not a working Python (exit status {e.returncode}"
-            + (f": {said[-1]}" if said else "")
-            + f"); {ACCEPTED}"
-        ) from e
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise InputError(
-            f"{option} {str(executable)!r} is not a working Python ({e}); {ACCEPTED}"
-        ) from e
+        raise BrokenInterpreter(option, executable, f"exit status {e.returncode}") from e
+    except subprocess.TimeoutExpired as e:
+        raise BrokenInterpreter(option, executable, "no answer in 60 s") from e
+    except OSError as e:
+        raise BrokenInterpreter(option, executable, e.strerror or type(e).__name__) from e
     version = out.stdout.strip()
     if not _VERSION.fullmatch(version):
         raise InputError(f"{option} {str(executable)!r} printed {version!r}, not its version")
@@ -191,6 +199,7 @@ def choose(
     *,
     which: Callable[[str], str | None] = shutil.which,
     version_of: Callable[[Path], str] = interpreter_version,
+    uv_find: Callable[[str, Callable[[str], str | None]], Path | None] | None = None,
 ) -> Interpreter:
     """The interpreter *request* (``--python``, None when not given) means; none is a
     `MissingToolError` saying how to name one."""
@@ -208,6 +217,7 @@ def choose(
             )
         return Interpreter(executable=active[0], version=version_of(active[0]), source=active[1])
     want = request.version
+    assert want is not None  # `parse_python`: a version where there is no path
     tried = []
     if active is not None:
         have = version_of(active[0])
@@ -215,14 +225,27 @@ def choose(
             return Interpreter(
                 executable=active[0], version=have, source=f"--python {want}, {active[1]}"
             )
-        tried.append(f"{active[0]} ({active[1]}) is Python {have}")
+        tried.append(f"{active[1]} is Python {have}")
+    found_by_uv = (uv_find or uv_python_find)(want, which)
+    if found_by_uv is not None:
+        try:
+            have = version_of(found_by_uv)
+        except BrokenInterpreter as e:
+            tried.append(f"{e.executable} (from uv) does not run ({e.why})")
+        else:
+            if have == want:
+                return Interpreter(
+                    executable=found_by_uv, version=have, source=f"uv python find {want}"
+                )
+    elif which("uv") is not None:
+        tried.append(f"`uv python find {want}` finds none")
     command = f"python{want}"
     found = which(command)
     if found is not None:
         try:
             have = version_of(Path(found))
-        except InputError as e:  # a pyenv shim of a version that is not installed
-            tried.append(f"{found} does not run ({e})")
+        except BrokenInterpreter as e:  # a pyenv shim of a version that is not selected
+            tried.append(f"{found} does not run ({e.why})")
         else:
             if have == want:
                 return Interpreter(
@@ -234,6 +257,27 @@ def choose(
     else:
         tried.append(f"no {command} on PATH")
     raise MissingToolError(
-        f"no Python {want} found ({'; '.join(tried) or NOTHING_ACTIVE}): create one with "
-        f"`uv venv -p {want}` and activate it, or pass --python PATH of a Python {want}"
+        f"no Python {want} found: {'; '.join(tried) or NOTHING_ACTIVE}. Install one "
+        f"(`uv python install {want}`) or pass --python PATH"
     )
+
+
+def uv_python_find(version: str, which: Callable[[str], str | None] = shutil.which) -> Path | None:
+    """The interpreter ``uv python find VERSION`` names (never downloading one); None where
+    uv is not installed or finds none."""
+    uv = which("uv")
+    if uv is None:
+        return None
+    try:
+        done = subprocess.run(
+            [uv, "python", "find", version],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return Path(lines[0]) if done.returncode == 0 and lines else None

@@ -13,11 +13,22 @@ in the resolution, resolved            another one, or null       in ``stale_run
 in the resolution, unsatisfiable       null                       in ``runs`` (evidence for
                                                                     the resolver's reason)
 in the resolution, otherwise           anything                   in ``stale_runs``
-not in the resolution                  anything                   in ``retired``
+not in the resolution, in the matrix  anything                   where the previous
+                                                                    lockfile had it
+not in the resolution nor the matrix   anything                   in ``retired``
 =====================================  =========================  ==========================
 
+A run that resolved a selection of the matrix leaves the other rows out of its resolution;
+they were not removed, so (given *matrix*, the ids the matrix holds now) their entries stay
+as the previous lockfile had them, their runs checked and judged again (`kept_entry`). Only
+a row the matrix no longer holds retires. Without *matrix*, a previous entry the resolution
+does not name is an error, never a silent retirement.
+
 (A results file read in this merge is checked harder: the cases `results.bind` names are
-rejected.) A run that is already in the previous lockfile (`results.run_identity`) is kept
+rejected.) A carried run of a combination in the resolution must pass the claim checks a
+results file passes (`claims.run_problems`, with the current lock's versions when it binds
+to it): one that fails them is dropped, with the reason (`DroppedRun`), never kept. A run
+that is already in the previous lockfile (`results.run_identity`) is kept
 once, as this merge's results file gives it; nothing else of the previous lockfile is
 dropped. A combination no longer resolved becomes retired; a retired one resolved again
 takes its runs back.
@@ -34,7 +45,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from envbuilder.errors import InputError
-from envbuilder.files import sha256_file
+from envbuilder.lockfile.canonical import content_sha256
+from envbuilder.lockfile.claims import run_problems
 from envbuilder.lockfile.drivers import (
     DRIVER_SOURCE,
     MINIMUM_DRIVER,
@@ -59,6 +71,7 @@ from envbuilder.lockfile.results import (
     Rejected,
     accept,
     bind,
+    carried_source,
     rejection_record,
     run_identity,
     run_order,
@@ -71,9 +84,9 @@ from envbuilder.lockfile.verdicts import (
     judge,
     rejudged_run,
 )
-from envbuilder.model import Resolution, ResolvedCombination
+from envbuilder.model import Resolution, ResolvedCombination, verified_lock
 
-__all__ = ["GENERATED_BY", "Merged", "build_lockfile", "merge", "read_pins"]
+__all__ = ["GENERATED_BY", "DroppedRun", "Merged", "build_lockfile", "merge", "read_pins"]
 
 GENERATED_BY = "envbuilder lock (nox -s lock); generated, do not edit"
 
@@ -152,17 +165,7 @@ def _entry(
         if not combo.lock or not combo.lock_sha256:
             raise InputError(f"resolution: {combo.id!r} is resolved but names no lock file")
         pylock = locks_base / combo.lock
-        try:
-            digest = sha256_file(pylock)
-        except FileNotFoundError as e:
-            raise InputError(
-                f"{pylock}: lock of {combo.id!r} not found; run `nox -s resolve`"
-            ) from e
-        if digest != combo.lock_sha256:
-            raise InputError(
-                f"{pylock}: sha256 {digest} is not the {combo.lock_sha256} that resolution.json "
-                "records; the locks and the resolution disagree: run `nox -s resolve` again"
-            )
+        digest = verified_lock(pylock, combo.lock_sha256)
         requirements = locks_base / combo.requirements if combo.requirements else None
         pointer = LockPointer(
             path=_rel(pylock, out_dir),
@@ -211,13 +214,26 @@ class _Known:
     extra_runtime: tuple[str, ...]
 
 
-def _known(previous: CompatLock | None) -> dict[str, _Known]:
+def _carried(runs: Iterable[Run], sealed: str, out_dir: Path) -> tuple[Run, ...]:
+    """*runs* of the previous lockfile (``content_sha256`` *sealed*) with a ``source`` that
+    means something beside the new lockfile in *out_dir* (`results.carried_source`)."""
+    return tuple(
+        replace(r, source=carried_source(r, lockfile_sha256=sealed, base=out_dir)) for r in runs
+    )
+
+
+def _known(previous: CompatLock | None, out_dir: Path) -> dict[str, _Known]:
     if previous is None:
         return {}
     found: dict[str, _Known] = {}
+    sealed = content_sha256(previous.to_json())
     records: list[Entry | RetiredEntry] = [*previous.combinations, *previous.retired]
     for record in records:
-        runs = record.runs + (record.stale_runs if isinstance(record, Entry) else ())
+        runs = _carried(
+            record.runs + (record.stale_runs if isinstance(record, Entry) else ()),
+            sealed,
+            out_dir,
+        )
         earlier = found.get(record.id)
         if earlier is not None:  # listed twice: keep both lists of runs
             found[record.id] = replace(earlier, runs=earlier.runs + runs)
@@ -269,6 +285,21 @@ def _retired(combination: str, runs: Sequence[Run], known: _Known | None) -> Ret
 
 
 @dataclass(frozen=True, kw_only=True)
+class DroppedRun:
+    """A run of the previous lockfile left out: its environment contradicts its combination."""
+
+    combination: str
+    run: Run
+    reason: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.run.source} (a run of {self.combination!r} in the previous lockfile): "
+            f"its environment is not that of {self.combination!r}: {self.reason}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Merged:
     """A merge's lockfile, the results files it rejected, and what it kept from where."""
 
@@ -276,6 +307,42 @@ class Merged:
     rejected: list[Rejected]
     carried: int  # runs kept from the previous lockfile
     repeated: int  # runs of the previous lockfile given again (a results file of this merge)
+    dropped: tuple[DroppedRun, ...] = ()  # runs of the previous lockfile left out
+    unselected: tuple[str, ...] = ()  # rows kept as the previous lockfile had them
+
+
+def _kept_entry(entry: Entry, dropped: list[DroppedRun]) -> tuple[Entry, int]:
+    """A previous *entry* this merge did not resolve (a row not selected), its runs put
+    through the claim checks again (failures go to *dropped*) and judged anew; and how
+    many runs it keeps. Its lock pointer, pins and build stay as they were."""
+    combo = entry.resolved
+    kept: dict[str, list[Run]] = {"runs": [], "stale": []}
+    for group, given in (("runs", entry.runs), ("stale", entry.stale_runs)):
+        for run in given:
+            problems = run_problems(run, combo, locked=None, built=None)
+            if problems:
+                dropped.append(
+                    DroppedRun(combination=combo.id, run=run, reason="; ".join(problems))
+                )
+                continue
+            kept[group].append(rejudged_run(run, combo.extra_runtime))
+    runs = sorted(kept["runs"], key=run_order)
+    stale = sorted(kept["stale"], key=run_order)
+    judged = judge(status=combo.status, resolver_reason=combo.reason, runs=runs, stale_runs=stale)
+    last = judged.last
+    if runs:
+        lock_sha256 = entry.lock.sha256 if entry.lock is not None else None
+        last = _evidence(runs, lock_sha256, judged.verdict, judged.uses)
+    again = replace(
+        entry,
+        runs=tuple(runs),
+        stale_runs=tuple(stale),
+        last_verified=last,
+        gpus=judged.gpus,
+        uses=judged.uses,
+        verdict=judged.verdict,
+    )
+    return again, len(runs) + len(stale)
 
 
 def merge(
@@ -286,13 +353,15 @@ def merge(
     out: Path,
     previous: CompatLock | None = None,
     build_records: Sequence[Path] = (),
+    matrix: frozenset[str] | None = None,
 ) -> Merged:
     """Merge *resolution*, the *results* files and the *previous* lockfile's runs into a
-    lockfile to be written at *out* (the module's table says where each run goes).
+    lockfile to be written at *out* (the module's table says where each run goes; *matrix*
+    is the ids the matrix holds, which tells a row not selected from one removed).
 
     Pure apart from reading the inputs; the caller decides what rejections mean
     and writes the file. Paths inside are relative to *out*'s directory; a carried
-    run keeps the source its lockfile recorded. A source build's record is the first
+    run's source names the lockfile its path is relative to (`results.carried_source`). A source build's record is the first
     ``build-record.<id>.json`` found in *build_records* (`sourcebuilds`).
     """
     out_dir = out.parent
@@ -308,22 +377,33 @@ def merge(
     }
     built = {cid: dict(b.wheel_libraries) for cid, b in builds.items() if b and b.wheel_libraries}
     accepted = accept(results, combos, base=out_dir, locked=locked, built=built)
-    known = _known(previous)
+    known = _known(previous, out_dir)
     carried = 0
+    dropped: list[DroppedRun] = []
     entries: list[Entry] = []
     for combo in sorted(resolution.combinations, key=lambda c: c.id):
         current = list(accepted.current.get(combo.id, ()))
         stale = list(accepted.stale.get(combo.id, ()))
         earlier = known.get(combo.id)
         for run in _new_to(combo.id, current + stale, earlier.runs if earlier else ()):
-            carried += 1
             try:
                 binding = bind(run.lock_sha256, combo)
             except ValueError:  # tied to no lock this combination can have now: history
                 binding = "stale"
-            (current if binding == "current" else stale).append(
-                rejudged_run(run, combo.extra_runtime)
+            on_lock = binding == "current"
+            problems = run_problems(
+                run,
+                combo,
+                locked=locked.get(combo.id) if on_lock else None,
+                built=built.get(combo.id) if on_lock else None,
             )
+            if problems:
+                dropped.append(
+                    DroppedRun(combination=combo.id, run=run, reason="; ".join(problems))
+                )
+                continue
+            carried += 1
+            (current if on_lock else stale).append(rejudged_run(run, combo.extra_runtime))
         entries.append(
             _entry(
                 combo,
@@ -334,8 +414,21 @@ def merge(
                 source_build=builds[combo.id],
             )
         )
+    unselected = _unselected(previous, combos, matrix)
+    sealed = content_sha256(previous.to_json()) if previous is not None else ""
+    for entry in unselected:
+        carried_entry = replace(
+            entry,
+            runs=_carried(entry.runs, sealed, out_dir),
+            stale_runs=_carried(entry.stale_runs, sealed, out_dir),
+        )
+        again, count = _kept_entry(carried_entry, dropped)
+        carried += count
+        entries.append(again)
+    entries.sort(key=lambda e: e.id)
+    left = {e.id for e in unselected}
     retired: list[RetiredEntry] = []
-    for cid in sorted((set(accepted.retired) | set(known)) - set(combos)):
+    for cid in sorted((set(accepted.retired) | set(known)) - set(combos) - left):
         fresh = list(accepted.retired.get(cid, ()))
         earlier = known.get(cid)
         kept = _new_to(cid, fresh, earlier.runs if earlier else ())
@@ -359,8 +452,38 @@ def merge(
         lock=lock,
         rejected=list(accepted.rejected),
         carried=carried,
-        repeated=sum(len(k.runs) for k in known.values()) - carried,
+        repeated=sum(len(k.runs) for k in known.values()) - carried - len(dropped),
+        dropped=tuple(dropped),
+        unselected=tuple(sorted(left)),
     )
+
+
+def _unselected(
+    previous: CompatLock | None,
+    combos: Mapping[str, ResolvedCombination],
+    matrix: frozenset[str] | None,
+) -> list[Entry]:
+    """The previous lockfile's entries of rows the matrix still holds but this resolution
+    does not name (not selected this time); an error when *matrix* is unknown."""
+    if previous is None:
+        return []
+    absent = [e for e in previous.combinations if e.id not in combos]
+    if matrix is None:
+        if absent:
+            names = ", ".join(sorted({e.id for e in absent}))
+            raise InputError(
+                f"the previous lockfile has combination(s) this resolution does not name "
+                f"({names}); without the matrix, a row not selected cannot be told from one "
+                "removed: pass the matrix (--matrix) so that only removed rows retire"
+            )
+        return []
+    seen: set[str] = set()
+    kept: list[Entry] = []
+    for entry in absent:
+        if entry.id in matrix and entry.id not in seen:
+            seen.add(entry.id)
+            kept.append(entry)
+    return kept
 
 
 def build_lockfile(

@@ -1,4 +1,4 @@
-"""The compatibility lockfile's records (``schema = "envbuilder.compat/3"``).
+"""The compatibility lockfile's records (``schema = "envbuilder.compat/4"``).
 
 Written by ``envbuilder lock``, read by ``query``, ``export``, ``install``,
 ``doctor`` and ``publish``. The JSON shape is fixed by
@@ -7,26 +7,40 @@ This module imports only the standard library and the shared vocabulary: the
 suite's stdlib-only record module (check statuses, uses, workarounds), the
 resolver's records (`envbuilder.model`) and the target (``packaging``), so that
 ``doctor`` works in any environment that has envbuilder's declared dependencies.
+
+The evidence (checks, runs, verdicts, last verified) is `envbuilder.lockfile.evidence`;
+its names are re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
-# The check vocabulary is the suite's (its record module is standard library only):
-# what a check's status, use and workaround can be is defined once, where checks are made.
-from envbuilder.conformance._record import (
-    IMPLS,
-    STATUSES,
-    USES,
-    WORKAROUNDS,
-    Impl,
-    Status,
-    Use,
-    Workaround,
+from envbuilder.conformance._record import USES, Use
+from envbuilder.lockfile.evidence import (
+    INSTALLABLE,
+    VERDICT_RANK,
+    VERDICTS,
+    Advisory,
+    CheckOutcome,
+    GpuVerdict,
+    InfoCheck,
+    LastVerified,
+    Measurement,
+    Run,
+    Scalar,
+    UseVerdict,
+    Verdict,
+    VerdictName,
+    WorkaroundChoice,
+    WorkaroundCost,
+    WorkaroundOption,
+    _one_of,
+    run_date,
+    use_verdict,
+    use_verdicts_from_json,
 )
 from envbuilder.model import STATUSES as RESOLVE_STATUSES
 from envbuilder.model import (
@@ -48,11 +62,13 @@ __all__ = [
     "USES",
     "VERDICTS",
     "VERDICT_RANK",
+    "Advisory",
     "CheckOutcome",
     "CompatLock",
     "DriverTable",
     "Entry",
     "GpuVerdict",
+    "InfoCheck",
     "LastVerified",
     "LockPointer",
     "Measurement",
@@ -88,154 +104,22 @@ __all__ = [
 #: verdict's ``options``. An entry's optional ``source_build`` (xformers built from its sdist,
 #: and the build record of the wheel that was measured) came later within /3: a reader that
 #: does not know it installs nothing for such an entry (its lock holds no xformers wheel).
-COMPAT_SCHEMA = "envbuilder.compat/3"
-#: The schemas readers accept: a /2 file reads as a /3 one without retired combinations
-#: (its verdicts never say ``xformers-unusable``; regenerate it with ``nox -s lock``).
-READABLE_COMPAT_SCHEMAS: tuple[str, ...] = ("envbuilder.compat/2", COMPAT_SCHEMA)
+#: /4 judges what the combination pins apart from the libraries the suite reaches it through:
+#: each check's ``via`` (a /3 reader would count a diffusers check against the kernels), each
+#: verdict's ``advisories`` (that library's own verdict) and ``suite_errors`` (checks whose
+#: error was the suite's, counted nowhere), and workaround costs per call and per step with
+#: their tier (ranked by it, never by step time).
+COMPAT_SCHEMA = "envbuilder.compat/4"
+#: The schemas readers accept. A /2 or /3 file is read as a /4 one whose checks take their
+#: ``via`` from their names (`legacy_via`) and is judged again on read (`recheck`); a /2 file
+#: has no retired combinations.
+READABLE_COMPAT_SCHEMAS: tuple[str, ...] = (
+    "envbuilder.compat/2",
+    "envbuilder.compat/3",
+    COMPAT_SCHEMA,
+)
 #: The lockfile's name at the repository root (and in the published site).
 DEFAULT_LOCKFILE = "compat.lock.json"
-
-VerdictName = Literal[
-    "verified",
-    "verified-with-workaround",
-    "xformers-unusable",
-    "unverified",
-    "broken",
-    "unsatisfiable",
-]
-#: Best first; ``query`` sorts by this and the combined verdict of several GPUs is the worst.
-VERDICTS: tuple[VerdictName, ...] = (
-    "verified",
-    "verified-with-workaround",
-    "xformers-unusable",
-    "unverified",
-    "broken",
-    "unsatisfiable",
-)
-#: the verdicts `install` installs and the site offers an install command for
-INSTALLABLE: frozenset[VerdictName] = frozenset({"verified", "verified-with-workaround"})
-VERDICT_RANK: dict[str, int] = {v: i for i, v in enumerate(VERDICTS)}
-
-
-#: A value in a check's ``numbers`` (JSON scalars; non-finite floats are kept as their names).
-Scalar = float | int | str | bool | None
-
-
-def _number(numbers: Mapping[str, Scalar], key: str) -> float | None:
-    value = numbers.get(key)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkaroundChoice:
-    """The workaround a verdict relies on for one failed direct check, and what it cost there."""
-
-    check: str  # the failed direct gate check
-    workaround: Workaround
-    evidence: tuple[str, ...]  # the workaround checks that passed on that check's case
-    graph_breaks: int | None  # None: not measured (results/1)
-    step_ms: float | None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> WorkaroundChoice:
-        return cls(
-            check=data["check"],
-            workaround=_one_of(data["workaround"], WORKAROUNDS, "workaround"),
-            evidence=tuple(data.get("evidence", ())),
-            graph_breaks=data.get("graph_breaks"),
-            step_ms=data.get("step_ms"),
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkaroundOption:
-    """One workaround verified for a use: the failed checks it passed and its worst cost there.
-
-    ``keeps_xformers``: the user's code still calls xformers (``dynamo-disable``); otherwise
-    it replaces xformers (the SDPA ones) and is an answer, not a workaround of xformers."""
-
-    workaround: Workaround
-    keeps_xformers: bool
-    fixes: tuple[str, ...]  # the failed direct gate checks it passed on, sorted
-    graph_breaks: int | None  # the most over those cases; None: some case did not measure it
-    step_ms: float | None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> WorkaroundOption:
-        return cls(
-            workaround=_one_of(data["workaround"], WORKAROUNDS, "workaround"),
-            keeps_xformers=bool(data["keeps_xformers"]),
-            fixes=tuple(data.get("fixes", ())),
-            graph_breaks=data.get("graph_breaks"),
-            step_ms=data.get("step_ms"),
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Verdict:
-    verdict: VerdictName
-    reason: str
-    workarounds: tuple[str, ...] = ()  # what made it work: "dynamo-disable", "cuda-runtime:<req>"
-    failing_checks: tuple[str, ...] = ()  # gate checks that failed (broken: those not covered)
-    choices: tuple[WorkaroundChoice, ...] = ()  # per worked-around check, the cheapest workaround
-    #: every workaround verified on some failed check, cheapest first (graph breaks, step time)
-    options: tuple[WorkaroundOption, ...] = ()
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Verdict:
-        return cls(
-            verdict=_one_of(data["verdict"], VERDICTS, "verdict"),
-            reason=data["reason"],
-            workarounds=tuple(data.get("workarounds", ())),
-            failing_checks=tuple(data.get("failing_checks", ())),
-            choices=tuple(WorkaroundChoice.from_json(c) for c in data.get("choices", ())),
-            options=tuple(WorkaroundOption.from_json(o) for o in data.get("options", ())),
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class UseVerdict:
-    """The verdict for one use; records carry one per `USES` entry, in that order."""
-
-    use: Use
-    verdict: Verdict
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> UseVerdict:
-        return cls(
-            use=_one_of(data["use"], USES, "use"), verdict=Verdict.from_json(data["verdict"])
-        )
-
-
-def _one_of(value: Any, allowed: tuple[str, ...], what: str) -> Any:
-    """*value* when it is one of *allowed*; a reader meets no name it cannot rank or show."""
-    if value not in allowed:
-        raise ValueError(f"{what} {value!r} is not one of {', '.join(allowed)}")
-    return value
-
-
-def _optional_one_of(value: Any, allowed: tuple[str, ...], what: str) -> Any:
-    return None if value is None else _one_of(value, allowed, what)
-
-
-def use_verdicts_from_json(data: Any) -> tuple[UseVerdict, ...]:
-    """A record's per-use verdicts: exactly one per `USES` entry, in that order."""
-    uses = tuple(UseVerdict.from_json(u) for u in data)
-    if tuple(u.use for u in uses) != USES:
-        raise ValueError(
-            f"per-use verdicts list {[u.use for u in uses]}, not {', '.join(USES)} in that order"
-        )
-    return uses
-
-
-def use_verdict(uses: tuple[UseVerdict, ...], use: Use) -> Verdict:
-    """The verdict for *use* among *uses* (a record's per-use verdicts)."""
-    for item in uses:
-        if item.use == use:
-            return item.verdict
-    raise KeyError(use)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -440,196 +324,6 @@ class SourceBuildEntry:
             wheel_size=wheel.get("size"),
             wheel_libraries=wheel.get("libraries"),
             cpp_lib=dict(cpp_lib) if cpp_lib is not None else None,
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Measurement:
-    """What a numeric check measured against its bound, and whether it could have failed."""
-
-    error: float
-    bound: float
-    sensitivity: float  # distance from the reference to the nearest plausible wrong answer
-    sensitivity_ratio: float  # sensitivity / bound; the suite records `invalid` below 4
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkaroundCost:
-    """A workaround check's cost on its case: the cheapest workaround is chosen by it."""
-
-    graph_breaks: int | None
-    step_ms: float | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class CheckOutcome:
-    """One check of a run. ``uses`` is None for a results/1 check (untagged: every use)."""
-
-    name: str
-    group: str
-    status: Status
-    reason: str
-    gate: bool
-    impl: Impl | None
-    workaround: Workaround | None
-    numbers: Mapping[str, Scalar]
-    duration_s: float | None
-    uses: tuple[Use, ...] | None = None
-    covers: str | None = None  # a workaround check: the direct check whose case it re-ran
-
-    @property
-    def direct_gate(self) -> bool:
-        return self.gate and self.workaround is None
-
-    def speaks_for(self, use: Use) -> bool:
-        return self.uses is None or use in self.uses
-
-    @property
-    def measurement(self) -> Measurement | None:
-        values = [
-            _number(self.numbers, k) for k in ("error", "bound", "sensitivity", "sensitivity_ratio")
-        ]
-        error, bound, sensitivity, ratio = values
-        if error is None or bound is None or sensitivity is None or ratio is None:
-            return None
-        return Measurement(
-            error=error, bound=bound, sensitivity=sensitivity, sensitivity_ratio=ratio
-        )
-
-    @property
-    def cost(self) -> WorkaroundCost:
-        breaks = _number(self.numbers, "graph_breaks")
-        return WorkaroundCost(
-            graph_breaks=None if breaks is None else int(breaks),
-            step_ms=_number(self.numbers, "step_ms"),
-        )
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CheckOutcome:
-        uses = data.get("uses")
-        if not isinstance(data["name"], str):
-            raise ValueError(f"check name {data['name']!r} is not a string")
-        return cls(
-            name=data["name"],
-            group=data["group"],
-            status=_one_of(data["status"], STATUSES, "check status"),
-            reason=data.get("reason", ""),
-            gate=bool(data.get("gate", False)),
-            impl=_optional_one_of(data.get("impl"), IMPLS, "impl"),
-            workaround=_optional_one_of(data.get("workaround"), WORKAROUNDS, "workaround"),
-            numbers=dict(data.get("numbers") or {}),
-            duration_s=data.get("duration_s"),
-            uses=None if uses is None else tuple(u for u in USES if u in uses),
-            covers=data.get("covers"),
-        )
-
-
-def run_date(finished: str) -> str:
-    """The date (YYYY-MM-DD, UTC) of a run that finished at *finished* (ISO 8601 with a zone).
-
-    A time without a zone, or no time at all, gives its first ten characters: results files
-    are checked for a readable time before they are merged, so only a hand-made record can."""
-    try:
-        moment = datetime.fromisoformat(finished)
-    except ValueError:
-        return finished[:10]
-    return moment.astimezone(UTC).date().isoformat() if moment.tzinfo else finished[:10]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Run:
-    """One accepted results file: where it ran and what every check said, and when."""
-
-    source: str  # the results file, relative to the lockfile where possible
-    source_sha256: str
-    lock_sha256: str | None  # the lock it ran on (None: an unsatisfiable combination's run)
-    suite_version: str
-    started: str
-    finished: str
-    gpu: str  # name of the first GPU, "cpu" without one
-    compute_capability: str | None
-    runner: Mapping[str, Any]
-    checks: tuple[CheckOutcome, ...]
-    uses: tuple[UseVerdict, ...]  # one per use, in `USES` order
-    verdict: Verdict  # the worst of `uses`
-    date: str = ""  # YYYY-MM-DD (UTC) it finished; `run_date(finished)` when not given
-
-    def __post_init__(self) -> None:
-        if not self.date:
-            object.__setattr__(self, "date", run_date(self.finished))
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Run:
-        return cls(  # `date` is made from `finished` again: compat/2 runs carry none
-            source=data["source"],
-            source_sha256=data["source_sha256"],
-            lock_sha256=data.get("lock_sha256"),
-            suite_version=data["suite_version"],
-            started=data["started"],
-            finished=data["finished"],
-            gpu=data["gpu"],
-            compute_capability=data.get("compute_capability"),
-            runner=dict(data.get("runner") or {}),
-            checks=tuple(CheckOutcome.from_json(c) for c in data.get("checks", ())),
-            uses=use_verdicts_from_json(data["uses"]),
-            verdict=Verdict.from_json(data["verdict"]),
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuVerdict:
-    """The verdict on one GPU model; ``conflict`` when its runs disagree (all are kept)."""
-
-    gpu: str
-    compute_capability: str | None
-    verdict: Verdict
-    uses: tuple[UseVerdict, ...]  # per use the worst of the runs, in `USES` order
-    runs: tuple[str, ...]  # sources of the runs on this GPU
-    conflict: bool = False
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GpuVerdict:
-        return cls(
-            gpu=data["gpu"],
-            compute_capability=data.get("compute_capability"),
-            verdict=Verdict.from_json(data["verdict"]),
-            uses=use_verdicts_from_json(data["uses"]),
-            runs=tuple(data.get("runs", ())),
-            conflict=bool(data.get("conflict", False)),
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class LastVerified:
-    """When a combination's verdict was last measured, on which lock: evidence with an age.
-
-    With runs on the current lock: those runs, the entry's own verdict. Without: the older
-    lock whose newest run finished last (the lock moved since, so those runs do not count for
-    the current lock's verdict; they say what was last known and when). For a retired
-    combination: the lock of its newest run."""
-
-    lock_sha256: str | None  # that lock; None: the runs of an unsatisfiable combination
-    date: str  # YYYY-MM-DD: when the newest run on that lock finished
-    suite_version: str  # the suite of that newest run
-    verdict: Verdict  # that lock's verdict, judged as a combination's (worst GPU, worst use)
-    uses: tuple[UseVerdict, ...]  # per use, in `USES` order
-    runs: tuple[str, ...]  # sources of the runs on that lock
-
-    def describe(self, verdict: Verdict | None = None) -> str:
-        """``last verified <date> on lock <sha12>: <verdict>`` (of one use when given)."""
-        chosen = self.verdict if verdict is None else verdict
-        lock = f" on lock {self.lock_sha256[:12]}" if self.lock_sha256 else ""
-        return f"last verified {self.date}{lock}: {chosen.verdict}"
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LastVerified:
-        return cls(
-            lock_sha256=data.get("lock_sha256"),
-            date=data["date"],
-            suite_version=data["suite_version"],
-            verdict=Verdict.from_json(data["verdict"]),
-            uses=use_verdicts_from_json(data["uses"]),
-            runs=tuple(data.get("runs", ())),
         )
 
 

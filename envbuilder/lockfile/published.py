@@ -4,10 +4,12 @@ read like any other.
 The lockfile (and, for ``export`` and ``install``, the pylocks it names, at
 their paths relative to it, as the site publishes them) is downloaded through
 the one HTTP client into the cache, under a directory named by the URL's
-sha256. Nothing is trusted for being downloaded: `load_lockfile` recomputes
+sha256; the client's HTTP cache keeps the response, so asking again revalidates it
+(ETag, Last-Modified) instead of downloading the same bytes. Nothing is trusted for being downloaded: `load_lockfile` recomputes
 ``content_sha256`` as for a local file, and `export.locate_pylock` checks each
 pylock's sha256 against the lockfile. Only https is accepted, and plain http
-to this machine (loopback), which the tests serve from.
+to this machine (loopback), which the tests serve from. A URL is shown without
+its password (``user:***@``), wherever it is printed.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import ipaddress
 from pathlib import Path, PurePosixPath
 from urllib.parse import urljoin, urlsplit
 
+from envbuilder.credentials import redact_text
 from envbuilder.errors import IndexError_, InputError
 from envbuilder.files import write_atomic
 from envbuilder.lockfile.model import DEFAULT_LOCKFILE, CompatLock
 from envbuilder.lockfile.read import default_lockfile, load_lockfile
 from envbuilder.settings import Settings
 
-__all__ = ["is_url", "lockfile_argument", "lockfile_choice"]
+__all__ = ["days_old", "is_url", "lockfile_argument", "lockfile_choice"]
 
 #: how long a downloaded ``$ENVBUILDER_LOCK_URL`` lockfile is used before it is fetched again
 FRESH_SECONDS = 24 * 3600
@@ -47,16 +50,16 @@ def _check_url(url: str, option: str = "--lock") -> None:
     if parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname)):
         return
     raise InputError(
-        f"{option} {url!r}: a published lockfile is read over https only (plain http only "
+        f"{option} {redact_text(url)!r}: a published lockfile is read over https only (plain http only "
         f"from this machine); give its https URL, or download it and pass {option} FILE"
     )
 
 
 def _download(url: str, to: Path, settings: Settings, option: str = "--lock") -> None:
-    from envbuilder.credentials import redact_text
-
+    """*url* into *to*; through the HTTP cache, so that asking again revalidates (ETag,
+    Last-Modified) instead of downloading the same bytes."""
     try:
-        with settings.http_client() as client:
+        with settings.http_client(cache_dir=settings.cache_dir) as client:
             body = client.get(url).content
     except IndexError_ as e:
         raise IndexError_(f"{option}: cannot download {redact_text(url)}: {e}") from e
@@ -70,7 +73,7 @@ def _fetch_locks(url: str, here: Path, lock: CompatLock, wanted: str | None, s: 
         relative = PurePosixPath(entry.lock.path)
         if relative.is_absolute() or ".." in relative.parts:
             raise InputError(
-                f"--lock {url!r}: {entry.id!r} names its lock {entry.lock.path!r}, outside "
+                f"--lock {redact_text(url)!r}: {entry.id!r} names its lock {entry.lock.path!r}, outside "
                 "the lockfile's directory; refusing to download it"
             )
         _download(urljoin(url, entry.lock.path), here / relative, s)
@@ -84,6 +87,11 @@ def _age(seconds: float) -> str:
     return f"{int(seconds // 86400)} days ago"
 
 
+def days_old(days: int) -> str:
+    """``today``, ``1 day old``, ``N days old``."""
+    return "today" if days <= 0 else "1 day old" if days == 1 else f"{days} days old"
+
+
 def _configured(
     url: str, settings: Settings, with_locks: bool, combination: str | None
 ) -> tuple[Path, str]:
@@ -92,10 +100,11 @@ def _configured(
     import time
 
     _check_url(url, "$ENVBUILDER_LOCK_URL")
+    shown = redact_text(url)
     path = _cache(url, settings) / DEFAULT_LOCKFILE
     age = time.time() - path.stat().st_mtime if path.is_file() else None
     if age is not None and age < FRESH_SECONDS:
-        return path, f"lockfile: {url} (downloaded {_age(age)}; fetched again after a day)"
+        return path, f"lockfile: {shown} (downloaded {_age(age)}; fetched again after a day)"
     try:
         got = lockfile_argument(
             url,
@@ -107,8 +116,8 @@ def _configured(
     except IndexError_ as e:
         if age is None:
             raise
-        return path, f"lockfile: {url}, cached {_age(age)}: ! it could not be fetched again ({e})"
-    return got, f"lockfile: {url} (downloaded now)"
+        return path, f"lockfile: {shown}, cached {_age(age)}: ! it could not be fetched again ({e})"
+    return got, f"lockfile: {shown} (downloaded now)"
 
 
 def _cache(url: str, settings: Settings) -> Path:
@@ -126,7 +135,8 @@ def lockfile_choice(
     by the user, one line saying which it is and how old."""
     if value is not None or settings.lockfile is not None:
         path = lockfile_argument(value, settings, with_locks=with_locks, combination=combination)
-        return path, (f"lockfile: {value} (downloaded now)" if value and is_url(value) else None)
+        shown = redact_text(value) if value and is_url(value) else None
+        return path, (f"lockfile: {shown} (downloaded now)" if shown else None)
     if settings.lock_url:
         return _configured(settings.lock_url, settings, with_locks, combination)
     local = default_lockfile(settings)
@@ -142,7 +152,7 @@ def lockfile_choice(
     from datetime import UTC, date, datetime
 
     day = newest_evidence(load_lockfile(snapshot))
-    old = f", {(datetime.now(UTC).date() - date.fromisoformat(day)).days} days old" if day else ""
+    old = f", {days_old((datetime.now(UTC).date() - date.fromisoformat(day)).days)}" if day else ""
     return snapshot, (
         f"lockfile: the snapshot this envbuilder carries (newest evidence {day or 'none'}{old});"
         " --lock URL or $ENVBUILDER_LOCK_URL for the published one"
@@ -173,7 +183,7 @@ def lockfile_argument(
     try:
         lock = load_lockfile(path)
     except InputError as e:
-        raise InputError(f"{option} {value}: {e}") from e
+        raise InputError(f"{option} {redact_text(value)}: {e}") from e
     if with_locks:
         _fetch_locks(value, here, lock, combination, settings)
     return path

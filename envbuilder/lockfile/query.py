@@ -57,7 +57,7 @@ from envbuilder.lockfile.model import (
     use_verdict,
 )
 from envbuilder.lockfile.verdicts import torch_alone_id, worst
-from envbuilder.target import CudaTag, normalise_cuda
+from envbuilder.target import CudaTag, normalise_cuda, platform_family
 
 __all__ = [
     "Answer",
@@ -87,6 +87,9 @@ class Query:
     #: the GPU's model name (``--gpu H100``, or the one ``--here`` found), for "this GPU"
     gpu_name: str | None = None
     no_gpu: bool = False  # the host has no NVIDIA GPU: CUDA builds cannot run there
+    #: the host's operating system (`envbuilder.lockfile.host.host_family`): rows for another
+    #: platform family (a Linux row on Windows) cannot serve it
+    os: str | None = None
     #: with a GPU, list rows another Python/CUDA/driver would reach as suggestions (`query`);
     #: off, those are filters (`install` chooses among what fits as asked)
     suggest: bool = False
@@ -258,6 +261,8 @@ def _rejections(
     reasons: list[tuple[RejectionKind, str]] = []
     if query.python and entry.python != query.python:
         reasons.append(("python", f"Python {entry.python}, not {query.python}"))
+    if query.os and (family := _family(entry.platform)) != query.os:
+        reasons.append(("arch", f"for {entry.platform} ({family}), not a {query.os} host"))
     if arch and entry.arch != arch:
         implied = "" if query.arch else f" (a {query.gpu} host)"
         reasons.append(("arch", f"built for {entry.arch} ({entry.platform}), not {arch}{implied}"))
@@ -294,6 +299,13 @@ def _rejections(
     if query.xformers and not _prefix(query.xformers, entry.xformers):
         reasons.append(("xformers", f"xformers {entry.xformers or 'none'}, not {query.xformers}"))
     return reasons
+
+
+def _family(platform: str) -> str:
+    try:
+        return platform_family(platform)
+    except ValueError:
+        return "unknown"
 
 
 def _label(gpu: GpuVerdict) -> str:

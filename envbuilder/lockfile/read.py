@@ -19,6 +19,7 @@ from envbuilder.lockfile.model import (
     CompatLock,
 )
 from envbuilder.lockfile.recheck import rejudged, verdict_problems
+from envbuilder.lockfile.shape import shape_problem
 from envbuilder.settings import Settings
 
 __all__ = ["default_lockfile", "load_lockfile"]
@@ -94,7 +95,15 @@ def load_lockfile(path: Path) -> CompatLock:
         lock = CompatLock.from_json(data)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise InputError(f"{path}: malformed lockfile ({e!r})") from e
+    wrong = shape_problem(lock)  # a resealed file can hold any value anywhere
+    if wrong is not None:
+        raise InputError(
+            f"{path}: malformed lockfile: {wrong}; regenerate it with `nox -s lock`, never "
+            "edit it by hand"
+        )
     judged = rejudged(lock)  # what readers act on is what the checks say (recheck's docstring)
+    # an older schema's verdicts were made by older rules: differing is expected, not news
+    log = logger.warning if lock.schema == COMPAT_SCHEMA else logger.debug
     for problem in verdict_problems(lock, judged):
-        logger.warning("%s: %s; the verdict its runs give is used", path, problem)
+        log("%s: %s; the verdict its runs give is used", path, problem)
     return judged

@@ -1,4 +1,4 @@
-"""Reading conformance results files (``envbuilder.results/2``, and /1 as older evidence).
+"""Reading conformance results files (``envbuilder.results/3``; /2 and /1 as older evidence).
 
 A results file is validated against the JSON Schema of the results schema it
 names: the packaged ``envbuilder/schemas/results.schema.json`` when its
@@ -50,10 +50,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from envbuilder.conformance._record import STATUSES, USES
+from envbuilder.conformance._record import (
+    READABLE_RESULTS_SCHEMAS,
+    RESULTS_SCHEMA,
+    STATUSES,
+    USES,
+    VIAS,
+)
+from envbuilder.files import sha256_file
 from envbuilder.jsondoc import NotJSON, parse
 from envbuilder.lockfile.canonical import finite
 from envbuilder.lockfile.claims import claim_problems
@@ -62,6 +69,7 @@ from envbuilder.lockfile.verdicts import overall, run_use_verdicts
 from envbuilder.model import ResolvedCombination
 
 __all__ = [
+    "CARRIED_FROM",
     "READABLE_SCHEMAS",
     "RESULTS_SCHEMA",
     "SUPPORTED_SUITE_MAJOR",
@@ -71,6 +79,7 @@ __all__ = [
     "ResultsFile",
     "accept",
     "bind",
+    "carried_source",
     "documented_shape",
     "find_results",
     "read_results",
@@ -79,10 +88,10 @@ __all__ = [
     "run_order",
 ]
 
-RESULTS_SCHEMA = "envbuilder.results/2"
+#: /3 is /2 with each check's ``via`` (a /2 check takes it from its name: `legacy_via`)
 #: Results schemas this envbuilder merges: the current one and the older evidence.
-READABLE_SCHEMAS = ("envbuilder.results/1", RESULTS_SCHEMA)
-SUPPORTED_SUITE_MAJOR = 2
+READABLE_SCHEMAS = READABLE_RESULTS_SCHEMAS
+SUPPORTED_SUITE_MAJOR = 3
 
 _STATUS_1 = ["pass", "fail", "skip", "error", "timeout"]
 _SCALAR: dict[str, Any] = {"type": ["number", "string", "boolean", "null"]}
@@ -170,7 +179,8 @@ class ResultsFile:
 
 
 def documented_shape(schema: str) -> dict[str, Any]:
-    """The shape docs/contracts.md documents for *schema* (results/2 = results/1 plus its fields)."""
+    """The shape docs/contracts.md documents for *schema* (results/2 = results/1 plus its
+    fields; results/3 = results/2 plus each check's ``via``)."""
     shape = copy.deepcopy(_DOCUMENTED_SHAPE_1)
     if schema == "envbuilder.results/1":
         return shape
@@ -184,6 +194,9 @@ def documented_shape(schema: str) -> dict[str, Any]:
         "uniqueItems": True,
     }
     item["properties"]["covers"] = {"type": ["string", "null"]}
+    if schema != "envbuilder.results/2":
+        item["required"] += ["via"]
+        item["properties"]["via"] = {"enum": [*VIAS, None]}
     return shape
 
 
@@ -199,8 +212,9 @@ def _packaged() -> Mapping[str, Any] | None:
 def _schema(name: str) -> Mapping[str, Any]:
     """The JSON Schema a file naming results schema *name* is validated against."""
     packaged = _packaged()
-    if packaged is not None and packaged.get("$id") == name:
-        return packaged
+    takes = packaged.get("properties", {}).get("schema", {}).get("enum", ()) if packaged else ()
+    if packaged is not None and name in takes and name != "envbuilder.results/1":
+        return packaged  # the current schema, which still takes the one before it
     return documented_shape(name)
 
 
@@ -343,6 +357,28 @@ def find_results(paths: Iterable[Path]) -> list[Path]:
         else:
             found.append(path)
     return found
+
+
+#: how a carried run's ``source`` begins when its path points nowhere (docs/contracts.md)
+CARRIED_FROM = "carried from lockfile "
+
+
+def carried_source(run: Run, *, lockfile_sha256: str, base: Path) -> str:
+    """The ``source`` of *run*, carried out of the lockfile whose ``content_sha256`` is
+    *lockfile_sha256* into one in the directory *base*. Its path was relative to that
+    lockfile: kept where it leads, from *base*, to the bytes the run was read from
+    (``source_sha256``), so a lockfile made in parts is the one made at once; else
+    ``carried from lockfile <sha256>: <path>``, naming the lockfile the path belongs to. A
+    source already carried so keeps the lockfile it first came from."""
+    source = run.source
+    if source.startswith(CARRIED_FROM):
+        return source
+    relative = PurePosixPath(source)
+    if source and not relative.is_absolute() and not relative.drive:
+        candidate = base / relative
+        if candidate.is_file() and sha256_file(candidate) == run.source_sha256:
+            return source
+    return f"{CARRIED_FROM}{lockfile_sha256}: {source}"
 
 
 def _relative(path: Path, base: Path) -> str:

@@ -16,14 +16,18 @@ a conda environment       ``etc/conda/activate.d/`` and ``deactivate.d/`` script
 anything else             none: the ``export`` line to run is printed
 ========================  =====================================================
 
-The hook prepends, never replaces; installing again replaces the hook instead of
-adding a second. Running the venv's ``python`` without activating it gets no hook, so
+The hook prepends, never replaces, and never leaves an empty entry (``LIB:``, which
+the loader reads as the current directory) for an empty or unset variable; installing
+again replaces the hook instead of adding a second. The directory is written in each
+shell's own quoting (`sh_quoted`, `fish_quoted`, `csh_quoted`), so a venv path holding
+``$(…)``, backticks, quotes, ``$HOME`` or a newline stays a literal. Running the venv's ``python`` without activating it gets no hook, so
 the ``export`` line is printed as well. ``envbuilder doctor`` loads the extension in
 the user's environment and says what is missing when it does not load.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +35,16 @@ from pathlib import Path
 from envbuilder.files import write_atomic
 from envbuilder.lockfile.model import Entry
 
-__all__ = ["RuntimeHook", "announce", "hook_environment", "unhook_text"]
+__all__ = [
+    "RuntimeHook",
+    "announce",
+    "csh_quoted",
+    "export_line",
+    "fish_quoted",
+    "hook_environment",
+    "sh_quoted",
+    "unhook_text",
+]
 
 BEGIN = "# >>> envbuilder: CUDA runtime of a -cudart lock >>>"
 END = "# <<< envbuilder: CUDA runtime of a -cudart lock <<<"
@@ -52,17 +65,44 @@ def _block(lines: list[str]) -> str:
     return "\n".join([BEGIN, *lines, END]) + "\n"
 
 
-def _sh_revert() -> list[str]:
+# Each shell's own quoting: the directory is a literal in every one of them, whatever it
+# holds ($(…), backticks, quotes, $HOME, !, newlines), as uv's activate scripts quote it.
+
+
+def sh_quoted(text: str) -> str:
+    """*text* as one POSIX shell word (bash, zsh, dash): single quotes, a ``'`` as ``'\''``."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def fish_quoted(text: str) -> str:
+    """*text* as one fish word: single quotes, in which only ``\\`` and ``\'`` are escapes."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def csh_quoted(text: str) -> str:
+    """*text* as one csh/tcsh word: single quotes, a ``'`` written in double quotes; history's
+    ``!`` and a newline need a backslash even inside single quotes."""
+    quoted = text.replace("'", "'\"'\"'").replace("!", "\\!").replace("\n", "\\\n")
+    return "'" + quoted + "'"
+
+
+def export_line(libdir: str) -> str:
+    """The POSIX shell line that prepends *libdir* to ``LD_LIBRARY_PATH`` (an empty or unset
+    one gets no empty entry: the loader would read it as the current directory)."""
+    return f'export LD_LIBRARY_PATH={sh_quoted(libdir)}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"'
+
+
+def _sh_revert(old: str = _OLD, none: str = _NONE) -> list[str]:
     return [
-        f'if [ -n "${{{_OLD}+x}}" ]; then export LD_LIBRARY_PATH="${_OLD}"; unset {_OLD}; fi',
-        f'if [ -n "${{{_NONE}+x}}" ]; then unset LD_LIBRARY_PATH {_NONE}; fi',
+        f'if [ -n "${{{old}+x}}" ]; then export LD_LIBRARY_PATH="${old}"; unset {old}; fi',
+        f'if [ -n "${{{none}+x}}" ]; then unset LD_LIBRARY_PATH {none}; fi',
     ]
 
 
-def _sh_apply(libdir: str) -> list[str]:
+def _sh_apply(libdir: str, old: str = _OLD, none: str = _NONE) -> list[str]:
     return [
-        f'if [ -n "${{LD_LIBRARY_PATH+x}}" ]; then {_OLD}="$LD_LIBRARY_PATH"; else {_NONE}=1; fi',
-        f'export LD_LIBRARY_PATH="{libdir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"',
+        f'if [ -n "${{LD_LIBRARY_PATH+x}}" ]; then {old}="$LD_LIBRARY_PATH"; else {none}=1; fi',
+        export_line(libdir),
     ]
 
 
@@ -74,27 +114,42 @@ def _fish_revert() -> list[str]:
 
 
 def _fish_apply(libdir: str) -> list[str]:
+    quoted = fish_quoted(libdir)
     return [
         f"if set -q LD_LIBRARY_PATH; set -g {_OLD} $LD_LIBRARY_PATH; else; set -g {_NONE} 1; end",
-        f'set -gx LD_LIBRARY_PATH "{libdir}" $LD_LIBRARY_PATH',
+        'if test -n "$LD_LIBRARY_PATH"',
+        f"    set -gx LD_LIBRARY_PATH {quoted} $LD_LIBRARY_PATH",
+        "else",
+        f"    set -gx LD_LIBRARY_PATH {quoted}",
+        "end",
+        "true  # fish's set passes on the status before it: sourcing the script ends with 0",
     ]
 
 
 #: csh's ``deactivate`` is one single-quoted alias: its revert goes inside it, on one line
 _CSH_REVERT = (
+    f"test $?{_OLD} != 0 && setenv LD_LIBRARY_PATH ${_OLD}:q && unset {_OLD}; "
+    f"test $?{_NONE} != 0 && unsetenv LD_LIBRARY_PATH && unset {_NONE}; "
+)
+_CSH_REVERT_BEFORE = (  # what earlier installs wrote, taken out when installing again
     f'test $?{_OLD} != 0 && setenv LD_LIBRARY_PATH "${_OLD}" && unset {_OLD}; '
     f"test $?{_NONE} != 0 && unsetenv LD_LIBRARY_PATH && unset {_NONE}; "
 )
 
 
 def _csh_apply(libdir: str) -> list[str]:
+    quoted = csh_quoted(libdir)
     return [
         "if ($?LD_LIBRARY_PATH) then",
-        f'    set {_OLD}="$LD_LIBRARY_PATH"',
-        f'    setenv LD_LIBRARY_PATH "{libdir}:$LD_LIBRARY_PATH"',
+        f"    set {_OLD}=$LD_LIBRARY_PATH:q",
+        "    if ($%LD_LIBRARY_PATH) then",
+        f"        setenv LD_LIBRARY_PATH {quoted}:$LD_LIBRARY_PATH:q",
+        "    else",
+        f"        setenv LD_LIBRARY_PATH {quoted}",
+        "    endif",
         "else",
         f"    set {_NONE}",
-        f'    setenv LD_LIBRARY_PATH "{libdir}"',
+        f"    setenv LD_LIBRARY_PATH {quoted}",
         "endif",
     ]
 
@@ -102,7 +157,7 @@ def _csh_apply(libdir: str) -> list[str]:
 def unhook_text(text: str) -> str:
     """*text* (an activate script) without envbuilder's blocks and csh revert."""
     text = re.sub(rf"{re.escape(BEGIN)}\n.*?{re.escape(END)}\n", "", text, flags=re.S)
-    return text.replace(_CSH_REVERT, "")
+    return text.replace(_CSH_REVERT, "").replace(_CSH_REVERT_BEFORE, "")
 
 
 def _insert_after(text: str, anchor: str, block: str, script: Path) -> str:
@@ -139,12 +194,17 @@ def _hook_venv(prefix: Path, libdir: str) -> tuple[Path, ...]:
 
 
 def _hook_conda(prefix: Path, libdir: str) -> tuple[Path, ...]:
+    """conda's hook scripts. Environments stack (``conda activate --stack``), each one's
+    scripts running in turn, so each environment saves the earlier value under names of
+    its own: B's deactivation restores what B found (A's), then A's what A found."""
     on = prefix / "etc" / "conda" / "activate.d" / _CONDA_SCRIPT
     off = prefix / "etc" / "conda" / "deactivate.d" / _CONDA_SCRIPT
     on.parent.mkdir(parents=True, exist_ok=True)
     off.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(on, _block(_sh_apply(libdir)))
-    write_atomic(off, _block(_sh_revert()))
+    own = hashlib.sha256(str(prefix.absolute()).encode()).hexdigest()[:12]
+    names = (f"{_OLD}_{own}", f"{_NONE}_{own}")
+    write_atomic(on, _block(_sh_apply(libdir, *names)))
+    write_atomic(off, _block(_sh_revert(*names)))
     return (on, off)
 
 
@@ -184,7 +244,7 @@ def announce(entry: Entry, prefix: str, *, apply: bool) -> str | None:
     libdir = library_path(entry.extra_runtime, python=entry.python, venv=prefix)
     if not libdir:
         return None
-    export = f'export LD_LIBRARY_PATH="{libdir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"'
+    export = export_line(libdir)
     new_venv = not Path(prefix).exists()
     hook = hook_environment(Path(prefix), libdir, apply=apply) if not new_venv else None
     if new_venv:  # --venv, created by this install: a venv with the usual scripts

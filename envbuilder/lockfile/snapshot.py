@@ -1,5 +1,5 @@
 """The lockfile snapshot the wheel carries, so that ``pip install gpu-envbuilder`` then
-``envbuilder query`` answers without building anything.
+``envbuilder query`` answers, and ``install`` installs, without building anything.
 
 ``envbuilder/data/`` holds a published lockfile and, with ``--with-locks``, the
 pylocks it names (at their paths relative to it, as the site publishes them). It is
@@ -9,13 +9,16 @@ pylock (its sha256) and replaces the directory as a whole. The release builds th
 wheel after it. The lockfile's own content hash makes any edit by hand fail on read.
 
 The snapshot is committed, and the repository names no package index: pylocks name
-their index's host in every file URL, so the committed snapshot is the lockfile only
-(``query`` and ``doctor`` answer from it; ``install`` and ``export`` say that the
-locks come from the published site and which option fetches them). Every file
-written is searched for URL hosts first; a host other than the reserved test names
-(``*.invalid``, ``*.example``, ``*.test``, loopback), the links torch prints inside
-measured messages (`ALLOWED_HOSTS`) and those passed with ``--allow-host`` stops the
-snapshot before anything is replaced.
+their index's host in every file URL, so the committed snapshot is the lockfile only.
+That is enough to install: each entry records its closure by name, version, wheel
+filename and sha256 (and a source build's record), so ``install`` and ``export`` hand
+uv or pip hash-pinned requirements fetched from the indexes the user's configuration
+names (`envbuilder.lockfile.export.exported_carried`). Every file written is searched
+for URL hosts first, in its bytes and in every string of its parsed document (JSON or
+TOML, where ``\\/`` or ``\\u002f`` escapes hide a URL from a byte search); a host other
+than the reserved test names (``*.invalid``, ``*.example``, ``*.test``, loopback), the
+links torch prints inside measured messages (`ALLOWED_HOSTS`) and those passed with
+``--allow-host`` stops the snapshot before anything is replaced.
 
 The snapshot's date is that of the newest run it holds (the lockfile carries no
 clock of its own: the same inputs give the same bytes).
@@ -37,8 +40,10 @@ from envbuilder.lockfile.model import DEFAULT_LOCKFILE, CompatLock
 __all__ = [
     "ALLOWED_HOSTS",
     "data_directory",
+    "document_hosts",
     "embedded",
     "foreign_hosts",
+    "is_carried",
     "newest_evidence",
     "require_locks",
     "write_snapshot",
@@ -85,8 +90,49 @@ def foreign_hosts(data: bytes, allow: frozenset[str] = frozenset()) -> list[str]
     return sorted(h for h in found if not _allowed(h, allow))
 
 
+def _strings(value: object) -> list[str]:
+    """Every string (keys too) of a parsed JSON or TOML document."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in [*_strings(k), *_strings(v)]]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def document_hosts(name: str, data: bytes, allow: frozenset[str] = frozenset()) -> list[str]:
+    """`foreign_hosts` of *data* and of every string of it parsed (``.json``, ``.toml``): an
+    escaped slash (JSON ``\\/``, ``\\u002f``; TOML ``\\u002f``) hides a URL from the bytes only."""
+    import json
+    import tomllib
+
+    from envbuilder.errors import InputError
+
+    found = set(foreign_hosts(data, allow))
+    try:
+        if name.endswith(".json"):
+            parsed: object = json.loads(data)
+        elif name.endswith(".toml"):
+            parsed = tomllib.loads(data.decode("utf-8"))
+        else:
+            parsed = None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(f"{name}: cannot be read to search it for hosts ({e})") from e
+    for text in _strings(parsed):
+        found.update(foreign_hosts(text.encode("utf-8", "surrogatepass"), allow))
+    return sorted(found)
+
+
+def is_carried(lockfile: Path) -> bool:
+    """Whether *lockfile* is the snapshot this envbuilder carries."""
+    snapshot = embedded()
+    return snapshot is not None and lockfile.resolve() == snapshot.resolve()
+
+
 def require_locks(snapshot: Path, combination: str | None) -> None:
-    """Stop, saying where the locks come from, when *snapshot* carries the lockfile only."""
+    """Stop, saying where the locks come from, when *snapshot* has neither the pylock nor the
+    record of the closure (an older lockfile) of what is wanted."""
     from envbuilder.errors import InputError
     from envbuilder.lockfile.read import load_lockfile
 
@@ -96,13 +142,17 @@ def require_locks(snapshot: Path, combination: str | None) -> None:
         for e in lock.combinations
         if e.lock is not None and (combination is None or e.id == combination)
     ]
-    if all((snapshot.parent / e.lock.path).is_file() for e in wanted if e.lock is not None):
+    if all(
+        e.packages or (snapshot.parent / e.lock.path).is_file()
+        for e in wanted
+        if e.lock is not None
+    ):
         return
     raise InputError(
-        "the snapshot this envbuilder carries holds the lockfile only, not the locks it "
-        "names; the locks come from the published site: pass --lock URL (the site's "
-        "compat.lock.json, e.g. --lock https://SITE/compat.lock.json) or set "
-        "ENVBUILDER_LOCK_URL=URL once, and they are downloaded and checked against it"
+        "the snapshot this envbuilder carries records neither the locks nor the packages of "
+        "what you asked for; the locks come from the published site: pass --lock URL (the "
+        "site's compat.lock.json) or set ENVBUILDER_LOCK_URL=URL once, and they are "
+        "downloaded and checked against it"
     )
 
 
@@ -140,7 +190,7 @@ def write_snapshot(
             files[str(PurePosixPath(entry.lock.path))] = locate_pylock(lockfile, entry)
     allow = frozenset(h.lower() for h in allow_hosts)
     for name, source in files.items():
-        hosts = foreign_hosts(source.read_bytes(), allow)
+        hosts = document_hosts(name, source.read_bytes(), allow)
         if hosts:
             raise InputError(
                 f"{source}: names the host(s) {', '.join(hosts)}; a snapshot is committed "

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from envbuilder.docpath import document_path
 from envbuilder.errors import InputError
 from envbuilder.files import sha256_file
 from envbuilder.lockfile.model import Entry, SourceBuildEntry
@@ -86,7 +87,9 @@ def describe(build: SourceBuildEntry, combination: str) -> str:
         f"xformers built from source (key {build.key[:12]}, wheel sha256 {build.wheel_sha256[:12]})"
     )
     if build.key_format is not None and build.key_format < KEY_FORMAT:
-        text += f"; key format {build.key_format}, made by an older recipe"
+        # a consumer's words: the wheel is still pinned by its sha256; only a new build's
+        # key would be computed differently
+        text += "; recorded by an earlier envbuilder (its sha256 still pins the wheel)"
     return text
 
 
@@ -121,7 +124,12 @@ def recorded_wheel(entry: Entry, *, wheel: Path | None, build_cache: Path) -> Pa
             "`envbuilder lock` records it; nothing was installed"
         )
     assert build.key is not None and build.wheel_filename is not None
-    path = wheel if wheel is not None else build_cache / build.key / build.wheel_filename
+    path = wheel or document_path(
+        build_cache,
+        ("key", build.key),
+        ("wheel", build.wheel_filename),
+        source=f"the lockfile's build record of {entry.id!r}",
+    )
     where = f"--wheel {wheel}" if wheel is not None else f"the build cache ({path})"
     if not path.is_file():
         raise InputError(

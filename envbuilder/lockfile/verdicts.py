@@ -10,7 +10,15 @@ none and speaks for every use. A *direct* gate check has ``gate = true`` and
 answer from the nearest wrong one is a failed gate, never a pass); ``skip``
 neither passes nor fails.
 
-For one use U, over the checks that speak for U:
+A check has a call path (``via``): None when it called torch and xformers directly (what
+a combination pins), else the library it reached them through (``diffusers``). A
+combination's verdict for U is made of its direct checks only; each library gets its own
+verdict for U by the same rules over its checks (`advisory`), shown beside the row and never
+part of its verdict. A check whose error the suite's own code raised (``fault_component``
+``suite``) is listed in ``suite_errors`` and counted by no verdict, as a gate or as a
+workaround's evidence.
+
+For one use U, over the (direct, or one library's) checks that speak for U:
 
 =====================================================  ============================
 the checks for U say …                                 U's verdict
@@ -49,9 +57,14 @@ anything else                                          W does not cover C
 =====================================================  ============================
 
 A workaround (by name) *works* on C when it has at least one check covering C
-and every one of those passed. Of those that work, the cheapest is chosen:
-fewest ``graph_breaks``, then lowest ``step_ms`` (unmeasured costs sort after
-measured ones), then the workaround's name — so the choice is deterministic.
+and every one of those passed without leaving C's own failure: on a ``nobreaks``
+check (one that asks for no graph break) only with ``graph_breaks`` measured 0.
+Of those that work, the cheapest is chosen: lowest tier (`WORKAROUND_TIER`: 0 keeps
+xformers with no graph break, 1 keeps it behind a break, 2 replaces it), then fewest
+``graph_breaks_per_step`` (unmeasured after measured), then the workaround's name — never
+``step_ms``, which at the suite's sizes is launch overhead. Its cost says the breaks per
+call and per step and whether it gives up ``fullgraph=True`` (as recorded, else a break on
+a case compiled with ``fullgraph``).
 For ``verified-with-workaround`` only the ones that keep xformers are chosen from; for
 ``xformers-unusable`` the cheapest that keeps xformers where one works on C, else the
 cheapest replacement.
@@ -95,11 +108,22 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 
-from envbuilder.conformance._record import FAILED, KEEPS_XFORMERS, USES, Use, Workaround
+from envbuilder.conformance._record import (
+    FAILED,
+    KEEPS_XFORMERS,
+    USES,
+    VIAS,
+    WORKAROUND_TIER,
+    Use,
+    Via,
+    Workaround,
+)
 from envbuilder.lockfile.model import (
     VERDICT_RANK,
+    Advisory,
     CheckOutcome,
     GpuVerdict,
+    InfoCheck,
     LastVerified,
     Run,
     UseVerdict,
@@ -113,14 +137,17 @@ from envbuilder.model import Status as ResolveStatus
 __all__ = [
     "FAILED",
     "Judged",
+    "advisory",
     "cheapest",
     "combination_use_verdicts",
     "combination_verdict",
+    "cost_text",
     "covers",
     "gpu_verdicts",
     "judge",
     "keeps_xformers",
     "last_verified",
+    "leaves_failure",
     "options",
     "overall",
     "rejudged_run",
@@ -154,17 +181,44 @@ def covers(workaround: CheckOutcome, failed: CheckOutcome) -> bool:
     return workaround.uses is None and workaround.group == failed.group
 
 
+def _parts(check: CheckOutcome) -> list[str]:
+    return check.name.split(".")
+
+
+def leaves_failure(workaround: CheckOutcome, failed: CheckOutcome) -> bool:
+    """Whether *workaround* passed while leaving *failed*'s own failure: a ``nobreaks`` check
+    asks for no graph break, so a workaround counts there only with none measured (suites
+    before 3.0 passed dynamo-disable on it with the very break the check failed for)."""
+    return "nobreaks" in _parts(failed) and workaround.cost.graph_breaks != 0
+
+
+def _drops_fullgraph(workaround: CheckOutcome, failed: CheckOutcome) -> bool:
+    """Whether *workaround* gave up ``fullgraph=True``: as it recorded, else (suites before
+    3.0) a graph break measured on a case compiled with ``fullgraph`` (its name says so)."""
+    cost = workaround.cost
+    if cost.drops_fullgraph is not None:
+        return cost.drops_fullgraph
+    return "fullgraph" in _parts(failed) and (cost.graph_breaks or 0) > 0
+
+
+def _most(values: Iterable[float | None]) -> float | None:
+    """The largest measured value; None when none was measured."""
+    measured = [v for v in values if v is not None]
+    return max(measured) if measured else None
+
+
 def workarounds_that_work(
     checks: Sequence[CheckOutcome], failed: CheckOutcome
 ) -> list[WorkaroundChoice]:
-    """Every workaround whose checks covering *failed* all passed, with its cost there."""
+    """Every workaround whose checks covering *failed* all passed without leaving its failure
+    (`leaves_failure`), with its cost there; suite errors are no evidence either way."""
     by_name: dict[Workaround, list[CheckOutcome]] = {}
     for check in checks:
-        if check.workaround is not None and covers(check, failed):
+        if check.workaround is not None and not check.suite_error and covers(check, failed):
             by_name.setdefault(check.workaround, []).append(check)
     out: list[WorkaroundChoice] = []
     for name, mine in sorted(by_name.items()):
-        if not all(c.status == "pass" for c in mine):
+        if not all(c.status == "pass" and not leaves_failure(c, failed) for c in mine):
             continue
         costs = [c.cost for c in mine]
         breaks = [c.graph_breaks for c in costs]
@@ -176,23 +230,23 @@ def workarounds_that_work(
                 evidence=tuple(sorted(c.name for c in mine)),
                 graph_breaks=None if None in breaks else max(b for b in breaks if b is not None),
                 step_ms=None if None in times else max(t for t in times if t is not None),
+                tier=WORKAROUND_TIER[name],
+                breaks_per_call=_most(c.breaks_per_call for c in costs),
+                breaks_per_step=_most(c.breaks_per_step for c in costs),
+                drops_fullgraph=any(_drops_fullgraph(c, failed) for c in mine),
             )
         )
     return out
 
 
-def _cost_key(c: WorkaroundChoice | WorkaroundOption) -> tuple[bool, int, bool, float, str]:
-    return (
-        c.graph_breaks is None,
-        c.graph_breaks or 0,
-        c.step_ms is None,
-        c.step_ms or 0.0,
-        c.workaround,
-    )
+def _cost_key(c: WorkaroundChoice | WorkaroundOption) -> tuple[int, bool, float, str]:
+    """Cheapest first: the workaround's tier, then graph breaks per step (unmeasured after
+    measured), then its name. Never step time: at the suite's sizes it is launch overhead."""
+    return (c.tier, c.breaks_per_step is None, c.breaks_per_step or 0.0, c.workaround)
 
 
 def cheapest(choices: Iterable[WorkaroundChoice]) -> WorkaroundChoice | None:
-    """Fewest graph breaks, then fastest step, then name; unmeasured after measured."""
+    """The cheapest of *choices* (`_cost_key`)."""
     return min(choices, key=_cost_key, default=None)
 
 
@@ -200,26 +254,32 @@ def _worst_cost(values: Sequence[float | int | None]) -> float | int | None:
     return None if not values or None in values else max(v for v in values if v is not None)
 
 
+def _option(
+    name: Workaround, fixes: Iterable[str], costs: Sequence[WorkaroundChoice | WorkaroundOption]
+) -> WorkaroundOption:
+    """One workaround's option: the checks it fixes and its worst cost over *costs*."""
+    breaks = _worst_cost([c.graph_breaks for c in costs])
+    ms = _worst_cost([c.step_ms for c in costs])
+    return WorkaroundOption(
+        workaround=name,
+        keeps_xformers=keeps_xformers(name),
+        fixes=tuple(sorted(set(fixes))),
+        graph_breaks=None if breaks is None else int(breaks),
+        step_ms=None if ms is None else float(ms),
+        tier=WORKAROUND_TIER[name],
+        breaks_per_call=_most(c.breaks_per_call for c in costs),
+        breaks_per_step=_most(c.breaks_per_step for c in costs),
+        drops_fullgraph=any(c.drops_fullgraph for c in costs),
+    )
+
+
 def options(working: Iterable[WorkaroundChoice]) -> tuple[WorkaroundOption, ...]:
     """Per workaround name, the failed checks it works on and its worst cost over them;
-    cheapest first (graph breaks, then step time, unmeasured last, then name)."""
+    cheapest first (`_cost_key`)."""
     by_name: dict[Workaround, list[WorkaroundChoice]] = {}
     for choice in working:
         by_name.setdefault(choice.workaround, []).append(choice)
-    out = []
-    for name, mine in by_name.items():
-        breaks = _worst_cost([c.graph_breaks for c in mine])
-        out.append(
-            WorkaroundOption(
-                workaround=name,
-                keeps_xformers=keeps_xformers(name),
-                fixes=tuple(sorted({c.check for c in mine})),
-                graph_breaks=None if breaks is None else int(breaks),
-                step_ms=None
-                if (ms := _worst_cost([c.step_ms for c in mine])) is None
-                else float(ms),
-            )
-        )
+    out = [_option(name, (c.check for c in mine), mine) for name, mine in by_name.items()]
     return tuple(sorted(out, key=_cost_key))
 
 
@@ -229,19 +289,7 @@ def _merged_options(verdicts: Iterable[Verdict]) -> tuple[WorkaroundOption, ...]
     for v in verdicts:
         for o in v.options:
             merged.setdefault(o.workaround, []).append(o)
-    out = []
-    for name, mine in merged.items():
-        breaks = _worst_cost([o.graph_breaks for o in mine])
-        ms = _worst_cost([o.step_ms for o in mine])
-        out.append(
-            WorkaroundOption(
-                workaround=name,
-                keeps_xformers=mine[0].keeps_xformers,
-                fixes=tuple(sorted({c for o in mine for c in o.fixes})),
-                graph_breaks=None if breaks is None else int(breaks),
-                step_ms=None if ms is None else float(ms),
-            )
-        )
+    out = [_option(name, (c for o in mine for c in o.fixes), mine) for name, mine in merged.items()]
     return tuple(sorted(out, key=_cost_key))
 
 
@@ -256,21 +304,35 @@ def _describe(check: CheckOutcome) -> str:
     return text
 
 
-def _cost(choice: WorkaroundChoice | WorkaroundOption) -> str:
+def cost_text(choice: WorkaroundChoice | WorkaroundOption) -> str:
+    """What a workaround costs, as measured: ``1 graph break per call, 3 per step, drops
+    fullgraph=True``; the breaks of the check's own function where per call and per step
+    were not measured; empty when nothing was."""
     parts = []
-    if choice.graph_breaks is not None:
+    call, step = choice.breaks_per_call, choice.breaks_per_step
+    if call is not None or step is not None:
+        said = []
+        if call is not None:
+            said.append(f"{call:g} graph break{'s' if call != 1 else ''} per call")
+        if step is not None:
+            said.append(f"{step:g} per step" if said else f"{step:g} graph breaks per step")
+        parts.append(", ".join(said))
+    elif choice.graph_breaks is not None:
         parts.append(f"{choice.graph_breaks} graph break{'s' if choice.graph_breaks != 1 else ''}")
-    if choice.step_ms is not None:
-        parts.append(f"≤{choice.step_ms:.3g} ms/step")
-    return f" ({', '.join(parts)})" if parts else ""
+    if choice.drops_fullgraph:
+        parts.append("drops fullgraph=True")
+    return ", ".join(parts)
 
 
-def use_verdict_of(
-    checks: Sequence[CheckOutcome], use: Use, extra_runtime: Sequence[str] = ()
-) -> Verdict:
-    """The verdict of one run for one use (see the module's first table)."""
-    mine = [c for c in checks if c.speaks_for(use)]
-    gates = [c for c in mine if c.direct_gate]
+def _cost(choice: WorkaroundChoice | WorkaroundOption) -> str:
+    text = cost_text(choice)
+    return f" ({text})" if text else ""
+
+
+def _judged(checks: Sequence[CheckOutcome], extra_runtime: Sequence[str] = ()) -> Verdict:
+    """The verdict of *checks* (one use's, of one call path, no suite errors): the module's
+    first table."""
+    gates = [c for c in checks if c.direct_gate]
     if not any(c.status == "pass" for c in gates):
         return Verdict(verdict="unverified", reason="no gate check passed")
     failed = sorted((c for c in gates if c.status in FAILED), key=lambda c: c.name)
@@ -284,7 +346,7 @@ def use_verdict_of(
             )
         passed = sum(c.status == "pass" for c in gates)
         return Verdict(verdict="verified", reason=f"all {passed} gate checks passed")
-    working = {c.name: workarounds_that_work(mine, c) for c in failed}
+    working = {c.name: workarounds_that_work(checks, c) for c in failed}
     listed = options(w for ws in working.values() for w in ws)
     uncovered = [c for c in failed if not working[c.name]]
     if uncovered:
@@ -312,8 +374,8 @@ def use_verdict_of(
         )
     chosen_kept = [cheapest(kept[c.name]) for c in failed]
     picked = [c for c in chosen_kept if c is not None]
-    names = sorted({c.workaround for c in picked})
-    details = ", ".join(f"{n}{_cost(_option(listed, n))}" for n in names)
+    names = sorted({c.workaround for c in picked}, key=lambda n: _cost_key(_listed(listed, n)))
+    details = ", ".join(f"{n}{_cost(_listed(listed, n))}" for n in names)
     return Verdict(
         verdict="verified-with-workaround",
         reason=f"{_count(failed)} {'passes' if len(failed) == 1 else 'pass'} with {details}",
@@ -322,6 +384,63 @@ def use_verdict_of(
         choices=tuple(picked),
         options=listed,
     )
+
+
+#: how an advisory names the backend of the library its failing checks used
+_BACKEND: dict[str, str] = {"xformers": "xformers backend", "sdpa": "native backend"}
+
+
+def _info(check: CheckOutcome) -> InfoCheck:
+    first = (check.reason.strip().splitlines() or [""])[0].split(" | ")[0]
+    return InfoCheck(name=check.name, status=check.status, reason=first[:200])
+
+
+def advisory(via: Via, checks: Sequence[CheckOutcome], use: Use) -> Advisory | None:
+    """The verdict for *use* of the library *via* from its checks among *checks* (None when
+    none of them speaks for *use*): the same rules as the combination's, its suite errors
+    apart, its checks that gate nothing (``info``) kept as evidence of who is hit."""
+    mine = [c for c in checks if c.via == via]
+    speaking = [c for c in mine if c.speaks_for(use)]
+    if not speaking:
+        return None
+    verdict = _judged([c for c in speaking if not c.suite_error])
+    errors = tuple(sorted(c.name for c in speaking if c.suite_error))
+    versions = sorted({v for c in mine if isinstance(v := c.numbers.get(via), str) and v})
+    version = versions[-1] if versions else None
+    by_name = {c.name: c for c in mine}
+    backends = sorted(
+        {_BACKEND.get(by_name[n].impl or "", "") for n in verdict.failing_checks} - {""}
+    )
+    name = " ".join(
+        [via, *([version] if version else []), *backends[: 1 if len(backends) == 1 else 0]]
+    )
+    info = tuple(
+        _info(c)
+        for c in sorted(mine, key=lambda c: c.name)
+        if not c.gate and c.workaround is None and (c.uses == () or c.speaks_for(use))
+    )
+    return Advisory(
+        via=via,
+        library=via,
+        version=version,
+        name=name,
+        verdict=replace(verdict, suite_errors=errors),
+        info=info,
+    )
+
+
+def use_verdict_of(
+    checks: Sequence[CheckOutcome], use: Use, extra_runtime: Sequence[str] = ()
+) -> Verdict:
+    """The verdict of one run for one use (see the module's first table): made of the checks
+    that call torch and xformers directly (``via`` None); each library the suite reached
+    them through gets its own (`advisory`); suite errors are listed and counted nowhere."""
+    mine = [c for c in checks if c.speaks_for(use)]
+    direct = [c for c in mine if c.via is None and not c.suite_error]
+    verdict = _judged(direct, extra_runtime)
+    advisories = tuple(a for v in VIAS if (a := advisory(v, checks, use)) is not None)
+    errors = tuple(sorted(c.name for c in mine if c.suite_error))
+    return replace(verdict, suite_errors=errors, advisories=advisories)
 
 
 def _count(checks: Sequence[CheckOutcome]) -> str:
@@ -334,13 +453,28 @@ def _some(checks: Sequence[CheckOutcome], shown: int = 3) -> str:
     return text + (f"; and {len(checks) - shown} more" if len(checks) > shown else "")
 
 
-def _option(listed: Sequence[WorkaroundOption], name: str) -> WorkaroundOption:
+def _listed(listed: Sequence[WorkaroundOption], name: str) -> WorkaroundOption:
     return next(o for o in listed if o.workaround == name)
 
 
+def _with_merged(chosen: Verdict, verdicts: Iterable[Verdict]) -> Verdict:
+    """*chosen* carrying, per library, the worst advisory of *verdicts* (the first on ties)
+    and every suite error any of them lists."""
+    every = list(verdicts)
+    merged: list[Advisory] = []
+    for via in VIAS:
+        found = [a for v in every for a in v.advisories if a.via == via]
+        if found:
+            merged.append(max(found, key=lambda a: VERDICT_RANK[a.verdict.verdict]))
+    errors = tuple(sorted({e for v in every for e in v.suite_errors}))
+    return replace(chosen, advisories=tuple(merged), suite_errors=errors)
+
+
 def worst(verdicts: Iterable[Verdict]) -> Verdict:
-    """The worst verdict; on ties the first one (callers pass them in a stable order)."""
-    return max(verdicts, key=lambda v: VERDICT_RANK[v.verdict])
+    """The worst verdict; on ties the first one (callers pass them in a stable order); its
+    advisories the worst per library of them all (`_with_merged`)."""
+    every = list(verdicts)
+    return _with_merged(max(every, key=lambda v: VERDICT_RANK[v.verdict]), every)
 
 
 def overall(uses: Sequence[UseVerdict]) -> Verdict:
@@ -348,6 +482,11 @@ def overall(uses: Sequence[UseVerdict]) -> Verdict:
     verdicts = [u.verdict for u in uses]
     if all(v == verdicts[0] for v in verdicts):
         return verdicts[0]
+    return _with_merged(_overall(uses), verdicts)
+
+
+def _overall(uses: Sequence[UseVerdict]) -> Verdict:
+    verdicts = [u.verdict for u in uses]
     rank = max(VERDICT_RANK[v.verdict] for v in verdicts)
     mine = [u for u in uses if VERDICT_RANK[u.verdict.verdict] == rank]
     reasons: dict[str, list[str]] = {}
@@ -470,7 +609,7 @@ def _combined(
             )
         return Verdict(verdict="unverified", reason="resolved; no conformance results yet")
     chosen = max(gpus, key=lambda g: VERDICT_RANK[pick(g).verdict])
-    verdict = pick(chosen)
+    verdict = _with_merged(pick(chosen), (pick(g) for g in gpus))
     if len(gpus) == 1:
         reason = f"on {chosen.gpu}: {verdict.reason}"
     else:

@@ -16,7 +16,15 @@ from string import Template
 
 from envbuilder.errors import InputError, OutputError
 from envbuilder.files import write_atomic
-from envbuilder.lockfile.advice import action, cause_line, causes, dated
+from envbuilder.lockfile.advice import (
+    action,
+    advisories,
+    advisory_line,
+    cause_line,
+    causes,
+    dated,
+    use_counts,
+)
 from envbuilder.lockfile.gpus import GPU_ARCH, GPU_COMPUTE_CAPABILITY
 from envbuilder.lockfile.model import (
     INSTALLABLE,
@@ -107,12 +115,17 @@ def _per_use_sections(lock: CompatLock, now: datetime) -> list[str]:
         for u in e.uses:
             if u.verdict.verdict == "verified":
                 continue
-            lines += [
+            lines += [  # its failing checks are this use's own, never a union over uses
                 "",
                 f"**{_md(e.id)}**, {u.use}: {SYMBOL[u.verdict.verdict]} {u.verdict.verdict}: "
                 f"{_md(_advice(lock, e, u.use, now))}",
             ]
             lines += [f"- {_md(cause_line(c))}" for c in causes(e, u.verdict)]
+        for u in e.uses:  # libraries the row does not pin: their own verdicts, apart
+            lines += [
+                f"- advisory, {u.use}: {_md(advisory_line(e, a, width=400))}"
+                for a in advisories(u.verdict)
+            ]
     return (["", "### Per use: what to do and why", *lines]) if lines else []
 
 
@@ -255,16 +268,25 @@ def _row(
 
 def _causes_details(entry: Entry, verdict: Verdict) -> str:
     """The failing checks grouped by cause, folded: a row stays one glance tall however
-    many checks failed (the counts in the summary, the lines behind it)."""
+    many checks failed. The summary counts the worst use's checks (never a union over uses)
+    and says how many advisories of libraries the row does not pin follow the causes."""
     found = causes(entry, verdict)
-    if not found:
+    said = [a for a in advisories(verdict)]
+    if not found and not said:
         return ""
-    checks = sum(len(c.checks) for c in found)
-    summary = (
-        f"{checks} failing check{'s' if checks != 1 else ''}, "
-        f"{len(found)} cause{'s' if len(found) != 1 else ''}"
-    )
+    parts = []
+    if found:
+        checks = use_counts(entry.uses)
+        parts.append(
+            f"{checks} failing in the worst use, {len(found)} cause{'s' if len(found) != 1 else ''}"
+        )
+    if said:
+        parts.append(f"{len(said)} advisor{'ies' if len(said) != 1 else 'y'}")
     lines = "".join(f"<li>{escape(cause_line(c))}</li>" for c in found)
+    lines += "".join(
+        f"<li>advisory: {escape(advisory_line(entry, a, width=400))}</li>" for a in said
+    )
+    summary = ", ".join(parts)
     return f'<details class="causes"><summary>{summary}</summary><ul>{lines}</ul></details>'
 
 
@@ -522,8 +544,10 @@ def build_site(lockfile: Path, out: Path) -> list[Path]:
                 f"{lockfile}: the lock of {entry.id!r} lies outside the lockfile's directory "
                 f"({entry.lock.path!r}); write the lockfile beside its locks (e.g. the repository root)"
             )
-        from envbuilder.lockfile.export import locate_pylock
+        from envbuilder.lockfile.export import carried, locate_pylock
 
+        if carried(lockfile, entry):  # the wheel's snapshot: installed by name and sha256
+            continue
         files[str(rel)] = locate_pylock(lockfile, entry).read_bytes()
     _refuse_foreign_directory(out)
     files[SITE_MARKER] = f"written by envbuilder publish; {content_sha256}\n".encode()
