@@ -62,7 +62,7 @@ def matrix(session: nox.Session) -> None:
 
 
 #: `envbuilder conformance` options that take a value (the others are flags).
-_CONFORMANCE_VALUE_OPTIONS = ("--out-dir", "--checks", "--locks", "--matrix")
+_CONFORMANCE_VALUE_OPTIONS = ("--out-dir", "--checks", "--locks", "--matrix", "--image-records")
 
 
 def _selectors_and_locks(posargs: list[str]) -> tuple[list[str], Path]:
@@ -189,10 +189,21 @@ def snapshot(session: nox.Session) -> None:
     session.run("envbuilder", "snapshot", *session.posargs)
 
 
+#: actionlint, pinned by sha256 (its package wraps a fork's build: docs/github-actions.md)
+ACTIONLINT_REQUIREMENTS = "requirements/actionlint.txt"
+
+
+def _install_actionlint(session: nox.Session) -> None:
+    """actionlint for the lint gate and the workflow tests, only as its hashes pin it."""
+    pinned = ("--require-hashes", "--no-deps", "--only-binary", ":all:")
+    session.install(*pinned, "-r", ACTIONLINT_REQUIREMENTS)
+
+
 @nox.session(python=PYTHON, tags=["check"])
 def lint(session: nox.Session) -> None:
     """Run ruff over the package, tests and noxfile, and actionlint over the workflows."""
     _install_project(session, "lint")
+    _install_actionlint(session)
     session.run("ruff", "check", "envbuilder", "tests", "noxfile.py")
     session.run("ruff", "format", "--check", "envbuilder", "tests", "noxfile.py")
     session.run("actionlint")
@@ -205,21 +216,85 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", *session.posargs)
 
 
-@nox.session(python=PYTHON, tags=["check"])
-def tests(session: nox.Session) -> None:
-    """Run the test suite (unit, integration, network, docker, browser): nox -s tests -- [PYTEST ARGS]."""
+def _install_tests(session: nox.Session, *groups: str) -> None:
+    """The project with the test group and torch 2.13.0 (the conformance suite's CPU checks);
+    pip's configuration decides where torch comes from, or ENVBUILDER_TORCH_INDEX_URL (e.g. a
+    CPU-only index) when set. ``groups``: more dependency groups, installed with torch so
+    that one resolution keeps that torch."""
     _install_project(session, "test")
-    # The conformance suite's CPU checks need torch; pip's configuration decides where it comes
-    # from, or ENVBUILDER_TORCH_INDEX_URL (e.g. a CPU-only index) when set.
+    _install_actionlint(session)  # the workflow tests run it
     torch_index = os.environ.get("ENVBUILDER_TORCH_INDEX_URL")
     extra = ["--extra-index-url", torch_index] if torch_index else []
-    session.install("torch==2.13.0", *extra)
-    session.run("pytest", *session.posargs)
+    session.install("torch==2.13.0", *(a for g in groups for a in ("--group", g)), *extra)
+
+
+def _pytest(session: nox.Session, *args: str, paths: tuple[str, ...]) -> None:
+    """pytest with ``args`` over ``paths``; test paths among the posargs replace ``paths``,
+    other posargs (``-k``, ``-x``, ``-m``, ``-n 0``) come last and so win."""
+    named = any(Path(a.split("::")[0]).exists() for a in session.posargs if not a.startswith("-"))
+    session.run("pytest", *args, *(() if named else paths), *session.posargs)
+
+
+#: what `tests` runs: the pure and the loopback tests; the rest have sessions of their own
+FAST_TESTS = ("tests/unit", "tests/integration")
+REHEARSAL = "tests/docker/test_runner_rehearsal.py"
+
+
+@nox.session(python=PYTHON, tags=["check", "tests"])
+def tests(session: nox.Session) -> None:
+    """Unit and integration tests in parallel, not `slow`: nox -s tests -- [PYTEST ARGS]."""
+    # diffusers and xformers: the masks and model checks run on CPU here
+    _install_tests(session, "suite", "xformers")
+    _pytest(session, "-n", "auto", "--dist", "loadfile", "-m", "not slow", paths=FAST_TESTS)
+
+
+@nox.session(python=PYTHON, default=False, tags=["tests"])
+def tests_slow(session: nox.Session) -> None:
+    """The `slow` unit and integration tests that `tests` leaves out: nox -s tests_slow."""
+    # no xformers: the workflow rehearsal runs the suite in place for a combination without
+    # one, which this environment must then be
+    _install_tests(session, "suite")
+    _pytest(session, "-m", "slow", paths=FAST_TESTS)
+
+
+@nox.session(python=PYTHON, default=False, tags=["tests"])
+def tests_network(session: nox.Session) -> None:
+    """Tests against the real public package index (tests/network): nox -s tests_network."""
+    _install_tests(session)
+    _pytest(session, paths=("tests/network",))
+
+
+@nox.session(python=PYTHON, default=False, tags=["tests"])
+def tests_docker(session: nox.Session) -> None:
+    """Tests against a real Docker daemon (`bash .ci/setup` starts one): nox -s tests_docker."""
+    _install_tests(session)
+    _pytest(session, f"--ignore={REHEARSAL}", paths=("tests/docker",))
+
+
+@nox.session(python=PYTHON, default=False, tags=["tests"])
+def rehearsal(session: nox.Session) -> None:
+    """Rehearse the GPU workflow in a runner-like container (needs Docker): nox -s rehearsal."""
+    _install_tests(session)
+    _pytest(session, paths=(REHEARSAL,))
+
+
+@nox.session(python=PYTHON, default=False, tags=["tests"])
+def tests_browser(session: nox.Session) -> None:
+    """The published site in headless Chromium (tests/browser): nox -s tests_browser."""
+    _install_tests(session)
+    _pytest(session, paths=("tests/browser",))
+
+
+@nox.session(python=PYTHON, default=False, tags=["tests"])
+def tests_gpu(session: nox.Session) -> None:
+    """The suite on a real CUDA GPU (tests/gpu; skips without one): nox -s tests_gpu."""
+    _install_tests(session, "suite", "xformers")
+    _pytest(session, paths=("tests/gpu",))
 
 
 @nox.session(python=PYTHON, tags=["check"])
 def mutants(session: nox.Session) -> None:
-    """Plant each bug of tests/mutation/plants.toml and fail if its tests miss one: nox -s mutants -- [NAME...]."""
+    """Plant each bug of tests/mutation/plants.toml and fail if its tests miss one: nox -s mutants -- [--changed] [NAME...]."""
     _install_project(session, "test")
     session.run("python", "tests/mutation/run.py", *session.posargs)
 

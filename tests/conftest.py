@@ -1,5 +1,7 @@
-"""Test-wide rules: markers follow the directory, and unit tests cannot reach
-the network, start subprocesses or talk to Docker (they raise instead)."""
+"""Test-wide rules: markers follow the directory, unit tests cannot reach the
+network, start subprocesses or talk to Docker (they raise instead), and property
+tests run under a Hypothesis profile: ``default`` (100 examples), or ``ci`` (1,000)
+where ``CI`` is set; ``--hypothesis-profile=ci`` picks it anywhere."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 with contextlib.suppress(ImportError):  # setuptools is in every test environment we make
     # setuptools replaces the standard library's distutils when it is first imported, and
@@ -18,6 +21,13 @@ with contextlib.suppress(ImportError):  # setuptools is in every test environmen
     # first keeps one distutils for the whole run (inductor failed with "AssertionError:
     # …/python3.11/distutils/core.py" after other tests had run).
     import setuptools  # type: ignore[import-untyped, import-not-found, unused-ignore]  # noqa: F401
+
+#: examples per property test under Hypothesis' own profiles, which it loads itself: ``ci``
+#: where it finds a CI service's variables (CI=…), else ``default``; a test that sets its own
+#: count keeps it, and the pytest plugin's --hypothesis-profile, applied later, wins
+HYPOTHESIS_EXAMPLES = {"default": 100, "ci": 1000}
+for _profile, _examples in HYPOTHESIS_EXAMPLES.items():
+    settings.register_profile(_profile, settings.get_profile(_profile), max_examples=_examples)
 
 _MARKER_BY_DIR = {
     "integration": "integration",
@@ -38,6 +48,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 class ForbiddenInUnitTests(RuntimeError):
     pass
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_terminal_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers fit the terminal they are printed on: a test runner's own COLUMNS/LINES
+    (pytest-xdist's workers get 80 x 24) must not decide what a test reads. A test that
+    wants a terminal size sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
 
 
 @pytest.fixture(autouse=True)

@@ -581,9 +581,9 @@ def main() -> None:
     for name, data in stale.items():
         dump(HERE / "stale_results" / name, data)
     bad = {
-        "newer-suite.json": results(ok, shas[ok], H100, "18", checks(), suite="3.0.0"),
+        "newer-suite.json": results(ok, shas[ok], H100, "18", checks(), suite="4.0.0"),
         "newer-schema.json": results(
-            ok, shas[ok], H100, "18", checks(), schema="envbuilder.results/3"
+            ok, shas[ok], H100, "18", checks(), schema="envbuilder.results/4"
         ),
         "invalid-in-results1.json": results(
             ok,

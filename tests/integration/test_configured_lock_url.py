@@ -33,7 +33,7 @@ def configured(
 def _query(capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
     assert main(["query", "--python", "3.11", "--json"]) == 0
     out = capsys.readouterr()
-    assert json.loads(out.out)[0]["id"] == VERIFIED
+    assert json.loads(out.out)["matches"][0]["id"] == VERIFIED
     said = [line for line in out.err.splitlines() if line.startswith("lockfile: ")]
     return out.out, "\n".join(said) + "\n"  # without the test server's request log
 
@@ -70,3 +70,29 @@ def test_an_unreachable_url_falls_back_to_the_cached_copy_saying_so(
     monkeypatch.setenv("ENVBUILDER_LOCK_URL", gone)
     _, err = _query(capsys)
     assert err.startswith(f"lockfile: {gone}, cached 2 days ago: ! it could not be fetched again")
+
+
+@pytest.mark.parametrize("how", ["--lock", "$ENVBUILDER_LOCK_URL", "cached", "bad scheme"])
+def test_a_password_in_the_lockfile_url_is_never_printed(
+    configured: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    how: str,
+) -> None:
+    secret = configured.replace("http://", "http://reader:s3cret-pw@", 1)
+    shown = configured.replace("http://", "http://reader:***@", 1)
+    monkeypatch.setenv("ENVBUILDER_LOCK_URL", secret)
+    argv = ["query", "--python", "3.11"]
+    if how == "--lock":
+        argv += ["--lock", secret]
+    elif how == "cached":
+        assert main(argv) == 0  # now it is read from the cache
+    elif how == "bad scheme":
+        argv += ["--lock", secret.replace("http://", "ftp://", 1)]
+    capsys.readouterr()
+    status = main(argv)
+    out = capsys.readouterr()
+    assert "s3cret-pw" not in out.out + out.err
+    assert status == (2 if how == "bad scheme" else 0)
+    if how != "bad scheme":
+        assert f"lockfile: {shown} (downloaded " in out.err

@@ -84,7 +84,9 @@ def doctor(lockfile: Path, python: Path, *extra: str) -> subprocess.CompletedPro
         capture_output=True,
         text=True,
         cwd=lockfile.parent,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        # wide enough that a long temporary path keeps each finding on its line (the width
+        # rules have tests of their own)
+        env=dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="1000"),
         timeout=300,
         check=False,
     )
@@ -109,7 +111,9 @@ def test_doctor_checks_another_environment(environment: tuple[Path, Path]) -> No
     assert len(files) == 1 and " hashed, 0 unchanged since the last check" in files[0]
     assert "  ✓ xformers-extension:" in first.stdout
     assert "not checked: GPU smoke: not run (torch sees no CUDA GPU here)" in lines
-    assert lines[-1].startswith("PASS: lockfile verdict ")
+    assert lines[-1].startswith(
+        f"✓ every check holds for {combination} (its verdict in the lockfile: "
+    )
     assert (python.parent.parent / ".envbuilder-doctor-stamp.json").is_file()
 
     # the stamp in that environment vouches for every file the second time

@@ -16,7 +16,7 @@ from envbuilder.lockfile.doctor import _report_of, start_probe
 #: A torch without shared objects that imports: the light probe cannot load it, an import can.
 STAND_IN = {
     "torch/__init__.py": "from torch import cuda, version\n__version__ = '9.9.9'\n",
-    "torch/version.py": "cuda = None\n__version__ = '9.9.9'\n",
+    "torch/version.py": "cuda = None\nhip = None\n__version__ = '9.9.9'\n",
     "torch/cuda/__init__.py": "def is_available():\n    return False\n",
     "torch-9.9.9.dist-info/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 9.9.9\n",
 }
@@ -34,3 +34,6 @@ def test_a_light_probe_failure_hands_over_to_an_import(
     report = start_probe(sys.executable, timeout=300).report()
     assert not report.get("light"), report
     assert report.get("torch") == "9.9.9", report
+    # an xformers installed beside it cannot import on this torch: a finding, not a crash
+    xformers = report.get("xformers")
+    assert xformers is None or "error" in xformers, report

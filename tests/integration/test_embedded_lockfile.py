@@ -1,6 +1,6 @@
 """Right after ``pip install gpu-envbuilder``, outside any checkout, ``envbuilder query``
-answers from the lockfile snapshot the wheel carries, and ``export`` says where the locks
-come from (the snapshot is the lockfile only: pylocks name their index's host).
+answers from the lockfile snapshot the wheel carries, and ``export`` pins its closure by
+name, version and sha256 (the snapshot is the lockfile only: pylocks name their index's host).
 
 The wheel is built from a copy of the source with the committed snapshot
 (``envbuilder/data/``, what ``nox -s snapshot`` wrote) and installed with pip, with its
@@ -92,16 +92,14 @@ def test_query_answers_from_the_embedded_lockfile_with_its_date(
     assert lines[1].split()[:2] == ["verified", verified[0]]
 
 
-def test_export_says_the_locks_come_from_the_published_site(
-    installed: Path, tmp_path: Path
-) -> None:
-    wanted = next(e.id for e in load_lockfile(COMMITTED).combinations if e.lock is not None)
-    proc = _run(installed, tmp_path, "export", wanted, "--format", "requirements")
-    assert proc.returncode == 2, proc.stderr
-    assert "holds the lockfile only" in proc.stderr
-    assert "the locks come from the published site: pass --lock URL" in proc.stderr
-    assert "ENVBUILDER_LOCK_URL" in proc.stderr
-    assert proc.stdout == ""
+def test_export_pins_the_carried_closure_by_name_and_hash(installed: Path, tmp_path: Path) -> None:
+    entry = next(e for e in load_lockfile(COMMITTED).combinations if e.lock is not None)
+    proc = _run(installed, tmp_path, "export", entry.id)
+    assert proc.returncode == 0, proc.stderr
+    pinned = [line for line in proc.stdout.splitlines() if "==" in line]
+    assert pinned == [f"{p.name}=={p.version} \\" for p in entry.packages]
+    assert proc.stdout.count("--hash=sha256:") == len(entry.packages)
+    assert "://" not in proc.stdout  # the user's indexes serve the files
 
 
 def test_export_fetches_the_locks_from_the_site_named(
@@ -118,3 +116,25 @@ def test_a_lockfile_here_wins_over_the_snapshot(installed: Path, tmp_path: Path)
     proc = _run(installed, tmp_path, "query")
     assert proc.returncode == 2
     assert "compat.lock.json: unsupported schema None" in proc.stderr
+
+
+def test_repro_writes_a_failing_checks_script_from_an_empty_directory(
+    installed: Path, tmp_path: Path
+) -> None:
+    """The check records travel with the carried lockfile: no results/ directory needed."""
+    failed = sorted(
+        check.name
+        for entry in load_lockfile(COMMITTED).combinations
+        for run in entry.runs
+        for check in run.checks
+        if check.status == "fail"
+    )
+    assert failed, "the carried lockfile records no failing check"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = _run(installed, empty, "repro", failed[0], "-o", str(tmp_path / "repro.py"))
+    assert proc.returncode == 0, proc.stderr
+    script = (tmp_path / "repro.py").read_text(encoding="utf-8")
+    assert script.startswith("#!/usr/bin/env python3\n")
+    compile(script, "repro.py", "exec")
+    assert list(empty.iterdir()) == []  # nothing written where the user stands

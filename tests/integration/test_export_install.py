@@ -280,7 +280,9 @@ def test_a_changed_wheel_hash_is_refused_by_pip(demo_lock: Path, tmp_path: Path)
 
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
-def test_install_into_a_new_venv(demo_lock: Path, tmp_path: Path, installer: str) -> None:
+def test_install_into_a_new_venv(
+    demo_lock: Path, tmp_path: Path, installer: str, capfd: pytest.CaptureFixture[str]
+) -> None:
     venv = tmp_path / "venv"
     assert (
         main(
@@ -298,6 +300,8 @@ def test_install_into_a_new_venv(demo_lock: Path, tmp_path: Path, installer: str
         == 0
     )
     assert installed(venv / "bin" / "python", "envb-demo-a") == ["1.0"]
+    said = capfd.readouterr()
+    assert "experimental" not in said.out + said.err  # uv's pylock preview warning
 
 
 def test_install_refuses_unverified_unless_allowed(

@@ -452,3 +452,32 @@ def test_metadata_that_is_not_utf8_is_an_error_naming_the_wheel(
     (file,) = fetch_project_page(client, server.index_url("simple"), "bomb").files
     with pytest.raises(IndexError_, match=r"METADATA is not UTF-8 \(byte 58"):
         read_core_metadata(client, file)
+
+
+def test_a_wrong_typed_build_record_is_one_combinations_error_saying_malformed(
+    wheels: Wheels, tmp_path: Path, resolve: Any
+) -> None:
+    wrong = build_wheel(
+        tmp_path / "bad",
+        "xformers",
+        "0.0.28.post2",
+        tags="cp311-cp311-manylinux_2_28_x86_64",
+        requires_dist=["torch==2.4.1"],
+        members={"xformers/cpp_lib.json": b'{"version": {"torch": 2.4, "cuda": [12, 1]}}'},
+    )
+    server = _server(wheels)
+    server.add_index("simple", {"xformers": [wrong]})
+    with server:
+        matrix = _matrix(
+            tmp_path,
+            server.index_url("simple"),
+            server.index_url("whl") + "/{cuda}",
+            rows=BAD_ROWS,
+        )
+        run = resolve(matrix)
+    answers = run.by_id()
+    assert answers[OK]["status"] == "resolved"
+    bad = answers["py3.11-cu121-torch2.4.1-xformers0.0.28.post2"]
+    assert bad["status"] == "error", bad
+    assert "malformed xformers/cpp_lib.json: 'version.torch' is a float (2.4)" in bad["reason"]
+    assert "built with torch None" not in bad["reason"]

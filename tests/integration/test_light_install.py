@@ -66,8 +66,8 @@ def test_query_needs_no_extra(lockfile: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
-    assert answer[0]["id"] == VERIFIED
-    assert answer[0]["verdict"] == "verified"
+    assert answer["matches"][0]["id"] == VERIFIED
+    assert answer["matches"][0]["verdict"] == "verified"
 
 
 @pytest.mark.parametrize(

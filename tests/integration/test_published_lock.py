@@ -4,6 +4,7 @@ checked like a local file's, and its pylocks fetched beside it for export."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
 import json
 import shutil
@@ -48,7 +49,7 @@ def test_query_reads_a_published_lockfile(
 ) -> None:
     url, _ = site
     assert main(["query", "--lock", url + "compat.lock.json", "--python", "3.11", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["id"] == VERIFIED
+    assert json.loads(capsys.readouterr().out)["matches"][0]["id"] == VERIFIED
 
 
 def test_export_fetches_the_combinations_pylock(site: tuple[str, Path], tmp_path: Path) -> None:
@@ -80,3 +81,46 @@ def test_a_bad_download_is_refused(
 def test_only_https_or_loopback_http(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["query", "--lock", url]) == 2
     assert "over https only" in capsys.readouterr().err
+
+
+def test_asking_again_revalidates_instead_of_downloading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--lock URL`` a second time: a conditional request answered 304, not the bytes again."""
+    shutil.copytree(DATA / "locks", tmp_path / "locks")
+    lock = ["lock", "--resolution", str(tmp_path / "locks" / "resolution.json")]
+    out = ["--results", str(DATA / "results"), "-o", str(tmp_path / "compat.lock.json")]
+    assert main([*lock, *out]) == 0
+    answered: list[tuple[str, int]] = []
+    body = (tmp_path / "compat.lock.json").read_bytes()
+    etag = f'"{hashlib.sha256(body).hexdigest()[:16]}"'
+
+    class Site(http.server.BaseHTTPRequestHandler):
+        """The lockfile with an ETag, as a static site serves it; 304 to a matching one."""
+
+        def do_GET(self) -> None:
+            if self.headers.get("If-None-Match") == etag:
+                self.send_response(304)
+                self.send_header("ETag", etag)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("ETag", etag)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            answered.append((self.path, int(code)))
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Site)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/compat.lock.json"
+    try:
+        for _ in range(2):
+            assert main(["query", "--lock", url, "--python", "3.11", "--json"]) == 0
+            assert json.loads(capsys.readouterr().out)["matches"][0]["id"] == VERIFIED
+    finally:
+        server.shutdown()
+    assert answered == [("/compat.lock.json", 200), ("/compat.lock.json", 304)]

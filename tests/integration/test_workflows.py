@@ -20,6 +20,8 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from envbuilder.docker.run import RUNNER_LABELS
+from envbuilder.ghmatrix import BUILD_JOBS, CHUNK_JOBS, chunk_output
 from tests.support.index_server import IndexServer
 from tests.support.wheels import build_wheel
 
@@ -60,7 +62,9 @@ def actionlint() -> str:
     here = str(Path(sys.executable).parent)
     found = shutil.which("actionlint", path=os.pathsep.join([here, os.environ.get("PATH", "")]))
     if found is None:
-        pytest.skip("actionlint is not installed (it comes with the test dependency group)")
+        pytest.skip(
+            "actionlint is not installed (pip install --require-hashes -r requirements/actionlint.txt)"
+        )
     return found
 
 
@@ -142,11 +146,20 @@ def test_the_pin_rule_itself(uses: str, ok: bool) -> None:
 EXTRA_PERMISSIONS: dict[tuple[str, str], dict[str, str]] = {
     ("gpu-matrix.yml", "pages"): {"pages": "write", "id-token": "write"},
     ("gpu-matrix.yml", "release"): {"contents": "write"},
+    # reads the previous lockfile's attestation before carrying its runs
+    ("gpu-matrix.yml", "aggregate"): {"contents": "read", "attestations": "read"},
     # artifact attestations: an OIDC token to sign with, and the right to store them
-    ("gpu-matrix.yml", "aggregate"): {
+    ("gpu-matrix.yml", "attest"): {"id-token": "write", "attestations": "write"},
+    # the image records, attested on a GitHub-hosted runner
+    ("gpu-matrix.yml", "images"): {
         "contents": "read",
         "id-token": "write",
         "attestations": "write",
+    },
+    # each conformance job verifies its image record's attestation
+    **{
+        ("gpu-matrix.yml", job): {"contents": "read", "attestations": "read"}
+        for job in ("conformance", "conformance-2", "conformance-3", "conformance-4")
     },
 }
 
@@ -210,18 +223,33 @@ def test_ci_runs_lint_typecheck_and_the_readme_test_command_with_docker() -> Non
     assert "pull_request" in triggers and "push" in triggers
 
 
+#: One conformance job per chunk of the plan (envbuilder.ghmatrix.CHUNK_JOBS of them).
+CONFORMANCE_JOBS = ("conformance", *(f"conformance-{n}" for n in range(2, CHUNK_JOBS + 1)))
+#: One build job per chunk of the images to build (envbuilder.ghmatrix.BUILD_JOBS of them).
+BUILD_JOB_NAMES = ("build", *(f"build-{n}" for n in range(2, BUILD_JOBS + 1)))
+
+
 def test_gpu_matrix_triggers_and_job_graph() -> None:
     wf = load(GPU_MATRIX)
     assert wf["on"]["workflow_dispatch"]["inputs"]["selector"]["type"] == "string"
     assert wf["on"]["schedule"]
     assert wf["on"]["push"]["paths"] == ["matrix.toml"]
     j = jobs(GPU_MATRIX)
-    assert j["conformance"]["needs"] == "resolve"
-    assert j["conformance"]["runs-on"] == "${{ matrix.runs-on }}"
-    assert j["conformance"]["strategy"]["matrix"] == "${{ fromJSON(needs.resolve.outputs.matrix) }}"
-    assert j["aggregate"]["needs"] == ["resolve", "conformance"]
+    assert j["resolve"]["needs"] == "when"
+    for k, name in enumerate(BUILD_JOB_NAMES, start=1):
+        assert j[name]["needs"] == "resolve"
+        assert (
+            j[name]["strategy"]["matrix"] == f"${{{{ fromJSON(needs.resolve.outputs.build-{k}) }}}}"
+        )
+        assert f"needs.resolve.outputs.build-{k} != ''" in j[name]["if"]
+        assert j[name]["steps"] == j["build"]["steps"]  # one definition (a YAML anchor)
+    assert j["images"]["needs"] == list(BUILD_JOB_NAMES)
+    # the suite learns a gpu-index-<N> among its job's labels (envbuilder.docker.run)
+    (suite,) = [s for s in j["conformance"]["steps"] if s.get("id") == "suite"]
+    assert suite["env"][RUNNER_LABELS] == "${{ join(matrix.runs-on, ',') }}"
     assert "!cancelled()" in j["aggregate"]["if"]
-    assert {j["pages"]["needs"], j["release"]["needs"]} == {"aggregate"}
+    assert j["pages"]["needs"] == "aggregate"
+    assert j["release"]["needs"] == ["aggregate", "attest"]
     upload = [s for s in j["conformance"]["steps"] if "upload-artifact" in s.get("uses", "")]
     assert [(s["if"], s["with"]["path"]) for s in upload] == [
         ("always()", "results/"),
@@ -229,12 +257,182 @@ def test_gpu_matrix_triggers_and_job_graph() -> None:
     ]
 
 
+EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+
+
+def plan_outputs(tmp_path: Path, rows: int, kinds: int) -> dict[str, str]:
+    """What `envbuilder matrix --github-output` writes for ``rows`` resolved rows x
+    ``kinds`` GPU kinds."""
+    from envbuilder.commands import matrix as matrix_command
+    from envbuilder.model import Resolution, ResolvedCombination
+    from envbuilder.resolve.matrix import parse_matrix
+
+    gpus = "\n".join(f'gpu{k} = ["self-hosted", "linux", "x64", "gpu{k}"]' for k in range(kinds))
+    combinations = "\n".join(
+        f'[[combinations]]\npython = "3.11"\ncuda = "cu124"\ntorch = "2.5.{i}"\n'
+        for i in range(rows)
+    )
+    text = f'[axes]\npython = ["3.11"]\n\n[runners]\ndefault = ["self-hosted", "gpu"]\n\n[runners.gpus]\n{gpus}\n\n{combinations}'
+    path = tmp_path / "matrix.toml"
+    path.write_text(text, encoding="utf-8")
+    loaded = parse_matrix(text.encode(), path=path, environ={})
+    answers = tuple(
+        ResolvedCombination(combination=c, status="resolved", reason="", lock_sha256=f"{i:064x}")
+        for i, c in enumerate(loaded.combinations)
+    )
+    resolution = tmp_path / "resolution.json"
+    resolution.write_text(
+        json.dumps(
+            Resolution(
+                matrix=str(path), matrix_sha256=loaded.sha256, combinations=answers
+            ).to_json()
+        ),
+        encoding="utf-8",
+    )
+    output = tmp_path / "github_output"
+    parser = __import__("argparse").ArgumentParser()
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    matrix_command.configure(parser)
+    args = ["--matrix", str(path), "--resolution", str(resolution), "--format", "ids"]
+    assert matrix_command.run(parser.parse_args([*args, "--github-output", str(output)])) == 0
+    return dict(line.split("=", 1) for line in output.read_text(encoding="utf-8").splitlines())
+
+
+def test_the_workflow_consumes_every_chunk_of_the_images_of_300_rows(tmp_path: Path) -> None:
+    """300 images to build are more than one matrix holds: each chunk of them is the
+    matrix of its own build job, and the images job waits for every one."""
+    written = plan_outputs(tmp_path, 300, 1)
+    assert json.loads(written["build-chunks"]) == [1, 2]
+    j = jobs(GPU_MATRIX)
+    outputs = j["resolve"]["outputs"]
+    built: list[str] = []
+    for k, name in enumerate(BUILD_JOB_NAMES, start=1):
+        assert outputs[f"build-{k}"] == f"${{{{ steps.matrix.outputs.build-{k} }}}}"
+        assert (
+            j[name]["strategy"]["matrix"] == f"${{{{ fromJSON(needs.resolve.outputs.build-{k}) }}}}"
+        )
+        if k <= 2:
+            entries = json.loads(written[f"build-{k}"])["include"]
+            assert 0 < len(entries) <= 256
+            built += [e["id"] for e in entries]
+        else:
+            assert f"build-{k}" not in written  # empty: the job is skipped
+    assert len(built) == len(set(built)) == 300
+    assert j["images"]["needs"] == list(BUILD_JOB_NAMES)
+
+
+def test_the_workflow_consumes_every_chunk_of_a_45_by_8_fleet(tmp_path: Path) -> None:
+    """`envbuilder matrix` plans 45 rows x 8 GPU kinds; every output it writes for the
+    workflow reaches a job: each chunk is the matrix of its own conformance job, and the
+    aggregate job waits for every one of them."""
+    written = plan_outputs(tmp_path, 45, 8)
+    assert json.loads(written["chunks"]) == [1, 2]
+    assert int(written["count"]) == 360
+    assert json.loads(written["build-chunks"]) == [1]
+    assert len(json.loads(written["build-1"])["include"]) == 45  # one image per row
+
+    workflow = load(GPU_MATRIX)
+    j = workflow["jobs"]
+    # the resolve job hands on every output the plan writes, and nothing else of its step's
+    resolve_outputs = {
+        name: EXPRESSION.fullmatch(value)[1]  # type: ignore[index]
+        for name, value in j["resolve"]["outputs"].items()
+    }
+    for name in written:
+        assert resolve_outputs[name] == f"steps.matrix.outputs.{name}", name
+    assert {f"chunk-{k}" for k in range(1, CHUNK_JOBS + 1)} <= set(resolve_outputs)
+    # chunk k is the matrix of conformance job k, which runs only when it is not empty
+    planned = [json.loads(written[chunk_output(k)])["include"] for k in (1, 2)]
+    seen: list[tuple[str, str]] = []
+    for k, name in enumerate(CONFORMANCE_JOBS, start=1):
+        job = j[name]
+        assert job["strategy"]["matrix"] == f"${{{{ fromJSON(needs.resolve.outputs.chunk-{k}) }}}}"
+        assert f"needs.resolve.outputs.chunk-{k} != ''" in job["if"]
+        assert "!cancelled()" in job["if"]
+        assert job["steps"] == j["conformance"]["steps"]  # one definition (a YAML anchor)
+        assert job["runs-on"] == "${{ matrix.runs-on }}"
+        assert job["strategy"]["fail-fast"] is False
+        if k <= len(planned):
+            entries = planned[k - 1]
+            assert 0 < len(entries) <= 256
+            seen += [(e["id"], e["gpu"]) for e in entries]
+        else:
+            assert chunk_output(k) not in written  # empty: the job is skipped
+    assert len(seen) == len(set(seen)) == 45 * 8
+    # the aggregate job waits for every chunk, and for the plan
+    assert j["aggregate"]["needs"] == ["resolve", *CONFORMANCE_JOBS]
+    # a step of a chunk job reads only keys every entry has, or guards them
+    keys = set.intersection(*(set(e) for chunk in planned for e in chunk))
+    used = {
+        m
+        for step in j["conformance"]["steps"]
+        for m in re.findall(r"(?<![\w-])matrix\.([\w-]+)", json.dumps(step))
+    }
+    guarded = {"gpu", "source-build", "wheel-artifact", "image-artifact"}
+    assert used - guarded <= keys, used - guarded - keys
+
+
+def fires(cron: str, day: Any) -> bool:
+    """Whether ``cron`` fires on ``day``, with cron's semantics (GitHub's too): when both
+    day-of-month and day-of-week are restricted, either one fires it."""
+    _minute, _hour, dom, month, dow = cron.split()
+    assert month == "*"
+
+    def match(field: str, value: int) -> bool:
+        return field == "*" or value in {int(v) for v in field.split(",")}
+
+    dom_ok, dow_ok = match(dom, day.day), match(dow, day.isoweekday() % 7)
+    if dom != "*" and dow != "*":
+        return dom_ok or dow_ok
+    return dom_ok and dow_ok
+
+
+def test_the_weekly_and_monthly_schedules_never_run_twice_on_one_day(tmp_path: Path) -> None:
+    """Both crons fire when the 1st is a Monday; the guard job lets only the monthly run on."""
+    import datetime
+
+    crons = [entry["cron"] for entry in load(GPU_MATRIX)["on"]["schedule"]]
+    guard = step_named("when", "Stand down a weekly run on the day of the monthly one")
+    assert guard["env"]["SCHEDULE"] == "${{ github.event.schedule }}"
+    assert jobs(GPU_MATRIX)["resolve"]["if"] == "needs.when.outputs.run == 'true'"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "date").write_text('#!/bin/sh\necho "$FAKE_DAY"\n', encoding="utf-8")
+    (fake / "date").chmod(0o755)
+
+    def proceeds(cron: str, day: datetime.date) -> bool:
+        out = tmp_path / "output"
+        out.write_text("", encoding="utf-8")
+        env = {
+            "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}",
+            "SCHEDULE": cron,
+            "FAKE_DAY": f"{day.day:02d}",
+            "GITHUB_OUTPUT": str(out),
+        }
+        subprocess.run(["bash", "-eo", "pipefail", "-c", guard["run"]], env=env, check=True, capture_output=True)  # fmt: skip
+        (line,) = out.read_text(encoding="utf-8").splitlines()
+        return line == "run=true"
+
+    day, clashes = datetime.date(2026, 1, 1), 0
+    while day.year < 2031:
+        firing = [c for c in crons if fires(c, day)]
+        running = [c for c in firing if proceeds(c, day)]
+        assert len(running) == min(len(firing), 1), (day, firing, running)
+        if len(firing) > 1:
+            clashes += 1
+            assert running == [crons[1]]  # the upgrade run is the one that runs
+        day += datetime.timedelta(days=1)
+    assert clashes == 9  # the Mondays that are a 1st in 2026-2030: the guard was needed
+    # not a schedule: manual runs and pushes always run
+    assert proceeds("", datetime.date(2026, 6, 1))
+
+
 def test_a_source_build_row_builds_its_wheel_first_and_publishes_it_beside_the_lockfile() -> None:
     names = [s.get("name", "") for s in jobs(GPU_MATRIX)["conformance"]["steps"]]
     build = find_step(load(GPU_MATRIX), "conformance", "build-wheel")
     # on the GPU runner, before the image that installs it; in place the suite's session builds
     assert names.index(build["name"]) < names.index(
-        "Pull the image from the registry, or build it from the lock"
+        "Build the image from the lock and run the conformance suite in it"
     )
     assert build["if"] == "${{ matrix.source-build && !contains(inputs.suite-args, '--in-place') }}"
     assert build["run"] == 'nox -s build_wheel -- "$COMBINATION"'
@@ -408,12 +606,17 @@ def test_rehearsal_runs_the_gpu_matrix_workflow_steps_locally_in_order(
             "secrets.PIP_INDEX_URL || vars.PIP_INDEX_URL": server.index_url("simple"),
             # no lockfile published before: the lock step merges this run's results alone
             "steps.previous.outputs.lockfile": "",
+            "steps.previous.outputs.wheels": "",
+            # no registry: the image (here, the environment in place) is not pulled
+            "secrets.ENVBUILDER_REGISTRY_USER": "",
+            "secrets.ENVBUILDER_REGISTRY_PASSWORD": "",
         }
         rehearsal.run("resolve", "resolve", values)
         rehearsal.run("resolve", "matrix", values)
 
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
-    include = json.loads(outputs["matrix"])["include"]
+    assert outputs["chunks"] == "[1]"
+    include = json.loads(outputs["chunk-1"])["include"]
     expected_id = f"py{python}-cpu-torch{installed_torch}"
     assert [e["id"] for e in include] == [expected_id]
     assert outputs["count"] == "1"
@@ -426,7 +629,12 @@ def test_rehearsal_runs_the_gpu_matrix_workflow_steps_locally_in_order(
         rehearsal.run(
             "conformance",
             "suite",
-            {**values, **{f"matrix.{k}": str(v) for k, v in entry.items() if k != "runs-on"}},
+            {
+                **values,
+                **{f"matrix.{k}": str(v) for k, v in entry.items() if k != "runs-on"},
+                # the runner's labels, as GitHub's join() spells the list
+                "join(matrix.runs-on, ',')": ",".join(entry["runs-on"]),
+            },
         )
         shutil.move(repo / "results", uploaded / entry["artifact"])
     for artifact in uploaded.iterdir():
@@ -488,6 +696,17 @@ def test_a_gpu_runner_cleans_up_after_every_conformance_job() -> None:
 
 
 @pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_a_prune_removes_only_what_envbuilder_labelled(workflow: Path) -> None:
+    """A runner's daemon may hold others' images: no step prunes every dangling one."""
+    for job, step in steps(workflow):
+        for line in str(step.get("run", "")).splitlines():
+            if re.search(r"docker (image |system |builder )?prune", line):
+                assert '--filter "label=io.envbuilder.combination.id=$COMBINATION"' in line, (
+                    f"{workflow.name}: job {job}: {line.strip()}"
+                )
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
 def test_a_re_run_can_upload_again(workflow: Path) -> None:
     """Artifacts belong to the run: a re-run job's upload under the same name must overwrite."""
     for job, step in steps(workflow):
@@ -527,11 +746,38 @@ def test_every_step_that_loads_the_matrix_gets_the_index_configuration(workflow:
         assert given == INDEX_CONFIGURATION, f"{workflow.name}: {job}/{step.get('name')}"
 
 
-def test_the_gpu_matrix_loads_the_matrix_in_resolve_matrix_build_and_conformance() -> None:
+def test_the_gpu_matrix_loads_the_matrix_in_resolve_matrix_and_conformance() -> None:
     called = {
         m for _, step in steps(GPU_MATRIX) for m in re.findall(r"nox -s (\w+)", step.get("run", ""))
     }
-    assert called & MATRIX_SESSIONS == MATRIX_SESSIONS
+    assert called & MATRIX_SESSIONS == MATRIX_SESSIONS  # build: once per fleet, to a registry
+
+
+def test_the_conformance_job_measures_only_the_image_it_builds() -> None:
+    """No image is pulled by a tag or built by another process for the suite to find under
+    its tag later: `envbuilder conformance` builds it from the lock and runs it by its id."""
+    runs = [str(step.get("run", "")) for _, step in steps(GPU_MATRIX)]
+    assert not [r for r in runs if "docker pull" in r or "docker tag" in r]
+    for name in CONFORMANCE_JOBS:
+        conformance = [str(step.get("run", "")) for step in jobs(GPU_MATRIX)[name]["steps"]]
+        assert not [r for r in conformance if "nox -s build " in r], name
+    suite = find_step(load(GPU_MATRIX), "conformance", "suite")
+    assert 'nox -s conformance -- "$COMBINATION"' in suite["run"]
+    assert "if" not in suite  # in place or in the image it builds, this step measures
+    # or in the image the build job pushed, pulled by the digest of a record whose
+    # attestation the step before verified (envbuilder/docker/registry.py checks it)
+    names = [s.get("name", "") for s in jobs(GPU_MATRIX)["conformance"]["steps"]]
+    verify = step_named("conformance", "Verify that this workflow attested the image record")
+    assert names.index(verify["name"]) < names.index(suite["name"])
+    assert verify["if"] == "steps.record.outcome == 'success'"
+    assert (
+        "gh attestation verify" in verify["run"] and "--deny-self-hosted-runners" in verify["run"]
+    )
+    assert '--signer-workflow "$GH_REPO/.github/workflows/gpu-matrix.yml"' in verify["run"]
+    assert "--image-records image-records" in suite["run"]
+    build = step_named("build", "Build the image from the lock and push it, unless an attested record names it")  # fmt: skip
+    assert 'nox -s build -- "$COMBINATION" --image-records image-records' in build["run"]
+    assert 'gh attestation verify "$earlier"' in build["run"]
 
 
 def test_lock_reuse_and_the_previous_lockfile_come_from_releases_that_carry_them() -> None:
@@ -551,31 +797,57 @@ def test_lock_reuse_and_the_previous_lockfile_come_from_releases_that_carry_them
     assert '--previous "$PREVIOUS"' in lock["run"]
 
 
-def test_the_aggregate_job_attests_what_is_published() -> None:
+def test_the_attest_job_signs_only_what_this_run_produced() -> None:
+    """The token to sign with is in a job that checks out and installs nothing; it signs
+    the lockfile, its archive and this run's results (not the committed ones); the bundle
+    goes beside the lockfile into the release."""
+    attest = jobs(GPU_MATRIX)["attest"]
+    assert attest["needs"] == "aggregate"
+    assert attest["permissions"] == {"id-token": "write", "attestations": "write"}
+    uses = [s.get("uses", "") for s in attest["steps"]]
+    assert not any(u.startswith(("actions/checkout@", "actions/setup-python@")) for u in uses)
+    runs = [s["run"] for s in attest["steps"] if "run" in s]
+    assert runs == ['cp "$BUNDLE" compat.lock.json.sigstore.json']  # no install, no tool
+    sign = step_named("attest", "Attest the lockfile, its archive and this run's results")
+    assert sign["uses"].startswith("actions/attest-build-provenance@")
+    subjects = sign["with"]["subject-path"].split()
+    assert subjects == ["compat.lock.json", "compat-locks.tar.gz", "results/results-*/*.json"]
     aggregate = jobs(GPU_MATRIX)["aggregate"]
+    assert "id-token" not in aggregate["permissions"]
     names = [s.get("name", "") for s in aggregate["steps"]]
-    attest = step_named("aggregate", "Attest the lockfile, its archive and the results it merged")
-    assert attest["uses"].startswith("actions/attest-build-provenance@")
-    subjects = attest["with"]["subject-path"].split()
-    assert subjects == ["compat.lock.json", "compat-locks.tar.gz", "results/**/*.json"]
-    pack = names.index("Pack the lockfile with the locks it points at")
-    assert (
-        pack
-        < names.index(attest["name"])
-        < names.index("Upload the lockfile and the locks it points at")
+    assert names.index("Pack the lockfile with the locks it points at") < names.index(
+        "Upload the lockfile and the locks it points at"
     )
     upload = step_named("aggregate", "Upload the lockfile and the locks it points at")
-    assert "compat-locks.tar.gz" in upload["with"]["path"].split()
-    # the release publishes the attested bytes: it packs nothing of its own
+    assert {"compat-locks.tar.gz", "results/results-*/"} <= set(upload["with"]["path"].split())
+    # the release publishes the attested bytes and the bundle: it packs nothing of its own
     create = step_named("release", "Create the release with the lockfile as its asset")
     assert "tar " not in create["run"]
-    assert "compat.lock.json compat-locks.tar.gz" in create["run"]
-    # only the aggregate job can sign
+    assert "compat.lock.json compat-locks.tar.gz compat.lock.json.sigstore.json" in create["run"]
+    release = jobs(GPU_MATRIX)["release"]
+    assert release["needs"] == ["aggregate", "attest"]
+    assert "github.ref == 'refs/heads/main'" in release["if"]
+    # only the attest job and the images job can sign, both on GitHub-hosted runners
+    signers = {("gpu-matrix.yml", "attest"), ("gpu-matrix.yml", "images")}
     for workflow in WORKFLOWS:
         for name, job in jobs(workflow).items():
             permissions = job.get("permissions") or {}
-            if (workflow.name, name) != ("gpu-matrix.yml", "aggregate"):
-                assert "attestations" not in permissions, (workflow.name, name)
+            if (workflow.name, name) in signers:
+                assert job["runs-on"] == "ubuntu-24.04"
+            else:
+                assert permissions.get("attestations") in (None, "read"), (workflow.name, name)
+                assert "id-token" not in permissions or name == "pages", (workflow.name, name)
+
+
+def test_the_previous_lockfile_is_verified_before_its_runs_are_carried() -> None:
+    previous = step_named("aggregate", "Start from the last published lockfile")
+    script = previous["run"]
+    verify = script.index("gh attestation verify")
+    assert '--signer-workflow "$GH_REPO/.github/workflows/gpu-matrix.yml"' in script
+    assert "--source-ref refs/heads/main --deny-self-hosted-runners" in script
+    assert verify < script.index("tar -xzf") < script.index('echo "lockfile=')
+    lock = find_step(load(GPU_MATRIX), "aggregate", "lock")
+    assert '"${wheels[@]}"' in lock["run"] and "--earlier-wheels" in lock["run"]
 
 
 # --- scripts/latest-compat-release.sh against a stand-in gh --------------------------------------

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from envbuilder.bench.suite import ANCHORS, GOALS, Timed, report
+import pytest
+
+from envbuilder.bench.suite import (
+    ANCHORS,
+    GOALS,
+    Timed,
+    committed_run,
+    report,
+    status_changes,
+)
 
 
 def _timed(size: str, wall: float, results: dict[str, Any] | None = None) -> Timed:
@@ -39,3 +51,44 @@ def test_a_run_without_results_misses_its_goal() -> None:
     lines, met = report([run])
     assert not met
     assert "NO RESULTS (page cache warm: not root)" in lines[1]
+
+
+def _checks(**statuses: str) -> dict[str, Any]:
+    return {"checks": [{"name": n.replace("_", "."), "status": s} for n, s in statuses.items()]}
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "changes"),
+    [
+        (_checks(a_x="pass", b_y="fail"), _checks(a_x="pass", b_y="fail"), []),
+        (_checks(a_x="pass", b_y="fail"), _checks(a_x="fail", b_y="fail"), ["a.x: pass -> fail"]),
+        (_checks(a_x="pass"), _checks(a_x="pass", c_z="skip"), ["c.z: absent -> skip"]),
+        (_checks(a_x="pass", c_z="skip"), _checks(a_x="pass"), ["c.z: skip -> absent"]),
+    ],
+)
+def test_statuses_are_compared_per_check(
+    before: dict[str, Any], now: dict[str, Any], changes: list[str]
+) -> None:
+    assert status_changes(now, before) == changes
+
+
+def test_a_changed_status_misses_the_goal_and_is_listed(tmp_path: Path) -> None:
+    row = "py3.12-cu130-torch2.11.0"
+    runner = {"launch": {}, "gpus": [{"name": "NVIDIA H200"}]}
+    (tmp_path / f"{row}.h200.quick.json").write_text(json.dumps(_checks(a_x="pass")))
+    now = {**_checks(a_x="fail"), "combination": row, "runner": runner}
+    assert committed_run(now, "quick", tmp_path) == tmp_path / f"{row}.h200.quick.json"
+    assert committed_run(now, "full", tmp_path) is None  # no committed full run here
+    run = replace(_timed("quick", 20.0, now), status_changes=("a.x: pass -> fail",),
+                  compared_with=str(tmp_path / f"{row}.h200.quick.json"))  # fmt: skip
+    lines, met = report([run])
+    assert not met
+    assert lines[1].endswith("MISSED")
+    assert "      a.x: pass -> fail" in lines
+
+
+def test_a_run_with_carried_caches_is_shown_not_judged() -> None:
+    carried = replace(_timed("quick", 45.0), label="quick warm", carried_caches=True)
+    lines, met = report([_timed("quick", 29.0), carried])
+    assert met
+    assert "caches carried, not judged" in lines[2]

@@ -266,3 +266,46 @@ def test_a_package_with_no_file_for_the_target_is_an_error_naming_the_target() -
         ClosureError, match=re.escape("no closure for cp311 on manylinux_2_28_x86_64")
     ):
         select_for_target(Pylock.from_dict(closure), PY311)
+
+
+@pytest.mark.parametrize(
+    ("filenames", "expected"),
+    [
+        pytest.param(
+            ["x-1-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+             "x-1-cp311-cp311-manylinux_2_28_x86_64.whl",
+             "x-1-cp311-cp311-manylinux_2_28_aarch64.whl",
+             "x-1-cp311-cp311-macosx_11_0_arm64.whl"],
+            "x-1-cp311-cp311-manylinux_2_28_x86_64.whl",
+            id="the-newest-manylinux-among-other-platforms",
+        ),
+        pytest.param(
+            ["x-1-cp311-cp311-win_amd64.whl", "x-1-cp311-cp311-manylinux2014_x86_64.whl"],
+            "x-1-cp311-cp311-manylinux2014_x86_64.whl",
+            id="a-legacy-manylinux-alias",
+        ),
+        pytest.param(
+            ["x-1%2Bcu121-cp311-cp311-linux_x86_64.whl", "x-1+cu121-py3-none-win_amd64.whl"],
+            "x-1+cu121-cp311-cp311-linux_x86_64.whl",
+            id="a-quoted-local-version-on-linux",
+        ),
+        pytest.param(
+            ["x-1-py3-none-any.whl", "x-1-cp311-cp311-win_amd64.whl"],
+            "x-1-py3-none-any.whl",
+            id="a-pure-wheel",
+        ),
+    ],
+)  # fmt: skip
+def test_the_target_s_wheel_is_chosen_among_every_platform_s(
+    filenames: list[str], expected: str
+) -> None:
+    version = "1+cu121" if "%2B" in filenames[0] else "1"
+    closure = {
+        "lock-version": "1.0",
+        "created-by": "uv",
+        "packages": [
+            {"name": "x", "version": version, "wheels": [_wheel(f, "a" * 64) for f in filenames]}
+        ],
+    }
+    (selected,) = select_for_target(Pylock.from_dict(closure), Target(python="3.11"))
+    assert selected.archive is not None and selected.archive.filename == expected

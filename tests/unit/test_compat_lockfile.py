@@ -15,10 +15,19 @@ import jsonschema
 import pytest
 
 from envbuilder.cli import main
+from envbuilder.conformance._record import legacy_via
 from envbuilder.errors import InputError
 from envbuilder.lockfile.canonical import seal
 from envbuilder.lockfile.merge import build_lockfile
-from envbuilder.lockfile.model import USES, VERDICTS, CompatLock, Entry, RetiredEntry, use_verdict
+from envbuilder.lockfile.model import (
+    COMPAT_SCHEMA,
+    USES,
+    VERDICTS,
+    CompatLock,
+    Entry,
+    RetiredEntry,
+    use_verdict,
+)
 from envbuilder.lockfile.read import load_lockfile
 from envbuilder.lockfile.results import bind, documented_shape
 from envbuilder.model import ResolvedCombination, Status, load_resolution
@@ -181,7 +190,7 @@ def test_output_is_deterministic_and_matches_its_schema(workdir: Path) -> None:
     ("bad", "message"),
     [
         ("newer-suite.json", "newer conformance suite"),
-        ("newer-schema.json", "'envbuilder.results/3'"),
+        ("newer-schema.json", "'envbuilder.results/4'"),
         ("invalid-in-results1.json", "fails the results schema at checks/0/status"),
         ("results2-without-uses.json", "fails the results schema at checks/0: 'uses'"),
         (
@@ -325,7 +334,7 @@ def test_query_shows_when_a_combination_was_last_verified(
     assert main(["query", NO_XFORMERS, "--gpu", "H100", "--use", "training"]) == 0
     assert f"    {text}, {age} days ago" in capsys.readouterr().out.splitlines()
     assert main(["query", "--torch", "2.9", "--use", "training", "--json"]) == 0
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["matches"]
     assert row["verdict"] == "unverified" and text in row["reason"]
     assert row["last_verified"] == {
         "date": "2026-11-12",
@@ -337,7 +346,7 @@ def test_query_shows_when_a_combination_was_last_verified(
     }
     # a verdict made of runs on the current lock is dated by them
     assert main(["query", "--torch", "2.5.1", "--json"]) == 0
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["matches"]
     compat = load_lockfile(workdir / "compat.lock.json")
     current = compat.by_id()[TWO_GPUS].lock
     assert current is not None
@@ -434,9 +443,9 @@ def edit_value(text: str) -> str:
     [
         (lambda t: t[: len(t) // 2], "truncated or damaged"),
         (edit_value, "content_sha256 mismatch"),
-        (lambda t: t.replace("envbuilder.compat/3", "envbuilder.compat/4"), "upgrade envbuilder"),
-        (lambda t: t.replace("envbuilder.compat/3", "envbuilder.compat/1"), "older envbuilder"),
-        (lambda t: t.replace("envbuilder.compat/3", "something/3"), "not an envbuilder"),
+        (lambda t: t.replace("envbuilder.compat/4", "envbuilder.compat/5"), "upgrade envbuilder"),
+        (lambda t: t.replace("envbuilder.compat/4", "envbuilder.compat/1"), "older envbuilder"),
+        (lambda t: t.replace("envbuilder.compat/4", "something/4"), "not an envbuilder"),
         (lambda t: "[]", "not a compatibility lockfile"),
         (lambda t: "[" * 100_000, "JSON nested deeper than 128 levels"),
         (lambda t: "[" * 500 + "]" * 500, "JSON nested deeper than 128 levels"),
@@ -492,11 +501,28 @@ def _set(path: tuple[str | int, ...], value: object) -> Callable[[dict[str, Any]
         (_set(("combinations", 0, "cuda"), "cu9x"), "cuda 'cu9x' is not a CUDA"),
         # the entry's torch is its resolved torch's: a file that says otherwise is not one `lock` wrote
         (_set(("combinations", 0, "torch"), "9.9.9"), "torch '9.9.9' is not the version of its"),
+        # values of the wrong type, each once a traceback in the re-judging or in export
+        (
+            _set(("combinations", 0, "runs", 0, "gpu"), {"name": "H100"}),
+            "combinations[0].runs[0].gpu is {'name': 'H100'}, not a string",
+        ),
+        (
+            _set(("combinations", 0, "runs", 0, "compute_capability"), 9.0),
+            "combinations[0].runs[0].compute_capability is 9.0, not a string or null",
+        ),
+        (_set(("combinations", 0, "lock", "path"), 7), "combinations[0].lock.path is 7, not a"),
+        (_set(("combinations", 0, "python"), None), ".python is None, not a string"),
+        (_set(("combinations", 0, "gpus", 0, "gpu"), 5), "combinations[0].gpus[0].gpu is 5, not"),
     ],
 )
 @pytest.mark.parametrize(
     "command",
-    [["query", "--use", "inference"], ["doctor", "--no-probe"], ["publish", "-o", "site"]],
+    [
+        ["query", "--use", "inference"],
+        ["doctor", "--no-probe"],
+        ["publish", "-o", "site"],
+        ["export", "-o", "pylock.toml", "py3.10-default-torch2.4.1-xformers0.0.28.post1"],
+    ],
 )
 def test_a_sealed_lockfile_with_values_no_reader_knows_is_refused(
     workdir: Path,
@@ -557,13 +583,20 @@ def test_an_entry_nests_the_resolvers_record_and_is_written_flat(workdir: Path) 
 
 
 def test_the_embedded_snapshot_reads_back_to_its_own_bytes() -> None:
-    """Published compat/3 files (the snapshot in the wheel) read into nested entries and
-    write the very bytes they were read from."""
+    """Published files (the snapshot in the wheel) read into nested entries and write the
+    very bytes they were read from; one of an older schema (compat/3, whose checks record no
+    ``via``) does so once it is written in this one's, its checks' call paths taken from
+    their names."""
     path = Path(__file__).parents[2] / "envbuilder" / "data" / "compat.lock.json"
     raw = path.read_bytes()
     snapshot = CompatLock.from_json(json.loads(raw))
     assert snapshot.combinations and all(e.resolved.id == e.id for e in snapshot.combinations)
-    assert seal(snapshot.to_json()) == raw
+    written = seal(snapshot.to_json())
+    if snapshot.schema == COMPAT_SCHEMA:
+        assert written == raw
+    assert seal(CompatLock.from_json(json.loads(written)).to_json()) == written
+    checks = [c for e in snapshot.combinations for r in e.runs for c in r.checks]
+    assert checks and all(c.via == legacy_via(c.name) for c in checks)
 
 
 def test_a_lockfile_without_its_hash_is_refused(workdir: Path) -> None:
@@ -667,7 +700,7 @@ def test_query_by_use_shows_that_use(workdir: Path, capsys: pytest.CaptureFixtur
     assert lock("--results", "results") == 0
     capsys.readouterr()
     assert main(["query", "--torch", "2.10", "--use", "training", "--json"]) == 0
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["matches"]
     assert (row["use"], row["verdict"]) == ("training", "verified")
     assert row["uses"]["training-compiled"] == "broken"
     assert main(["query", "--python", "3.12", "--use", "training-compiled"]) == 0
@@ -692,8 +725,8 @@ def test_results_2_fixtures_keep_the_documented_shape(name: str) -> None:
 
 
 @pytest.mark.skipif(
-    PACKAGED_RESULTS.get("$id") != "envbuilder.results/2",
-    reason="the packaged results schema is not envbuilder.results/2 yet",
+    "envbuilder.results/2" not in PACKAGED_RESULTS["properties"]["schema"]["enum"],
+    reason="the packaged results schema does not take envbuilder.results/2 files",
 )
 @pytest.mark.parametrize("name", RESULTS_2)
 def test_results_2_fixtures_pass_the_packaged_results_schema(name: str) -> None:

@@ -41,19 +41,17 @@ def test_the_dry_run_says_the_runtime_path_prepended(
     err = capsys.readouterr().err
     site = workdir / "venv" / "lib" / "python3.12" / "site-packages"
     assert (
-        f'export LD_LIBRARY_PATH="{site}/nvidia/cuda_runtime/lib'
-        '${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
+        f"export LD_LIBRARY_PATH='{site}/nvidia/cuda_runtime/lib'"
+        '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
     ) in err
 
 
-def test_doctor_names_the_runtime_path_when_the_extension_does_not_load(
-    compat: CompatLock,
-) -> None:
+def _extension_finding(compat: CompatLock, prefix: Path) -> str:
     entry = compat.by_id()[CUDART]
     env = Installed(
         python="3.12",
         versions={p.name: p.version or "" for p in entry.packages},
-        prefix="/home/me/env",
+        prefix=str(prefix),
     )
     probe = {
         "torch": entry.torch,
@@ -64,7 +62,25 @@ def test_doctor_names_the_runtime_path_when_the_extension_does_not_load(
     (found,) = [f for f in findings if f.name == "xformers-extension"]
     assert found.status == "fail"
     assert found.detail.startswith("libcudart.so.12: cannot open shared object file; ")
-    assert 'LD_LIBRARY_PATH="/home/me/env/lib/python3.12/site-packages/nvidia/' in found.detail
+    return found.detail
+
+
+def test_doctor_names_the_runtime_path_when_the_extension_does_not_load(
+    compat: CompatLock, tmp_path: Path
+) -> None:
+    libdir = tmp_path / "env" / "lib" / "python3.12" / "site-packages" / "nvidia" / "cuda_runtime"
+    (libdir / "lib").mkdir(parents=True)
+    detail = _extension_finding(compat, tmp_path / "env")
+    assert f'LD_LIBRARY_PATH="{libdir}/lib' in detail
+
+
+def test_doctor_says_the_runtime_is_missing_rather_than_a_path_that_is_not_there(
+    compat: CompatLock, tmp_path: Path
+) -> None:
+    detail = _extension_finding(compat, tmp_path / "env")
+    assert "LD_LIBRARY_PATH" not in detail
+    assert "nvidia-cuda-runtime-cu12" in detail and "is not installed here" in detail
+    assert f"`envbuilder install {CUDART}` installs it" in detail
 
 
 def test_the_dry_run_says_which_mechanism_finds_the_runtime(
@@ -102,11 +118,16 @@ def test_every_activate_script_of_a_venv_is_hooked_once(venv: Path) -> None:
     hook_environment(venv, LIBDIR)  # installing again replaces the hook
     for name, text in before.items():
         hooked = (venv / "bin" / name).read_text()
-        assert hooked.count(LIBDIR) == (2 if name == "activate.csh" else 1), name  # if/else
+        # csh: if set (non-empty or empty) / unset; fish: non-empty / else
+        assert hooked.count(LIBDIR) == {"activate.csh": 3, "activate.fish": 2}.get(name, 1), name
         assert hooked.count(BEGIN) == (1 if name == "activate.csh" else 2), name
         assert unhook_text(hooked) == text, name  # nothing else changed
     csh = (venv / "bin" / "activate.csh").read_text()
     assert "alias deactivate 'test $?_ENVBUILDER_OLD_LD_LIBRARY_PATH != 0 && setenv" in csh
+    # what an earlier install wrote is taken out too when installing again
+    from envbuilder.lockfile.runtime_path import _CSH_REVERT, _CSH_REVERT_BEFORE
+
+    assert unhook_text(csh.replace(_CSH_REVERT, _CSH_REVERT_BEFORE)) == before["activate.csh"]
 
 
 def test_a_conda_environment_gets_activate_d_scripts(tmp_path: Path) -> None:
@@ -118,7 +139,7 @@ def test_a_conda_environment_gets_activate_d_scripts(tmp_path: Path) -> None:
     on, off = hook.files
     assert on == tmp_path / "etc/conda/activate.d/envbuilder-cuda-runtime.sh"
     assert (
-        f'export LD_LIBRARY_PATH="{LIBDIR}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"'
+        f"export LD_LIBRARY_PATH='{LIBDIR}'\"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}\""
         in on.read_text()
     )
     assert "unset LD_LIBRARY_PATH" in off.read_text()

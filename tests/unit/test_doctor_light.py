@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from envbuilder.lockfile._extload import cuda_runtime_candidates
 from envbuilder.lockfile.doctor import _probe_findings
 
 LIGHT: dict[str, Any] = {"light": True, "gpu_present": False, "cuda_available": False}
@@ -41,3 +43,27 @@ LIGHT: dict[str, Any] = {"light": True, "gpu_present": False, "cuda_available": 
 )  # fmt: skip
 def test_light_probe_findings(report: dict[str, Any], expected: list[tuple[str, str, str]]) -> None:
     assert [(f.name, f.status, f.detail) for f in _probe_findings(None, report)] == expected
+
+
+@pytest.mark.parametrize(
+    ("files", "torch_cuda", "expected"),
+    [
+        # a -cudart environment: the cu12 runtime wheel comes before torch's own cu13 one
+        (["a/nvidia/cuda_runtime/lib/libcudart.so.12", "a/nvidia/cu13/lib/libcudart.so.13"], "13.0",
+         "a/nvidia/cuda_runtime/lib/libcudart.so.12"),
+        (["a/nvidia/cu13/lib/libcudart.so.13"], "13.0", "a/nvidia/cu13/lib/libcudart.so.13"),
+        (["a/nvidia/cu13/lib/libcudart.so.13"], "12.8", None),
+        # the first sys.path entry holding one wins, as for torch
+        (["b/nvidia/cuda_runtime/lib/libcudart.so.12", "a/cuda_runtime/lib/libcudart.so.12"], None,
+         "a/cuda_runtime/lib/libcudart.so.12"),
+        (["a/nvidia/cuda_runtime/lib/libcudart.so"], None, None),
+    ],
+)  # fmt: skip
+def test_the_light_probe_preloads_the_runtime_torch_would(
+    tmp_path: Path, files: list[str], torch_cuda: str | None, expected: str | None
+) -> None:
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).touch()
+    found = cuda_runtime_candidates([str(tmp_path / "a"), str(tmp_path / "b")], torch_cuda)
+    assert found == ([] if expected is None else [tmp_path / expected])

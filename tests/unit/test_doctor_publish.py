@@ -278,7 +278,7 @@ def test_markdown_table_writes_text_from_results_literally(
     # what to do, the last cell
     assert row.endswith(f"| {written} (measured 2026-11-19, 13 days ago) |")
     # the failing checks' cause, under the table
-    assert f"- 2 checks: {written} repro: envbuilder repro " in table
+    assert f"- 2 checks: {written} \\[undecided\\] repro: envbuilder repro " in table
     assert f"| {written} |" in row  # torch
     assert f"{written}: broken" in row  # the GPU
     cells = re.split(r"(?<!\\)\|", row)[1:-1]

@@ -13,10 +13,17 @@ import pytest
 from envbuilder.commands import matrix as matrix_command
 from envbuilder.errors import InputError
 from envbuilder.ghmatrix import (
+    BUILD_JOBS,
+    CHUNK_JOBS,
+    CHUNK_OUTPUT_BYTES,
     GITHUB_JOB_LIMIT,
+    GITHUB_OUTPUT_BYTES,
+    chunk_plan,
     compact,
+    estimate,
     github_output,
     plan_jobs,
+    suite_seconds,
     workflow_command,
 )
 from envbuilder.model import (
@@ -79,6 +86,7 @@ def test_a_job_entry_carries_what_the_conformance_job_needs() -> None:
                 "runs-on": ["self-hosted", "linux", "x64", "gpu"],
                 "artifact": "results-py3.11-cu121-torch2.4.1-xformers0.0.28.post1",
                 "image": "envbuilder/py3.11-cu121-torch2.4.1-xformers0.0.28.post1:abababababab",
+                "image-artifact": "image-py3.11-cu121-torch2.4.1-xformers0.0.28.post1",
             }
         ]
     }
@@ -152,16 +160,19 @@ def many(n: int) -> list[Combination]:
     return [combo("3.11", "cu121", f"2.4.{i}") for i in range(n)]
 
 
+RUN_LIMIT = GITHUB_JOB_LIMIT * CHUNK_JOBS
+
+
 @pytest.mark.parametrize(
     ("combinations", "gpus", "count"),
     [
-        (GITHUB_JOB_LIMIT, 0, GITHUB_JOB_LIMIT),
-        (GITHUB_JOB_LIMIT + 1, 0, None),
-        (128, 2, 256),
-        (129, 2, None),
+        (RUN_LIMIT, 0, RUN_LIMIT),
+        (RUN_LIMIT + 1, 0, None),
+        (RUN_LIMIT // 2, 2, RUN_LIMIT),
+        (RUN_LIMIT // 2 + 1, 2, None),
     ],
 )
-def test_githubs_job_limit_is_enforced_with_the_count_and_how_to_select_a_subset(
+def test_the_run_limit_is_enforced_with_the_count_and_how_to_select_a_subset(
     combinations: int, gpus: int, count: int | None
 ) -> None:
     gpu_labels = {f"gpu{i}": ("self-hosted", f"gpu{i}") for i in range(gpus)}
@@ -172,8 +183,150 @@ def test_githubs_job_limit_is_enforced_with_the_count_and_how_to_select_a_subset
         plan_jobs(many(combinations), gpus=gpu_labels)
     text = str(e.value)
     assert f"makes {combinations * max(gpus, 1)} jobs" in text
-    assert "limit of 256" in text
+    assert f"limit of {RUN_LIMIT} jobs per run" in text
     assert "select a subset" in text
+
+
+# --- chunks: as many matrices as GitHub's limits need --------------------------------------------
+
+
+def fleet(rows: int, kinds: int) -> list[Any]:
+    """``rows`` resolved combinations fanned out over ``kinds`` GPU models, with long labels."""
+    combos = many(rows)
+    gpus = {f"gpu-kind-{i}": ("self-hosted", "linux", "x64", f"gpu-kind-{i}") for i in range(kinds)}
+    res = resolution(*[answer(c, "resolved", f"{i:064x}") for i, c in enumerate(combos)])
+    return list(plan_jobs(combos, gpus=gpus, resolution=res).jobs)
+
+
+@pytest.mark.parametrize(
+    ("rows", "kinds", "chunks"),
+    [
+        (45, 8, [184, 176]),  # the issue's fleet: 360 jobs
+        (43, 6, [132, 126]),  # 258 jobs: one matrix refused them before
+        (32, 8, [256]),
+        (33, 8, [136, 128]),
+        (1, 1, [1]),
+        (128, 8, [256, 256, 256, 256]),
+    ],
+)
+def test_a_fleet_plans_into_chunks_within_githubs_limits_with_every_job_once(
+    rows: int, kinds: int, chunks: list[int]
+) -> None:
+    jobs = fleet(rows, kinds)
+    planned = chunk_plan(jobs)
+    assert [len(c.jobs) for c in planned] == chunks
+    assert [c.output for c in planned] == [f"chunk-{i}" for i in range(1, len(chunks) + 1)]
+    # every job exactly once, in the plan's order
+    assert [j for c in planned for j in c.jobs] == jobs
+    for chunk in planned:
+        assert len(chunk.jobs) <= GITHUB_JOB_LIMIT
+        text = compact(chunk.github())
+        assert chunk.size() == len(text.encode()) <= CHUNK_OUTPUT_BYTES
+        assert json.loads(text) == chunk.github()
+    # a combination's GPU models share a chunk: its image is pulled within one matrix
+    assert all(len({id(c) for c in planned if j in c.jobs}) == 1 for j in jobs)
+    assert sum(c.size() for c in planned) < GITHUB_OUTPUT_BYTES
+    # artifacts stay unique across chunks: the aggregate job downloads them all
+    artifacts = [e["artifact"] for c in planned for e in c.github()["include"]]
+    assert len(set(artifacts)) == len(artifacts) == rows * kinds
+
+
+def test_chunks_split_by_bytes_when_entries_are_long() -> None:
+    jobs = fleet(45, 8)
+    planned = chunk_plan(jobs, max_bytes=40_000)
+    assert len(planned) == 4
+    assert all(c.size() <= 40_000 for c in planned)
+    assert [j for c in planned for j in c.jobs] == jobs
+
+
+def test_a_combination_over_more_gpu_models_than_a_chunk_holds_is_split_by_jobs() -> None:
+    jobs = fleet(1, 300)
+    planned = chunk_plan(jobs)
+    assert [len(c.jobs) for c in planned] == [256, 44]
+    assert [j for c in planned for j in c.jobs] == jobs
+
+
+def test_more_chunks_than_the_workflow_has_conformance_jobs_are_refused() -> None:
+    with pytest.raises(InputError, match=r"360 jobs in 2 chunks, more than the 1 conformance"):
+        chunk_plan(fleet(45, 8), max_chunks=1)
+    assert chunk_plan([]) == ()
+
+
+def test_the_build_matrix_has_one_image_per_combination_not_per_gpu_model() -> None:
+    combos = many(45)
+    gpus = {f"g{i}": ("self-hosted", f"g{i}") for i in range(8)}
+    built = dataclasses.replace(answer(combos[0], "resolved", SHA), source_build=SOURCE_BUILD)
+    res = resolution(built, *[answer(c, "resolved", SHA) for c in combos[1:]])
+    plan = plan_jobs(combos, gpus=gpus, resolution=res)
+    builds = plan.builds()["include"]
+    # a source-build row builds its own image on each GPU runner, from the wheel it built
+    assert [b["id"] for b in builds] == [c.id for c in combos[1:]]
+    assert builds[0] == {
+        "id": combos[1].id,
+        "image": combos[1].image_tag(SHA),
+        "runs-on": ["self-hosted", "g0"],
+        "artifact": f"image-{combos[1].id}",
+    }
+    # each conformance job finds its image's record under the artifact its build uploads
+    entries = plan.github()["include"]
+    assert {e["image-artifact"] for e in entries if "image-artifact" in e} == {
+        b["artifact"] for b in builds
+    }
+    assert all("image-artifact" not in e for e in entries if e["id"] == combos[0].id)
+
+
+def test_the_build_matrix_of_300_rows_is_chunked_within_githubs_limit() -> None:
+    """One image per row: 300 rows are more than one matrix holds, so the build jobs take
+    them in chunks, as the conformance jobs take theirs."""
+    combos = many(300)
+    res = resolution(*[answer(c, "resolved", f"{i:064x}") for i, c in enumerate(combos)])
+    plan = plan_jobs(combos, gpus={"g0": ("self-hosted", "g0")}, resolution=res)
+    chunks = plan.build_chunks()
+    assert [len(c.jobs) for c in chunks] == [150, 150]
+    assert [c.output for c in chunks] == ["build-1", "build-2"]
+    entries = [e for c in chunks for e in c.github()["include"]]
+    assert entries == plan.builds()["include"]  # every image once, in the plan's order
+    assert [e["id"] for e in entries] == [c.id for c in combos]
+    assert set(entries[0]) == {"id", "image", "runs-on", "artifact"}
+    for chunk in chunks:
+        assert len(chunk.github()["include"]) <= GITHUB_JOB_LIMIT
+        assert chunk.size() == len(compact(chunk.github()).encode()) <= CHUNK_OUTPUT_BYTES
+    # conformance and build chunks together fit the resolve job's outputs
+    together = [*chunk_plan(plan.jobs), *chunks]
+    assert sum(c.size() for c in together) < GITHUB_OUTPUT_BYTES - 16_000
+
+
+def test_more_images_than_the_build_jobs_hold_are_refused_with_the_count() -> None:
+    combos = many(BUILD_JOBS * GITHUB_JOB_LIMIT + 1)
+    res = resolution(*[answer(c, "resolved", SHA) for c in combos])
+    plan = plan_jobs(combos, resolution=res, limit=len(combos))
+    with pytest.raises(InputError, match=r"1025 images to build in 5 chunks.*4 build jobs"):
+        plan.build_chunks()
+
+
+# --- the estimate ------------------------------------------------------------------------------
+
+
+def test_the_estimate_multiplies_jobs_by_the_suites_measured_time() -> None:
+    plan = plan_jobs(many(45), gpus={f"g{i}": ("gpu",) for i in range(8)})
+    full, quick = suite_seconds("full"), suite_seconds("quick")
+    assert 0 < quick < full
+    cost = estimate(plan, overhead_s=120)
+    assert (cost.jobs, cost.chunks) == (360, 2)
+    assert cost.gpu_minutes == pytest.approx(360 * (full + 120) / 60)
+    assert "360 job(s) in 2 chunk(s)" in cost.describe()
+    assert estimate(plan, size="quick").gpu_minutes == pytest.approx(360 * quick / 60)
+    with pytest.raises(InputError, match="give 0 or more"):
+        estimate(plan, overhead_s=-1)
+
+
+def test_the_suites_time_is_its_phases_longest_chains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One alone group then the rest side by side: the sum of each phase's makespan."""
+    from envbuilder.conformance import costs
+
+    table = {"performance": 30.0, "attention.sdpa": 20.0, "attention.xformers": 10.0}
+    monkeypatch.setattr(costs, "known_costs", lambda size: table)
+    assert suite_seconds("full") == pytest.approx(30.0 + 20.0)
 
 
 def test_the_limit_counts_jobs_not_combinations_after_unresolvable_ones_drop_out() -> None:
@@ -321,8 +474,15 @@ def test_in_actions_the_command_writes_outputs_notices_and_the_step_summary(
     out, err = capsys.readouterr()
     lines = output.read_text(encoding="utf-8").splitlines()
     assert lines[0] == "earlier=kept"
-    assert lines[1] == f"matrix={out.strip()}"
-    assert lines[2] == "count=2"
+    assert lines[1] == "count=2"
+    assert lines[2] == "chunks=[1]"
+    assert lines[3] == f"chunk-1={out.strip()}"
+    assert lines[4] == "build-chunks=[1]"
+    builds = json.loads(lines[5].removeprefix("build-1="))["include"]
+    assert [b["id"] for b in builds] == [
+        "py3.11-cu121-torch2.4.1-xformers0.0.28.post1",
+        "py3.11-cpu-torch2.13.0",
+    ]
     assert (
         "::notice title=No conformance job::py3.12-cu121-torch2.4.1-xformers0.0.28.post1:"
         " unsatisfiable: no wheel" in err
@@ -331,6 +491,37 @@ def test_in_actions_the_command_writes_outputs_notices_and_the_step_summary(
         "| `py3.12-cu121-torch2.4.1-xformers0.0.28.post1` | unsatisfiable |"
         in summary.read_text(encoding="utf-8")
     )
+
+
+def test_the_summary_counts_rows_of_other_platforms_apart_from_unresolvable_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Windows row resolved fine: it has no image to run, which is not 'not resolvable'."""
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    text = (
+        MATRIX
+        + b'\n[[combinations]]\npython = "3.11"\ncuda = "cpu"\ntorch = "2.13.0"\nplatform = "win_amd64"\n'
+    )
+    matrix_path = tmp_path / "matrix.toml"
+    matrix_path.write_bytes(text)
+    loaded = parse_matrix(text, path=matrix_path, environ={})
+    # the platform joins the ids of a matrix of several platforms: pick rows by field
+    answers = [
+        answer(c, "unsatisfiable" if c.python == "3.12" else "resolved", SHA)
+        for c in loaded.combinations
+    ]
+    res = Resolution(
+        matrix=str(matrix_path), matrix_sha256=loaded.sha256, combinations=tuple(answers)
+    )
+    res_path = tmp_path / "resolution.json"
+    res_path.write_text(json.dumps(res.to_json()), encoding="utf-8")
+    rc = run_command(["--matrix", str(matrix_path), "--resolution", str(res_path), "--format", "ids"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert (
+        "2 job(s) in 1 chunk(s) for 4 selected combination(s), 1 not resolvable,"
+        " 1 skipped for their platform (no image)"
+    ) in err
 
 
 @pytest.mark.parametrize(

@@ -17,17 +17,10 @@ from envbuilder.lockfile.drivers import (
     minimum_driver,
     required_cuda,
 )
-from envbuilder.lockfile.host import (
-    Gpu,
-    Host,
-    detect_host,
-    normalise_arch,
-    parse_nvidia_smi,
-    platform_arch,
-)
+from envbuilder.lockfile.host import Gpu, Host, detect_host, parse_nvidia_smi
 from envbuilder.lockfile.model import CompatLock
 from envbuilder.lockfile.query import Query, answer
-from envbuilder.target import CudaTag
+from envbuilder.target import CudaTag, normalise_arch, platform_arch
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -357,6 +350,7 @@ def test_query_command_shows_rejections_when_they_explain(
 
     shutil.copytree(DATA / "locks", tmp_path / "locks")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")  # a terminal wide enough for the whole reason
     lock = ["lock", "--resolution", "locks/resolution.json", "--results", str(DATA / "results")]
     assert main(lock) == 0
     capsys.readouterr()

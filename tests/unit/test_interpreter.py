@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from envbuilder.errors import InputError, MissingToolError
 from envbuilder.lockfile.interpreter import (
+    BrokenInterpreter,
     Interpreter,
     choose,
     has_pip,
@@ -121,5 +123,57 @@ def test_a_version_takes_the_active_one_when_it_is_that_version(tmp_path: Path) 
     which = {"python3.11": str(other)}.get
     chosen = choose(parse_python("3.11"), env, which=which, version_of=_version_of)
     assert (chosen.executable, chosen.source) == (other, "--python 3.11, python3.11 on PATH")
-    with pytest.raises(MissingToolError, match=r"no Python 3\.10 found .*`uv venv -p 3\.10`"):
+    with pytest.raises(
+        MissingToolError, match=r"no Python 3\.10 found: .*`uv python install 3\.10`"
+    ):
         choose(parse_python("3.10"), env, which=_nothing, version_of=_version_of)
+
+
+def _uv_finds(found: dict[str, Path]) -> Callable[[str, Callable[[str], str | None]], Path | None]:
+    return lambda version, which: found.get(version)
+
+
+def test_a_version_prefers_what_uv_python_find_names(tmp_path: Path) -> None:
+    by_uv = _venv(tmp_path / "uv-managed", "3.11.9")
+    on_path = _venv(tmp_path / "path", "3.11.2")
+    which = {"uv": "/opt/uv", "python3.11": str(on_path)}.get
+    chosen = choose(
+        parse_python("3.11"),
+        {},
+        which=which,
+        version_of=_version_of,
+        uv_find=_uv_finds({"3.11": by_uv}),
+    )
+    assert (chosen.executable, chosen.source) == (by_uv, "uv python find 3.11")
+    # uv finds none: pythonX.Y on PATH, as before
+    chosen = choose(
+        parse_python("3.11"), {}, which=which, version_of=_version_of, uv_find=_uv_finds({})
+    )
+    assert (chosen.executable, chosen.source) == (on_path, "--python 3.11, python3.11 on PATH")
+
+
+def test_an_interpreter_that_does_not_run_is_one_short_line_naming_it(tmp_path: Path) -> None:
+    active = _venv(tmp_path / "venv", "3.11.7")
+    shim = tmp_path / "shims" / "python3.10"
+
+    def version_of(path: Path) -> str:
+        if path == shim:
+            raise BrokenInterpreter("--python", shim, "exit status 127")
+        return _version_of(path)
+
+    which = {"uv": "/opt/uv", "python3.10": str(shim)}.get
+    with pytest.raises(MissingToolError) as caught:
+        choose(
+            parse_python("3.10"),
+            {"VIRTUAL_ENV": str(active.parent.parent)},
+            which=which,
+            version_of=version_of,
+            uv_find=_uv_finds({}),
+        )
+    said = str(caught.value)
+    assert said == (
+        "no Python 3.10 found: $VIRTUAL_ENV is Python 3.11; `uv python find 3.10` finds none; "
+        f"{shim} does not run (exit status 127). Install one (`uv python install 3.10`) or "
+        "pass --python PATH"
+    )
+    assert "\n" not in said

@@ -10,14 +10,19 @@
   ``lockfile/`` reads records, not the resolver, Docker or the index (and of the
   suite only its stdlib record module, the home of the check vocabulary);
   ``ghmatrix`` plans jobs without Docker; ``index/`` serves the resolver and
-  knows nothing of it. Each rule is seen rejecting an injected import.
+  knows nothing of it; ``resolve/`` comes before the lockfile and imports none of
+  it (the GPU table is the ground floor's, ``envbuilder.gpus``); the lockfile
+  imports no command. Each rule is seen rejecting an injected import.
+- The import graph has no cycles, module by module (the imports that run when a
+  module is imported) and stage by stage (every import, grouped by the package
+  under ``envbuilder``); a planted cycle is seen found.
 """
 
 from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +30,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "envbuilder"
 SUITE_MAY_IMPORT = frozenset({"torch", "xformers", "diffusers"})
-READERS = ("read", "query", "export", "model", "canonical", "gpus", "verdicts")
+READERS = ("read", "query", "export", "model", "evidence", "canonical", "gpus", "verdicts")
 NOT_FOR_READERS = frozenset(
     {"uv", "docker", "requests", "urllib3", "cachecontrol", "http", "socket", "urllib.request"}
 )
@@ -183,6 +188,14 @@ STAGE_RULES: tuple[StageRule, ...] = (
         allowed=frozenset({"envbuilder.conformance._record"}),
         why="only the suite's check vocabulary",
     ),
+    StageRule(
+        "envbuilder.lockfile", "envbuilder.commands", why="the commands are the top: they use it"
+    ),
+    StageRule(
+        "envbuilder.resolve",
+        "envbuilder.lockfile",
+        why="the lockfile is made from what the resolver writes; GPUs are envbuilder.gpus",
+    ),
     StageRule("envbuilder.ghmatrix", "envbuilder.docker", why="it plans jobs, builds nothing"),
     StageRule("envbuilder.index", "envbuilder.resolve", why="the resolver uses the index"),
     StageRule(
@@ -269,7 +282,24 @@ def _injected(module: str, source: str) -> list[str]:
             "from envbuilder.lockfile.sourcebuilds import recorded_wheel",
             "envbuilder.lockfile.sourcebuilds",
         ),
+        (
+            "envbuilder.lockfile.fake",
+            "def f():\n    from envbuilder.commands.query import run",
+            "envbuilder.commands.query",
+        ),
+        (
+            "envbuilder.resolve.fake",
+            "from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY",
+            "envbuilder.lockfile.gpus",
+        ),
+        (
+            "envbuilder.resolve.matrix.fake",
+            "from ...lockfile import model",
+            "envbuilder.lockfile.model",
+        ),
         # and letting through what is allowed
+        ("envbuilder.resolve.fake", "from envbuilder.gpus import CudaArch", None),
+        ("envbuilder.lockfile.fake", "from envbuilder.gpus import arch_covers", None),
         ("envbuilder.lockfile.fake", "from envbuilder.conformance._record import USES", None),
         ("envbuilder.lockfile.fake", "from envbuilder.conformance import _record", None),
         ("envbuilder.lockfile.fake", "from envbuilder.model import Resolution", None),
@@ -284,3 +314,101 @@ def test_each_stage_rule_rejects_an_injected_import(
 ) -> None:
     got = _injected(module, source)
     assert [line.split(" ")[2] for line in got] == ([broken] if broken else [])
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The import cycles of *graph* (module -> modules it imports): each strongly connected
+    set of two or more, sorted (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            child = next(edges, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                members: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    members.append(member)
+                    if member == node:
+                        break
+                if len(members) > 1:
+                    found.append(sorted(members))
+    return sorted(found)
+
+
+def _graph(*, at_import_time: bool) -> dict[str, set[str]]:
+    return {
+        module: {
+            name
+            for name, _ in _imports(module, at_import_time=at_import_time)
+            if name in MODULES and name != module
+        }
+        for module in MODULES
+    }
+
+
+def _stage(module: str) -> str:
+    """``envbuilder.resolve.matrix.rows`` -> ``envbuilder.resolve``."""
+    return ".".join(module.split(".")[:2])
+
+
+def _stages(graph: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
+    grouped: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        grouped.setdefault(_stage(module), set()).update(
+            _stage(name) for name in imported if _stage(name) != _stage(module)
+        )
+    return grouped
+
+
+def test_no_module_imports_itself_back_at_import_time() -> None:
+    assert cycles(_graph(at_import_time=True)) == []
+
+
+def test_the_stages_import_each_other_without_cycles() -> None:
+    assert cycles(_stages(_graph(at_import_time=False))) == []
+
+
+@pytest.mark.parametrize(
+    ("graph", "found"),
+    [
+        ({"a": {"b"}, "b": {"a"}, "c": {"a"}}, [["a", "b"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}, [["a", "b", "c"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+        # stage by stage: resolve.x -> lockfile.y and lockfile.z -> resolve.w is one cycle
+        (
+            _stages(
+                {
+                    "envbuilder.resolve.x": {"envbuilder.lockfile.y"},
+                    "envbuilder.lockfile.z": {"envbuilder.resolve.w"},
+                }
+            ),
+            [["envbuilder.lockfile", "envbuilder.resolve"]],
+        ),
+    ],
+)
+def test_a_planted_cycle_is_found(graph: dict[str, set[str]], found: list[list[str]]) -> None:
+    assert cycles(graph) == found

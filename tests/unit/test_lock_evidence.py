@@ -245,12 +245,68 @@ def drop(workdir: Path, combination: str) -> bytes:
     return before
 
 
-def test_a_row_dropped_from_the_resolution_is_retired_and_comes_back(
+_ID = re.compile(r"py(\d+\.\d+)-default-torch([^-]+)(?:-xformers([^-]+))?(-cudart)?")
+
+
+def write_matrix(workdir: Path, *, without: tuple[str, ...] = ()) -> Path:
+    """The matrix the synthetic resolution names (tests/data/matrix.toml, from the working
+    directory), one explicit row per combination it resolves but *without*."""
+    resolution = json.loads((DATA / "locks" / "resolution.json").read_bytes())
+    rows = []
+    for combo in resolution["combinations"]:
+        if combo["id"] in without:
+            continue
+        found = _ID.fullmatch(combo["id"])
+        assert found is not None, combo["id"]
+        python, torch, xformers, cudart = found.groups()
+        row = f'[[combinations]]\npython = "{python}"\ntorch = "{torch}"\n'
+        row += f'xformers = "{xformers}"\n' if xformers else ""
+        row += "add-cuda-runtime = true\n" if cudart else ""
+        rows.append(row)
+    path: Path = workdir / str(resolution["matrix"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(rows))
+    return path
+
+
+def test_a_row_not_selected_keeps_its_runs_as_they_were(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A selector run resolves part of the matrix: the rows it left out are not retired."""
+    write_matrix(workdir)
+    assert lock("--results", *EVERYTHING, "-o", "full.json") == 0
+    full = load_lockfile(workdir / "full.json")
+    drop(workdir, TWO_GPUS)  # resolved without it: it is still in the matrix
+    assert lock("--results", "--previous", "full.json", "-o", "selected.json") == 0
+    assert "1 combination(s) not in this resolution but in the matrix kept as they were" in (
+        summary(capsys)
+    )
+    selected = load_lockfile(workdir / "selected.json")
+    assert [r.id for r in selected.retired] == [RETIRED]
+    assert selected.by_id()[TWO_GPUS] == full.by_id()[TWO_GPUS]
+    assert [e.id for e in selected.combinations] == [e.id for e in full.combinations]
+    assert (workdir / "selected.json").read_bytes() == (workdir / "full.json").read_bytes()
+
+
+def test_a_previous_row_the_resolution_leaves_out_needs_the_matrix(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert lock("--results", *EVERYTHING, "-o", "full.json") == 0
+    drop(workdir, TWO_GPUS)
+    assert lock("--results", "--previous", "full.json", "-o", "selected.json") == 2
+    err = capsys.readouterr().err
+    assert f"this resolution does not name ({TWO_GPUS})" in err and "--matrix" in err
+    assert not (workdir / "selected.json").exists()
+
+
+def test_a_row_removed_from_the_matrix_is_retired_and_comes_back(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_matrix(workdir)
+    assert lock("--results", *EVERYTHING, "-o", "full.json") == 0
     full = load_lockfile(workdir / "full.json").by_id()[TWO_GPUS]
     before = drop(workdir, TWO_GPUS)
+    write_matrix(workdir, without=(TWO_GPUS,))
     assert lock("--results", "--previous", "full.json", "-o", "dropped.json") == 0
     assert "; 2 retired combination(s) (not in the resolution) kept with 4 run(s)" in summary(
         capsys
@@ -281,6 +337,7 @@ def test_a_row_dropped_from_the_resolution_is_retired_and_comes_back(
     assert (workdir / "still.json").read_bytes() == (workdir / "dropped.json").read_bytes()
     # resolved again, it takes its runs back: the lockfile is the one before it was dropped
     (workdir / "locks" / "resolution.json").write_bytes(before)
+    write_matrix(workdir)
     assert lock("--results", "--previous", "still.json", "-o", "back.json") == 0
     assert (workdir / "back.json").read_bytes() == (workdir / "full.json").read_bytes()
 
@@ -398,3 +455,122 @@ def test_a_run_s_date_is_its_finish_in_utc_whatever_the_file_says(workdir: Path)
     assert read.date == read.finished[:10] != "1999-01-01"
     late = run_record(finished="2026-11-20T23:30:00-05:00")
     assert late.date == "2026-11-21"
+
+
+TORCH_ONLY = "py3.11-default-torch2.9.0"
+#: a run on a Mac of another stack (py3.12, torch 2.5.1 without CUDA, xformers), no GPU
+ON_A_MAC: dict[str, Any] = {
+    "platform": "macOS-14.5-arm64-arm-64bit",
+    "python": "3.12.4",
+    "torch": "2.5.1",
+    "torch_cuda": None,
+    "driver": None,
+    "xformers": "0.0.28.post3",
+    "gpus": [],
+}
+
+
+def test_a_run_of_another_stack_carried_into_a_row_is_dropped_with_its_reason(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run the previous lockfile files under a combination is checked as a results file
+    naming that combination would be: a Mac run of another stack never makes a row."""
+    assert lock("--results", "results", "-o", "previous.json") == 0
+    data = json.loads((workdir / "previous.json").read_text())
+    by_id = {e["id"]: e for e in data["combinations"]}
+    forged = json.loads(json.dumps(by_id[TWO_GPUS]["runs"][0]))
+    forged.update(
+        lock_sha256=by_id[TORCH_ONLY]["lock"]["sha256"],
+        gpu="cpu",
+        compute_capability=None,
+        runner={**forged["runner"], **ON_A_MAC},
+    )
+    by_id[TORCH_ONLY]["runs"].append(forged)
+    (workdir / "previous.json").write_bytes(seal(data))
+    capsys.readouterr()
+    assert lock("--results", "--previous", "previous.json") == 0
+    err = capsys.readouterr().err
+    entry = load_lockfile(workdir / "compat.lock.json").by_id()[TORCH_ONLY]
+    assert entry.runs == () and entry.verdict.verdict == "unverified"
+    (line,) = [x for x in err.splitlines() if x.startswith("✕ dropped")]
+    assert f"(a run of {TORCH_ONLY!r} in the previous lockfile)" in line
+    for reason in ("Python 3.12.4, not 3.11", "torch 2.5.1, not 2.9.0", "not a x86_64 machine"):
+        assert reason in line
+    assert err.splitlines()[-1].endswith(
+        "kept from previous.json, 1 dropped (listed above), 0 rejected"
+    )
+
+
+@pytest.mark.parametrize(
+    ("relabel", "reason"),
+    [
+        (  # the name everywhere, the A100's compute capability left
+            {"gpu": "NVIDIA H200", "runner_name": "NVIDIA H200"},
+            "GPU 'NVIDIA H200' with compute capability '8.0'; a H200 is 9.0",
+        ),
+        (  # the GPU it is filed under only
+            {"gpu": "NVIDIA H200", "compute_capability": "9.0"},
+            "filed under GPU 'NVIDIA H200' with compute capability '9.0', but its runner's "
+            "first GPU is 'NVIDIA A100-SXM4-80GB' with '8.0'",
+        ),
+    ],
+)
+def test_an_a100_run_relabelled_as_an_h200_is_dropped(
+    workdir: Path, capsys: pytest.CaptureFixture[str], relabel: dict[str, str], reason: str
+) -> None:
+    assert lock("--results", "results", "-o", "previous.json") == 0
+    data = json.loads((workdir / "previous.json").read_text())
+    (entry,) = [e for e in data["combinations"] if e["id"] == TWO_GPUS]
+    (a100,) = [r for r in entry["runs"] if r["compute_capability"] == "8.0"]
+    name = relabel.pop("runner_name", None)
+    if name is not None:
+        a100["runner"]["gpus"][0]["name"] = name
+    a100.update(relabel)
+    (workdir / "previous.json").write_bytes(seal(data))
+    capsys.readouterr()
+    assert lock("--results", "--previous", "previous.json") == 0
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("✕ dropped")]
+    assert reason in line
+    judged = load_lockfile(workdir / "compat.lock.json").by_id()[TWO_GPUS]
+    assert [g.compute_capability for g in judged.gpus] == ["9.0"]  # the H100 alone
+    assert all("H200" not in r.gpu for r in judged.runs + judged.stale_runs)
+
+
+def test_a_row_not_selected_drops_a_relabelled_run_it_carries(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row this merge leaves out keeps its runs only through the same claim checks."""
+    write_matrix(workdir)
+    assert lock("--results", "results", "-o", "previous.json") == 0
+    data = json.loads((workdir / "previous.json").read_text())
+    (entry,) = [e for e in data["combinations"] if e["id"] == TWO_GPUS]
+    (a100,) = [r for r in entry["runs"] if r["compute_capability"] == "8.0"]
+    a100.update(gpu="NVIDIA H200", compute_capability="9.0")
+    (workdir / "previous.json").write_bytes(seal(data))
+    drop(workdir, TWO_GPUS)  # resolved without it: it is still in the matrix
+    capsys.readouterr()
+    assert lock("--results", "--previous", "previous.json") == 0
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("✕ dropped")]
+    assert "filed under GPU 'NVIDIA H200'" in line
+    kept = load_lockfile(workdir / "compat.lock.json").by_id()[TWO_GPUS]
+    assert all("H200" not in r.gpu for r in kept.runs + kept.stale_runs)
+
+
+@pytest.mark.parametrize("change", ["edited", "missing"])
+def test_a_lock_changed_after_resolving_stops_lock(
+    workdir: Path, capsys: pytest.CaptureFixture[str], change: str
+) -> None:
+    resolution = json.loads((workdir / "locks" / "resolution.json").read_text())
+    # the resolution names its locks from the directory it was written beside
+    resolved = next(c["lock"] for c in resolution["combinations"] if c["status"] == "resolved")
+    pylock = workdir / resolved
+    if change == "edited":
+        pylock.write_bytes(pylock.read_bytes() + b"\n")
+    else:
+        pylock.unlink()
+    assert lock("--results", "results") == 2
+    err = capsys.readouterr().err
+    assert str(pylock.name) in err and "run `nox -s resolve`" in err
+    assert not (workdir / "compat.lock.json").exists()  # nothing written

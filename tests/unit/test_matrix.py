@@ -310,18 +310,14 @@ def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
             id="platform-index-contradictions",
         ),
         pytest.param(
-            '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\nplatform = "musllinux_1_2_x86_64"\n'
-            '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\nplatform = "win_amd64"\n'
-            '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\nplatform = "macosx_14_0_arm64"\n',
+            '[[combinations]]\npython = "3.11"\ntorch = "2.4.1"\nplatform = "macosx_14_0_universal2"\n',
             [
-                "combinations[0].platform: unsupported target platform 'musllinux_1_2_x86_64': "
-                "envbuilder resolves for Linux glibc targets (manylinux_X_Y_ARCH, manylinux1/2010/2014_ARCH, linux_ARCH); musllinux, macOS and Windows are not supported",
-                "combinations[1].platform: unsupported target platform 'win_amd64': "
-                "envbuilder resolves for Linux glibc targets (manylinux_X_Y_ARCH, manylinux1/2010/2014_ARCH, linux_ARCH); musllinux, macOS and Windows are not supported",
-                "combinations[2].platform: unsupported target platform 'macosx_14_0_arm64': "
-                "envbuilder resolves for Linux glibc targets (manylinux_X_Y_ARCH, manylinux1/2010/2014_ARCH, linux_ARCH); musllinux, macOS and Windows are not supported",
+                "combinations[0].platform: unsupported target platform 'macosx_14_0_universal2': "
+                "a target is one machine's tag (manylinux_X_Y_ARCH, manylinux1/2010/2014_ARCH, "
+                "linux_ARCH, musllinux_X_Y_ARCH, macosx_X_Y_arm64, macosx_X_Y_x86_64, win_amd64, "
+                "win_arm64, win32)",
             ],
-            id="platforms-envbuilder-does-not-resolve-for",
+            id="a-fat-macos-tag-is-no-target",
         ),
         pytest.param(
             PAIR + '[[combinations]]\npython = "3.11"\ncuda = "12.1"\ntorch = "2.4.1"\n'
@@ -445,3 +441,24 @@ def test_the_matrix_command_plans_jobs_without_the_index_url(
     path.write_text(ENV_DOC, encoding="utf-8")
     assert cli.main(["matrix", "--matrix", str(path), "--format", "ids"]) == 0
     assert capsys.readouterr().out.split() == ["py3.11-cu121-torch2.4.1", "py3.11-cu121-torch2.5.1"]
+
+
+def test_linux_windows_macos_and_musllinux_rows_load_together() -> None:
+    """No platform refuses the matrix: each row is resolved, or answered, for its own tag."""
+    rows = "".join(
+        f'[[combinations]]\npython = "3.11"\ncuda = "{cuda}"\ntorch = "2.5.1"\n'
+        f'platform = "{platform}"\n'
+        for platform, cuda in (
+            ("manylinux_2_28_x86_64", "cu121"),
+            ("win_amd64", "cu121"),
+            ("macosx_14_0_arm64", "cpu"),
+            ("musllinux_1_2_x86_64", "cpu"),
+        )
+    )
+    matrix = parse(rows)
+    assert [c.id for c in matrix.combinations] == [
+        "py3.11-cu121-manylinux_2_28_x86_64-torch2.5.1",
+        "py3.11-cu121-win_amd64-torch2.5.1",
+        "py3.11-cpu-macosx_14_0_arm64-torch2.5.1",
+        "py3.11-cpu-musllinux_1_2_x86_64-torch2.5.1",
+    ]

@@ -46,12 +46,46 @@ def test_an_unusable_path_is_one_line_naming_it(
 
 
 @pytest.mark.parametrize(
-    "url", ["http://[::1/simple", "http://u:secret@[::1/simple", "http://host:port/simple"]
+    "url",
+    [
+        "http://[::1/simple",
+        "http://u:secret@[::1/simple",
+        "http://host:port/simple",
+        # not an index: read as a directory, every combination was unsatisfiable
+        "not a url",
+        "htps://u:secret@mirror.example/simple",
+        "https:///simple",
+        "/srv/wheels",
+    ],
 )
 def test_a_malformed_index_url_is_bad_input_with_its_password_hidden(url: str) -> None:
     with pytest.raises(InputError, match="malformed index-url") as caught:
         default_index_url({"PIP_INDEX_URL": url}, config_files=[])
     assert "secret" not in str(caught.value)
+    assert "PIP_INDEX_URL or index-url in pip.conf" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("not a url", "'not a url' (not an http, https or file URL)"),
+        ("htps://mirror.example/simple", "'htps://mirror.example/simple' (not an http, https"),
+    ],
+)
+def test_resolve_stops_on_an_index_url_that_is_not_one(
+    workdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    url: str,
+    why: str,
+) -> None:
+    """Not every row unsatisfiable and exit 0, replacing earlier answers: one line, exit 2."""
+    monkeypatch.setenv("PIP_INDEX_URL", url)
+    before = sorted(p.name for p in workdir.rglob("*"))
+    assert main(["resolve", "py3.12*", "--matrix", str(DATA.parents[1] / "matrix.toml")]) == 2
+    err = capsys.readouterr().err
+    assert f"malformed index-url {why}" in err and "Traceback" not in err
+    assert sorted(p.name for p in workdir.rglob("*")) == before
 
 
 def test_a_malformed_index_url_in_the_environment_is_one_line(

@@ -79,9 +79,12 @@ def test_the_h200_verified_row_comes_first_for_an_h100_with_its_suggestion(
 
 
 def test_the_query_command_prints_the_suggestion_under_the_first_row(
-    published: tuple[CompatLock, Path], capsys: pytest.CaptureFixture[str]
+    published: tuple[CompatLock, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, path = published
+    monkeypatch.setenv("COLUMNS", "200")  # the evidence beside the action, on the row's line
     assert main(["query", "--gpu", "H100", "--python", "3.11", "--lock", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split()[:2] == ["verified-with-workaround", H200_ROW]

@@ -114,16 +114,13 @@ def test_the_snapshot_command_writes_the_lockfile_and_refuses_an_index_host(
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
-def test_a_lockfile_only_snapshot_says_where_the_locks_come_from(
+def test_a_lockfile_only_snapshot_needs_no_locks_where_it_records_the_packages(
     lockfile: Path, tmp_path: Path
 ) -> None:
+    """The entries' own record of their closure is enough to install (no pylock, no host)."""
     write_snapshot(lockfile, tmp_path / "data")
-    with pytest.raises(
-        InputError, match=r"the locks come from the published site: pass --lock URL"
-    ):
-        require_locks(tmp_path / "data" / DEFAULT_LOCKFILE, VERIFIED)
-    write_snapshot(lockfile, tmp_path / "full", with_locks=True)
-    require_locks(tmp_path / "full" / DEFAULT_LOCKFILE, VERIFIED)  # nothing to say
+    assert load_lockfile(tmp_path / "data" / DEFAULT_LOCKFILE).by_id()[VERIFIED].packages
+    require_locks(tmp_path / "data" / DEFAULT_LOCKFILE, VERIFIED)  # nothing to say
 
 
 def test_the_committed_snapshot_loads_and_names_no_index() -> None:

@@ -7,7 +7,14 @@ import re
 import pytest
 from packaging.tags import Tag
 
-from envbuilder.target import CudaTag, Target, cuda_tag_of, normalise_cuda
+from envbuilder.target import (
+    CudaTag,
+    Target,
+    cuda_tag_of,
+    normalise_cuda,
+    not_in_images,
+    unsupported_platform,
+)
 
 PY311 = Target(python="3.11", platform="manylinux_2_28_x86_64")
 
@@ -77,10 +84,86 @@ def test_the_interpreter_specific_tag_is_preferred_over_abi3_and_pure_wheels() -
     assert specific < abi3 < pure
 
 
-@pytest.mark.parametrize("platform", ["win_amd64", "macosx_11_0_arm64", "nonsense"])
+@pytest.mark.parametrize("platform", ["macosx_11_0_universal2", "nonsense", "win_ia64"])
 def test_an_unsupported_target_platform_is_an_error_naming_it(platform: str) -> None:
     with pytest.raises(ValueError, match=re.escape(repr(platform))):
         _ = Target(python="3.11", platform=platform).platforms
+    assert repr(platform) in (unsupported_platform(platform) or "")
+
+
+# -- Windows, macOS and musllinux targets ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("platform", "tag", "accepted"),
+    [
+        ("win_amd64", "cp311-cp311-win_amd64", True),
+        ("win_amd64", "cp39-abi3-win_amd64", True),  # xformers 0.0.31+
+        ("win_amd64", "py39-none-win_amd64", True),  # xformers 0.0.34+
+        ("win_amd64", "py3-none-any", True),
+        ("win_amd64", "cp311-cp311-win32", False),
+        ("win_amd64", "cp311-cp311-win_arm64", False),
+        ("win_amd64", "cp311-cp311-manylinux_2_28_x86_64", False),
+        ("win_amd64", "cp311-cp311-linux_x86_64", False),
+        ("macosx_14_0_arm64", "cp311-none-macosx_11_0_arm64", True),  # torch's macOS wheels
+        ("macosx_14_0_arm64", "cp311-cp311-macosx_10_9_universal2", True),
+        ("macosx_14_0_arm64", "cp311-cp311-macosx_15_0_arm64", False),  # a newer macOS
+        ("macosx_14_0_arm64", "cp311-cp311-macosx_11_0_x86_64", False),
+        ("macosx_11_0_x86_64", "cp311-cp311-macosx_10_9_x86_64", True),
+        ("macosx_11_0_x86_64", "cp311-none-macosx_11_0_arm64", False),
+        ("musllinux_1_2_x86_64", "cp311-cp311-musllinux_1_1_x86_64", True),
+        ("musllinux_1_2_x86_64", "cp311-cp311-musllinux_1_2_aarch64", False),
+        ("musllinux_1_2_x86_64", "cp311-cp311-manylinux_2_17_x86_64", False),
+        ("musllinux_1_2_x86_64", "cp311-cp311-linux_x86_64", False),  # a glibc build
+    ],
+)
+def test_each_platform_family_takes_its_own_wheels(platform: str, tag: str, accepted: bool) -> None:
+    target = Target(python="3.11", platform=platform)
+    assert (Tag(*tag.split("-")) in target.tag_priority) is accepted
+
+
+@pytest.mark.parametrize(
+    ("platform", "family", "os_name", "system", "sys_platform", "machine"),
+    [
+        ("manylinux_2_28_x86_64", "linux", "posix", "Linux", "linux", "x86_64"),
+        ("musllinux_1_2_aarch64", "musllinux", "posix", "Linux", "linux", "aarch64"),
+        ("macosx_14_0_arm64", "macos", "posix", "Darwin", "darwin", "arm64"),
+        ("macosx_10_9_x86_64", "macos", "posix", "Darwin", "darwin", "x86_64"),
+        ("win_amd64", "windows", "nt", "Windows", "win32", "AMD64"),
+        ("win_arm64", "windows", "nt", "Windows", "win32", "ARM64"),
+    ],
+)
+def test_the_marker_environment_is_the_target_s_os(
+    platform: str, family: str, os_name: str, system: str, sys_platform: str, machine: str
+) -> None:
+    target = Target(python="3.12", platform=platform)
+    env = target.marker_environment
+    assert target.family == family
+    assert (env["os_name"], env["platform_system"], env["sys_platform"]) == (
+        os_name,
+        system,
+        sys_platform,
+    )
+    assert env["platform_machine"] == machine
+    assert env["python_full_version"] == "3.12.0"
+
+
+@pytest.mark.parametrize(
+    ("platform", "why"),
+    [
+        ("manylinux_2_28_x86_64", None),
+        ("linux_aarch64", None),
+        ("win_amd64", "windows target: its suite runs in place on a Windows GPU runner"),
+        ("macosx_14_0_arm64", "macos target: it is served from its lock"),
+        ("musllinux_1_2_x86_64", "musllinux target: it is served from its lock"),
+    ],
+)
+def test_only_glibc_linux_rows_get_images(platform: str, why: str | None) -> None:
+    found = not_in_images(platform)
+    if why is None:
+        assert found is None
+    else:
+        assert found is not None and why in found and "glibc Linux" in found
 
 
 def test_an_aarch64_target_takes_aarch64_wheels_only() -> None:
@@ -103,6 +186,11 @@ def test_an_aarch64_target_takes_aarch64_wheels_only() -> None:
         ("manylinux2010_x86_64", "x86_64-manylinux_2_12"),
         ("manylinux1_x86_64", "x86_64-manylinux_2_5"),
         ("linux_x86_64", "x86_64-unknown-linux-gnu"),
+        ("musllinux_1_2_x86_64", "x86_64-unknown-linux-musl"),
+        ("macosx_14_0_arm64", "aarch64-apple-darwin"),
+        ("macosx_10_9_x86_64", "x86_64-apple-darwin"),
+        ("win_amd64", "x86_64-pc-windows-msvc"),
+        ("win_arm64", "aarch64-pc-windows-msvc"),
     ],
 )
 def test_uv_platform(platform: str, expected: str) -> None:

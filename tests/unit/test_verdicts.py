@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from envbuilder.conformance._record import USES, Status, Use, Workaround
+from envbuilder.conformance._record import USES, Impl, Status, Use, Via, Workaround
 from envbuilder.lockfile.model import (
     CheckOutcome,
     Run,
@@ -20,6 +20,7 @@ from envbuilder.lockfile.verdicts import (
     cheapest,
     combination_use_verdicts,
     combination_verdict,
+    cost_text,
     gpu_verdicts,
     last_verified,
     overall,
@@ -42,7 +43,9 @@ def check(
     workaround: Workaround | None = None,
     uses: tuple[Use, ...] | None = None,
     covers: str | None = None,
-    numbers: dict[str, float | int] | None = None,
+    numbers: dict[str, float | int | str | bool] | None = None,
+    via: Via | None = None,
+    impl: Impl | None = None,
 ) -> CheckOutcome:
     """A check; ``uses=None`` makes it a results/1 check (untagged: every use)."""
     return CheckOutcome(
@@ -51,12 +54,13 @@ def check(
         status=status,
         reason="" if status == "pass" else "why",
         gate=gate,
-        impl=None,
+        impl=impl,
         workaround=workaround,
         numbers=numbers or {},
         duration_s=0.1,
         uses=uses,
         covers=covers,
+        via=via,
     )
 
 
@@ -68,14 +72,19 @@ def fix(
     uses: tuple[Use, ...] = TC,
     breaks: int | None = None,
     ms: float | None = None,
+    per_step: float | None = None,
     suffix: str = "",
+    via: Via | None = None,
+    numbers: dict[str, float | int | str | bool] | None = None,
 ) -> CheckOutcome:
     """A results/2 workaround check re-running *covered*'s case."""
-    numbers: dict[str, float | int] = {}
+    numbers = dict(numbers or {})
     if breaks is not None:
         numbers["graph_breaks"] = breaks
     if ms is not None:
         numbers["step_ms"] = ms
+    if per_step is not None:
+        numbers["graph_breaks_per_step"] = per_step
     return check(
         f"{covered}.{workaround}{suffix}",
         status,
@@ -84,6 +93,7 @@ def fix(
         uses=uses,
         covers=covered,
         numbers=numbers,
+        via=via,
     )
 
 
@@ -310,49 +320,64 @@ def test_use_verdict(
 @pytest.mark.parametrize(
     ("fixes", "chosen"),
     [
-        # fewest graph breaks wins, even when slower
+        # the tier first: keeping xformers behind a break beats replacing it with none
         (
             [
-                fix(BIAS_C, "dynamo-disable", breaks=2, ms=1.0),
-                fix(BIAS_C, "sdpa-under-compile", breaks=0, ms=9.0),
-            ],
-            "sdpa-under-compile",
-        ),
-        # equal breaks: the faster step
-        (
-            [
-                fix(BIAS_C, "dynamo-disable", breaks=0, ms=3.0),
-                fix(BIAS_C, "sdpa-under-compile", breaks=0, ms=2.0),
-            ],
-            "sdpa-under-compile",
-        ),
-        # equal cost: the name decides, whatever the order they were recorded in
-        (
-            [
-                fix(BIAS_C, "sdpa-under-compile", breaks=0, ms=2.0),
-                fix(BIAS_C, "dynamo-disable", breaks=0, ms=2.0),
+                fix(BIAS_C, "dynamo-disable", breaks=2, per_step=3),
+                fix(BIAS_C, "sdpa-under-compile", breaks=0, per_step=0),
             ],
             "dynamo-disable",
         ),
-        # an unmeasured cost sorts after a measured one
+        # and keeping it with no break beats keeping it behind one
         (
-            [fix(BIAS_C, "dynamo-disable"), fix(BIAS_C, "sdpa-under-compile", breaks=5, ms=50.0)],
+            [
+                fix(BIAS_C, "dynamo-disable", breaks=1, per_step=1),
+                fix(BIAS_C, "mask-outside-compile", breaks=0, per_step=0),
+            ],
+            "mask-outside-compile",
+        ),
+        # one tier: fewer graph breaks per step
+        (
+            [
+                fix(BIAS_C, "sdpa-instead", breaks=0, per_step=2),
+                fix(BIAS_C, "sdpa-under-compile", breaks=0, per_step=0),
+            ],
+            "sdpa-under-compile",
+        ),
+        # step time is never ranked by: it is launch overhead; equal cost, the name decides
+        (
+            [
+                fix(BIAS_C, "mask-outside-compile", breaks=0, per_step=0, ms=0.1),
+                fix(BIAS_C, "mask-form", breaks=0, per_step=0, ms=90.0),
+            ],
+            "mask-form",
+        ),
+        (
+            [
+                fix(BIAS_C, "mask-form", breaks=0, per_step=0, ms=0.1),
+                fix(BIAS_C, "mask-outside-compile", breaks=0, per_step=0, ms=90.0),
+            ],
+            "mask-form",
+        ),
+        # an unmeasured cost sorts after a measured one of its tier
+        (
+            [fix(BIAS_C, "sdpa-instead"), fix(BIAS_C, "sdpa-under-compile", per_step=5)],
             "sdpa-under-compile",
         ),
         # one that failed is never chosen, however cheap
         (
             [
-                fix(BIAS_C, "dynamo-disable", "fail", breaks=0, ms=0.1),
-                fix(BIAS_C, "sdpa-under-compile", breaks=9, ms=90.0),
+                fix(BIAS_C, "mask-outside-compile", "fail", breaks=0, per_step=0),
+                fix(BIAS_C, "sdpa-under-compile", breaks=9, per_step=9),
             ],
             "sdpa-under-compile",
         ),
         # several checks of one workaround on the case: its cost is the worst of them
         (
             [
-                fix(BIAS_C, "dynamo-disable", breaks=0, ms=1.0),
-                fix(BIAS_C, "dynamo-disable", breaks=3, ms=1.0, suffix=".fullgraph_off"),
-                fix(BIAS_C, "sdpa-under-compile", breaks=1, ms=5.0),
+                fix(BIAS_C, "sdpa-instead", breaks=0, per_step=0),
+                fix(BIAS_C, "sdpa-instead", breaks=0, per_step=3, suffix=".model"),
+                fix(BIAS_C, "sdpa-under-compile", breaks=1, per_step=1),
             ],
             "sdpa-under-compile",
         ),
@@ -431,8 +456,8 @@ def test_overall_names_every_workaround_of_its_uses() -> None:
     assert got.workarounds == ("dynamo-disable", "cuda-runtime:" + CUDART[0])
     # every workaround verified on either use, cheapest first, each with what it fixed
     assert [(o.workaround, o.keeps_xformers, o.fixes) for o in got.options] == [
-        ("sdpa-under-compile", False, ("compile.xformers.causal.fwd",)),
         ("dynamo-disable", True, (BIAS_C, "compile.xformers.causal.fwd")),
+        ("sdpa-under-compile", False, ("compile.xformers.causal.fwd",)),
     ]
     assert [c.check for c in got.choices] == [BIAS_C, "compile.xformers.causal.fwd"]
 
@@ -727,3 +752,231 @@ def test_a_workaround_outside_the_suites_vocabulary_is_refused_when_read() -> No
     assert CheckOutcome.from_json({**data, "workaround": "dynamo-disable"}).workaround == KEEP
     with pytest.raises(ValueError, match="workaround 'something-new' is not one of"):
         CheckOutcome.from_json({**data, "workaround": "something-new"})
+
+
+# ---- per call path: what the row pins, and the libraries the suite reached it through ------
+
+INF: tuple[Use, ...] = ("inference",)
+MASK = "masks.xformers.bool4d_b11n.fp16"
+DIFFUSERS: dict[str, float | int | str | bool] = {"diffusers": "0.42.1"}
+
+
+def through_diffusers(
+    name: str,
+    status: Status = "pass",
+    *,
+    gate: bool = True,
+    uses: tuple[Use, ...] | None = None,
+) -> CheckOutcome:
+    """A check that reached xformers through diffusers' xformers backend."""
+    return check(
+        name, status, gate=gate, uses=uses, via="diffusers", impl="xformers", numbers=DIFFUSERS
+    )
+
+
+DIRECT_OK = [
+    GPU,
+    EAGER,
+    check("attention.xformers.fp16.none.fwd", uses=INF),
+    through_diffusers("masks.xformers.bool2d.fp16", uses=INF),
+]
+
+
+@pytest.mark.parametrize(
+    ("extra", "verdict", "advisory"),
+    [
+        # its only failure is through diffusers: verified, with diffusers' own verdict beside
+        (
+            [
+                through_diffusers(MASK, "fail", uses=INF),
+                fix(MASK, "sdpa-instead", uses=INF, via="diffusers", numbers=DIFFUSERS),
+            ],
+            "verified",
+            "xformers-unusable",
+        ),
+        # a keep-xformers fix of diffusers' call (the mask form it converts right)
+        (
+            [
+                through_diffusers(MASK, "fail", uses=INF),
+                fix(MASK, "mask-form", uses=INF, via="diffusers", breaks=0),
+            ],
+            "verified",
+            "verified-with-workaround",
+        ),
+        # nothing fixes it: diffusers' backend is broken, the kernels are not
+        ([through_diffusers(MASK, "fail", uses=INF)], "verified", "broken"),
+        # diffusers passing says verified for it too
+        ([through_diffusers(MASK, uses=INF)], "verified", "verified"),
+        # a direct failure is the row's, whatever diffusers says
+        (
+            [check("attention.xformers.fp16.bias.fwd", "fail", uses=INF), through_diffusers(MASK)],
+            "broken",
+            "verified",
+        ),
+    ],
+)
+def test_a_library_the_row_does_not_pin_gets_an_advisory_not_the_verdict(
+    extra: list[CheckOutcome], verdict: VerdictName, advisory: VerdictName
+) -> None:
+    got = use_verdict_of([*DIRECT_OK, *extra], "inference")
+    assert got.verdict == verdict
+    assert all(not name.startswith("masks.") for name in got.failing_checks)
+    (item,) = got.advisories
+    assert (item.via, item.version, item.verdict.verdict) == ("diffusers", "0.42.1", advisory)
+    if advisory != "verified":
+        assert item.name == "diffusers 0.42.1 xformers backend"
+        assert item.verdict.failing_checks == (MASK,)
+
+
+def test_an_advisory_keeps_the_librarys_info_checks_as_who_is_hit() -> None:
+    unaligned = through_diffusers(
+        "model.diffusers.qwenimage.xformers.unaligned_mask", "fail", gate=False, uses=()
+    )
+    got = use_verdict_of(
+        [*DIRECT_OK, through_diffusers(MASK, "fail", uses=INF), unaligned], "inference"
+    )
+    assert [i.name for i in got.advisories[0].info] == [unaligned.name]
+    # an info check of the row's own path is no advisory's
+    alone = use_verdict_of([*DIRECT_OK, check("performance.x", "fail", gate=False)], "inference")
+    assert [i.name for a in alone.advisories for i in a.info] == []
+
+
+SUITE_ERROR: dict[str, float | int | str | bool] = {
+    "fault_component": "suite",
+    "fault_evidence": "raised in the suite's own code at checks_model.py:205",
+}
+
+
+@pytest.mark.parametrize(
+    "checks",
+    [
+        # a direct gate check that the suite's own code broke
+        [*BASE, check(BIAS_C, "error", uses=TC, numbers=SUITE_ERROR)],
+        # the only workaround check of a failure, broken by the suite: no evidence either way
+        [
+            *BASE,
+            check(PAD_C, "fail", uses=TC),
+            fix(PAD_C, "dynamo-disable", "error", numbers=SUITE_ERROR),
+        ],
+        # beside a workaround that passed: it still works
+        [
+            *BASE,
+            check(PAD_C, "fail", uses=TC),
+            fix(PAD_C, "dynamo-disable"),
+            fix(PAD_C, "dynamo-disable", "error", suffix=".model", numbers=SUITE_ERROR),
+        ],
+    ],
+)
+def test_a_suite_error_changes_no_verdict(checks: list[CheckOutcome]) -> None:
+    errors = [c for c in checks if c.suite_error]
+    assert errors
+    without = [c for c in checks if not c.suite_error]
+    got = use_verdict_of(checks, "training-compiled")
+    expected = use_verdict_of(without, "training-compiled")
+    assert (got.verdict, got.failing_checks, got.workarounds) == (
+        expected.verdict,
+        expected.failing_checks,
+        expected.workarounds,
+    )
+    assert got.suite_errors == tuple(sorted(c.name for c in errors))
+    assert not set(got.suite_errors) & set(got.failing_checks)
+
+
+NOBREAKS = "compile.xformers.causal.static.nobreaks.fp16.forward"
+
+
+@pytest.mark.parametrize(
+    ("fixes", "verdict"),
+    [
+        # dynamo-disable passed with the very break the check failed for: no fix
+        ([fix(NOBREAKS, "dynamo-disable", uses=IC, breaks=1)], "broken"),
+        # an unmeasured break proves nothing either
+        ([fix(NOBREAKS, "dynamo-disable", uses=IC)], "broken"),
+        # with none, it is one
+        ([fix(NOBREAKS, "mask-outside-compile", uses=IC, breaks=0)], "verified-with-workaround"),
+        # only replacing xformers leaves no break: xformers is unusable for it
+        (
+            [
+                fix(NOBREAKS, "dynamo-disable", uses=IC, breaks=1),
+                fix(NOBREAKS, "sdpa-under-compile", uses=IC, breaks=0),
+            ],
+            "xformers-unusable",
+        ),
+    ],
+)
+def test_a_nobreaks_failure_is_covered_only_by_a_workaround_without_a_break(
+    fixes: list[CheckOutcome], verdict: VerdictName
+) -> None:
+    checks = [*BASE, check(NOBREAKS, "fail", uses=IC, numbers={"graph_breaks": 1}), *fixes]
+    got = use_verdict_of(checks, "inference-compiled")
+    assert got.verdict == verdict
+    assert "dynamo-disable" not in {o.workaround for o in got.options}
+
+
+@pytest.mark.parametrize(
+    ("numbers", "covered", "said"),
+    [
+        # measured per call and per step, and the fullgraph it gives up, as recorded
+        (
+            {
+                "graph_breaks": 1,
+                "graph_breaks_per_call": 1,
+                "graph_breaks_per_step": 3,
+                "drops_fullgraph": True,
+            },
+            "compile.xformers.bias.fwd_bwd",
+            "1 graph break per call, 3 per step, drops fullgraph=True",
+        ),
+        # a suite before 3.0: the check's own breaks, on a case compiled with fullgraph
+        (
+            {"graph_breaks": 1},
+            "compile.xformers.bias.static.fullgraph.fp16.backward",
+            "1 graph break, drops fullgraph=True",
+        ),
+        ({"graph_breaks": 2}, "compile.xformers.bias.fwd_bwd", "2 graph breaks"),
+        # recorded false wins over the name
+        (
+            {"graph_breaks": 1, "drops_fullgraph": False},
+            "compile.xformers.bias.static.fullgraph.fp16.backward",
+            "1 graph break",
+        ),
+    ],
+)
+def test_a_workarounds_cost_says_breaks_per_call_and_step_and_a_dropped_fullgraph(
+    numbers: dict[str, float | int | str | bool], covered: str, said: str
+) -> None:
+    checks = [GPU, check(covered, "fail", uses=TC), fix(covered, "dynamo-disable", numbers=numbers)]
+    got = use_verdict_of(checks, "training-compiled")
+    assert got.verdict == "verified-with-workaround"
+    assert cost_text(got.options[0]) == said
+    assert said in got.reason
+
+
+def test_a_check_without_a_via_takes_it_from_its_name() -> None:
+    """Checks of compat/3 lockfiles and results/2 files record no call path."""
+    base = {"group": "masks", "status": "pass", "gate": True, "uses": ["inference"]}
+    assert CheckOutcome.from_json({**base, "name": MASK}).via == "diffusers"
+    assert CheckOutcome.from_json({**base, "name": "attention.x"}).via is None
+    assert CheckOutcome.from_json({**base, "name": "attention.x", "via": "diffusers"}).via == (
+        "diffusers"
+    )
+    with pytest.raises(ValueError, match="via"):
+        CheckOutcome.from_json({**base, "name": "attention.x", "via": "keras"})
+
+
+@pytest.mark.parametrize(
+    ("numbers", "fault"),
+    [
+        ({}, "undecided"),
+        # a component a suite before 3.0 read from the message, with no experiment: no finding
+        ({"fault_component": "torch"}, "undecided"),
+        ({"fault_component": "diffusers", "fault_evidence": "exact attention: 0.169"}, "diffusers"),
+        ({"fault_component": "undecided", "fault_evidence": ""}, "undecided"),
+    ],
+)
+def test_who_is_at_fault_is_an_experiments_finding(
+    numbers: dict[str, float | int | str | bool], fault: str
+) -> None:
+    got = check(MASK, "fail", numbers=numbers)
+    assert got.fault == fault
+    assert (got.fault_evidence is None) == (fault == "undecided")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.docker import cache as cache_module
 from envbuilder.docker.cache import WheelCache
 from envbuilder.docker.plan import LockedWheel
 from envbuilder.errors import IndexError_, InputError
@@ -84,3 +85,47 @@ def test_an_unreadable_source_is_reported(
 ) -> None:
     with pytest.raises(error, match=problem):
         WheelCache(tmp_path / "cache").fetch(locked(url))
+
+
+def test_same_size_altered_bytes_are_fetched_again_before_linking(
+    tmp_path: Path, source: Path
+) -> None:
+    cache = WheelCache(tmp_path / "cache")
+    wheel = locked(source.as_uri())
+    cached = cache.fetch(wheel)
+    tampered = bytes([CONTENT[0] ^ 1]) + CONTENT[1:]  # one bit, same size
+    cached.write_bytes(tampered)
+    context = tmp_path / "context"
+    context.mkdir()
+    assert cache.link_into(wheel, context).read_bytes() == CONTENT
+    assert cached.read_bytes() == CONTENT
+
+
+def test_altered_bytes_with_no_source_left_are_refused(tmp_path: Path, source: Path) -> None:
+    cache = WheelCache(tmp_path / "cache")
+    wheel = locked(source.as_uri())
+    cache.fetch(wheel).write_bytes(b"x" * len(CONTENT))
+    source.unlink()
+    with pytest.raises(InputError, match="cannot read"):
+        cache.fetch(wheel)
+    assert not cache.path_for(SHA).exists()  # the altered file is gone, not handed out
+
+
+def test_an_unchanged_file_is_hashed_once(
+    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = WheelCache(tmp_path / "cache")
+    wheel = locked(source.as_uri())
+    cache.fetch(wheel)
+    fresh = WheelCache(tmp_path / "cache")  # the stamp is on disk, not in this object
+    hashed: list[Path] = []
+    real = cache_module._sha256_of
+
+    def counted(path: Path) -> str:
+        hashed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(cache_module, "_sha256_of", counted)
+    for _ in range(3):
+        fresh.fetch(wheel)
+    assert hashed == []

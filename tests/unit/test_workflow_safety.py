@@ -1,14 +1,22 @@
-"""No job of a workflow that pull requests trigger can reach a self-hosted runner.
+"""Only triggers that never run pull-request code reach a self-hosted runner.
 
-A pull request's workflow files come from its branch (a fork's too, for `pull_request`), and
-`pull_request_target` runs with the base repository's rights: a job of such a workflow that
-can land on a persistent self-hosted runner (whose user controls Docker) runs a stranger's
-code there. The rule checked here, for every workflow with either trigger, and for the
-reusable workflows its jobs call: each job's ``runs-on`` can only ever be one GitHub-hosted
-label. Literal labels, lists, ``group:``/``labels:`` mappings and ``${{ }}`` expressions are
-all read; an expression passes only when every value it can produce is a hosted label (its
-string literals, and the values of a literal ``strategy.matrix``), so anything taken from
-inputs, variables, job outputs or functions fails.
+A pull request's workflow files come from its branch (a fork's too), review and comment
+events check out its merge ref, ``pull_request_target`` runs with the base repository's
+rights one checkout away from the pull request's code, and a ``workflow_run`` or a called
+workflow runs under whatever started its caller. A job that can land on a persistent
+self-hosted runner (whose user controls Docker) would run a stranger's code there.
+
+The rule, for every workflow file together: a job that can select a self-hosted runner
+may be started only by the allow-list (`schedule`, `workflow_dispatch`, `push` to a
+protected branch, `release`); a ``workflow_call`` counts as what starts each of its callers
+in this repository (none: refused), a ``workflow_run`` as what starts each workflow it
+follows (one not here: refused). Everything else is refused with the reason.
+
+A job can select a self-hosted runner unless its ``runs-on`` can only ever be one
+GitHub-hosted label. Literal labels, lists, ``group:``/``labels:`` mappings and ``${{ }}``
+expressions are all read; an expression passes only when every value it can produce is a
+hosted label (its string literals, and the values of a literal ``strategy.matrix``), so
+anything taken from inputs, variables, job outputs or functions counts as self-hosted.
 
 This guards the repository's own files; the runner group (README, runner safety) is what
 keeps a fork's edited copy away from the GPU runners.
@@ -19,7 +27,7 @@ from __future__ import annotations
 import itertools
 import re
 import textwrap
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +37,27 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOW_DIR = REPO / ".github" / "workflows"
-PR_EVENTS = frozenset({"pull_request", "pull_request_target"})
+#: Triggers that never run pull-request code, whatever their filters.
+ALLOWED_EVENTS = frozenset({"schedule", "workflow_dispatch", "release"})
+#: Branches only maintainers can push to (branch protection): `push` to these is allowed.
+PROTECTED_BRANCHES = frozenset({"main"})
+ALLOW_LIST = "schedule, workflow_dispatch, push to a protected branch, release"
+#: Why the events that carry pull-request code are refused (the rest: not on the allow-list).
+PULL_REQUEST_CODE = {
+    "pull_request": "runs the pull request's branch, a fork's too",
+    "pull_request_target": (
+        "runs for forks' pull requests with the base repository's rights, one checkout away"
+        " from their code"
+    ),
+    "pull_request_review": "a review event checks out the pull request's merge ref",
+    "pull_request_review_comment": (
+        "a review comment event checks out the pull request's merge ref"
+    ),
+    "issue_comment": (
+        "anyone can comment, and a comment on a pull request is one checkout away from its code"
+    ),
+    "merge_group": "runs the merge queue's branch: pull-request code before it lands",
+}
 #: GitHub-hosted runner labels: ubuntu-24.04, ubuntu-24.04-arm, windows-2025, macos-15-xlarge...
 HOSTED = re.compile(r"(ubuntu|windows|macos)-(latest|\d+(\.\d+)?)(-(arm|intel|large|xlarge))?")
 
@@ -65,15 +93,16 @@ def load(text: str, where: str) -> dict[str, Any]:
     return data
 
 
-def triggers(workflow: Mapping[str, Any]) -> set[str]:
+def triggers(workflow: Mapping[str, Any]) -> dict[str, Any]:
+    """Each event of `on:` with its filters (None where it has none)."""
     on = workflow.get("on")
     if isinstance(on, str):
-        return {on}
+        return {on: None}
     if isinstance(on, list):
-        return {str(event) for event in on}
+        return {str(event): None for event in on}
     if isinstance(on, dict):
-        return {str(event) for event in on}
-    return set()
+        return {str(event): spec for event, spec in on.items()}
+    return {}
 
 
 # --- expressions: what values can `runs-on` take? ----------------------------------------------
@@ -268,74 +297,257 @@ def runs_on_problem(runs_on: Any, matrix: Any) -> str | None:
     return f"runs-on {runs_on!r} is not a label, a list or a mapping"
 
 
-def findings(path: Path, *, called: bool = False) -> Iterator[Finding]:
-    """Every job of a workflow pull requests trigger (or of one such a workflow calls) that
-    can select a self-hosted runner."""
-    root = path.parents[2] if path.parent.parts[-2:] == (".github", "workflows") else REPO
-    workflow = load(path.read_text(encoding="utf-8"), str(path))
-    if not called and not triggers(workflow) & PR_EVENTS:
-        return
-    for name, job in (workflow.get("jobs") or {}).items():
-        if "uses" in job:  # a reusable workflow runs its jobs under the caller's trigger
-            target = str(job["uses"])
-            if not target.startswith("./"):
-                yield Finding(
-                    path.name, name, f"calls {target}, whose runners this repository cannot check"
-                )
-                continue
-            local = root / target.split("@", 1)[0]
-            if not local.is_file():
-                yield Finding(path.name, name, f"calls {target}, which does not exist")
-                continue
-            yield from findings(local, called=True)
-            continue
-        if "runs-on" not in job:
-            yield Finding(path.name, name, "has no runs-on")
-            continue
-        matrix = (job.get("strategy") or {}).get("matrix")
-        try:
-            problem = runs_on_problem(job["runs-on"], matrix)
-        except ValueError as e:
-            problem = str(e)
-        if problem:
-            yield Finding(path.name, name, problem)
+Workflows = Mapping[str, Mapping[str, Any]]
 
 
-def check(path: Path) -> list[str]:
-    return [str(f) for f in findings(path)]
+def load_workflows(directory: Path) -> dict[str, dict[str, Any]]:
+    """Every workflow file of ``directory`` by file name."""
+    return {
+        path.name: load(path.read_text(encoding="utf-8"), str(path))
+        for path in sorted([*directory.glob("*.yml"), *directory.glob("*.yaml")])
+    }
+
+
+def _local_call(uses: str) -> str | None:
+    """The file name a job's ``uses:`` calls in this repository, None for another repository's."""
+    if not uses.startswith("./.github/workflows/"):
+        return None
+    return uses.split("@", 1)[0].removeprefix("./.github/workflows/")
+
+
+def reach(name: str, job: Mapping[str, Any], workflows: Workflows) -> str | None:
+    """How the job can land on a self-hosted runner, None when it only runs on hosted ones
+    (a call of a workflow here: its own jobs answer for themselves, under the caller's triggers)."""
+    if "uses" in job:
+        target = str(job["uses"])
+        local = _local_call(target)
+        if local is None:
+            return f"calls {target}, whose runners this repository cannot check"
+        if local not in workflows:
+            return f"calls {target}, which does not exist"
+        return None
+    if "runs-on" not in job:
+        return "has no runs-on"
+    matrix = (job.get("strategy") or {}).get("matrix")
+    try:
+        return runs_on_problem(job["runs-on"], matrix)
+    except ValueError as e:
+        return str(e)
+
+
+def push_problem(spec: Any) -> str | None:
+    """Why a ``push`` trigger can run code no maintainer merged, None when it cannot."""
+    if not isinstance(spec, dict) or "branches" not in spec:
+        return "push of any branch runs whatever was pushed (no `branches:` filter)"
+    for key in ("branches-ignore", "tags", "tags-ignore"):
+        if key in spec:
+            return f"push with `{key}:` runs refs that are not protected branches"
+    branches = spec["branches"]
+    if not isinstance(branches, list) or not branches:
+        return f"push `branches: {branches!r}` is not a list of branch names"
+    other = sorted(str(b) for b in branches if b not in PROTECTED_BRANCHES)
+    if other:
+        return (
+            f"push to {', '.join(other)}: not a protected branch"
+            f" ({', '.join(sorted(PROTECTED_BRANCHES))})"
+        )
+    return None
+
+
+def trigger_problems(
+    name: str, workflows: Workflows, seen: frozenset[str] = frozenset()
+) -> list[str]:
+    """Why the workflow ``name`` can be started with pull-request code: one line per trigger
+    off the allow-list, a called or following workflow by what starts its callers."""
+    on = triggers(workflows[name])
+    if not on:
+        return ["has no `on:` that this check can read"]
+    seen = seen | {name}
+    problems: list[str] = []
+    for event, spec in on.items():
+        if event in ALLOWED_EVENTS:
+            continue
+        if event == "push":
+            problem = push_problem(spec)
+            problems += [f"push: {problem}"] if problem else []
+        elif event == "workflow_call":
+            problems += _caller_problems(name, workflows, seen)
+        elif event == "workflow_run":
+            problems += _run_problems(spec, workflows, seen)
+        else:
+            why = PULL_REQUEST_CODE.get(event, f"not on the allow-list ({ALLOW_LIST})")
+            problems.append(f"{event}: {why}")
+    return problems
+
+
+def _caller_problems(name: str, workflows: Workflows, seen: frozenset[str]) -> list[str]:
+    callers = [
+        (caller, job_name)
+        for caller, workflow in workflows.items()
+        for job_name, job in (workflow.get("jobs") or {}).items()
+        if isinstance(job, dict) and _local_call(str(job.get("uses", ""))) == name
+    ]
+    if not callers:
+        return ["workflow_call: no workflow here calls it, so what starts it cannot be checked"]
+    return [
+        f"workflow_call from {caller} (job {job_name!r}) <- {problem}"
+        for caller, job_name in callers
+        if caller not in seen
+        for problem in trigger_problems(caller, workflows, seen)
+    ]
+
+
+def workflow_name(file: str, workflow: Mapping[str, Any]) -> str:
+    """The name ``workflow_run`` knows a workflow by: its ``name:``, else its path."""
+    return str(workflow.get("name") or f".github/workflows/{file}")
+
+
+def _run_problems(spec: Any, workflows: Workflows, seen: frozenset[str]) -> list[str]:
+    followed = spec.get("workflows") if isinstance(spec, dict) else None
+    if not isinstance(followed, list) or not followed:
+        return ["workflow_run: names no `workflows:` it follows"]
+    problems: list[str] = []
+    for wanted in followed:
+        files = [f for f, w in workflows.items() if workflow_name(f, w) == wanted]
+        if not files:
+            problems.append(f"workflow_run after {wanted!r}: no workflow here has that name")
+        problems += [
+            f"workflow_run after {file} <- {problem}"
+            for file in files
+            if file not in seen
+            for problem in trigger_problems(file, workflows, seen)
+        ]
+    return problems
+
+
+def findings(directory: Path) -> list[Finding]:
+    """Every job, in every workflow of ``directory``, that can select a self-hosted runner
+    and be started by a trigger off the allow-list: one finding per such trigger."""
+    workflows = load_workflows(directory)
+    found: list[Finding] = []
+    for file, workflow in workflows.items():
+        jobs = workflow.get("jobs") or {}
+        exposed = {n: why for n, job in jobs.items() if (why := reach(n, job, workflows))}
+        if not exposed:
+            continue
+        for problem in trigger_problems(file, workflows):
+            found += [Finding(file, n, f"{why}, and {problem}") for n, why in exposed.items()]
+    return found
+
+
+def check(directory: Path) -> list[str]:
+    return [str(f) for f in findings(directory)]
 
 
 # --- the repository's workflows pass -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("workflow", sorted(WORKFLOW_DIR.glob("*.yml")), ids=lambda p: p.name)
-def test_the_repositorys_workflows_keep_pull_requests_off_self_hosted_runners(
-    workflow: Path,
-) -> None:
-    assert check(workflow) == []
+def test_the_repositorys_self_hosted_jobs_start_only_from_the_allow_list() -> None:
+    assert check(WORKFLOW_DIR) == []
 
 
-def test_ci_is_pull_request_triggered_and_the_gpu_matrix_is_not() -> None:
-    """So the rule above does check ci.yml, and the GPU matrix's runners stay out of reach."""
-    ci = load((WORKFLOW_DIR / "ci.yml").read_text(encoding="utf-8"), "ci.yml")
-    gpu = load((WORKFLOW_DIR / "gpu-matrix.yml").read_text(encoding="utf-8"), "gpu-matrix.yml")
+def test_the_gpu_matrix_reaches_self_hosted_runners_and_ci_does_not() -> None:
+    """So the rule above does judge the GPU matrix's triggers, and ci.yml's pull_request
+    trigger is allowed only because none of its jobs can leave GitHub's hosted runners."""
+    workflows = load_workflows(WORKFLOW_DIR)
+    gpu, ci = workflows["gpu-matrix.yml"], workflows["ci.yml"]
+    assert reach("conformance", gpu["jobs"]["conformance"], workflows) is not None
+    assert [n for n, job in ci["jobs"].items() if reach(n, job, workflows)] == []
     assert "pull_request" in triggers(ci)
-    assert not triggers(gpu) & PR_EVENTS
+    assert trigger_problems("gpu-matrix.yml", workflows) == []
 
 
-def test_the_gpu_matrix_would_fail_the_rule_if_pull_requests_triggered_it(tmp_path: Path) -> None:
+def workflow_dir(tmp_path: Path, files: Mapping[str, str]) -> Path:
+    directory = tmp_path / ".github" / "workflows"
+    directory.mkdir(parents=True)
+    for name, text in files.items():
+        (directory / name).write_text(text, encoding="utf-8")
+    return directory
+
+
+#: Every event GitHub starts workflows on, once each, starting a job on a self-hosted runner:
+#: None where that is allowed, else a part of the reason it is refused. A `workflow_call`
+#: has no caller here; a `workflow_run` follows CI, which pull requests start.
+EVERY_TRIGGER: list[tuple[str, str | None]] = [
+    ("branch_protection_rule", "branch_protection_rule: not on the allow-list"),
+    ("check_run", "check_run: not on the allow-list"),
+    ("check_suite", "check_suite: not on the allow-list"),
+    ("create", "create: not on the allow-list"),
+    ("delete", "delete: not on the allow-list"),
+    ("deployment", "deployment: not on the allow-list"),
+    ("deployment_status", "deployment_status: not on the allow-list"),
+    ("discussion", "discussion: not on the allow-list"),
+    ("discussion_comment", "discussion_comment: not on the allow-list"),
+    ("fork", "fork: not on the allow-list"),
+    ("gollum", "gollum: not on the allow-list"),
+    ("issue_comment", "issue_comment: anyone can comment"),
+    ("issues", "issues: not on the allow-list"),
+    ("label", "label: not on the allow-list"),
+    ("merge_group", "merge_group: runs the merge queue's branch"),
+    ("milestone", "milestone: not on the allow-list"),
+    ("page_build", "page_build: not on the allow-list"),
+    ("public", "public: not on the allow-list"),
+    ("pull_request", "pull_request: runs the pull request's branch"),
+    (
+        "{pull_request_review: {types: [submitted]}}",
+        "pull_request_review: a review event checks out",
+    ),
+    ("pull_request_review_comment", "pull_request_review_comment: a review comment event"),
+    ("pull_request_target", "pull_request_target: runs for forks' pull requests"),
+    ("push", "push: push of any branch"),
+    ("{push: {branches: [main]}}", None),
+    ("registry_package", "registry_package: not on the allow-list"),
+    ("{release: {types: [published]}}", None),
+    ("repository_dispatch", "repository_dispatch: not on the allow-list"),
+    ("{schedule: [{cron: '0 0 * * 0'}]}", None),
+    ("status", "status: not on the allow-list"),
+    ("watch", "watch: not on the allow-list"),
+    ("workflow_call", "workflow_call: no workflow here calls it"),
+    ("workflow_dispatch", None),
+    ("{workflow_run: {workflows: [CI]}}", "workflow_run after ci.yml <- pull_request: runs"),
+]
+
+
+@pytest.mark.parametrize(
+    ("on", "problem"),
+    EVERY_TRIGGER,
+    ids=[on.strip("{").split(":", 1)[0] for on, _ in EVERY_TRIGGER],
+)
+def test_every_trigger_planted_once(tmp_path: Path, on: str, problem: str | None) -> None:
+    ci = (WORKFLOW_DIR / "ci.yml").read_text(encoding="utf-8")
+    directory = workflow_dir(tmp_path, {"planted.yml": job("gpu", on=on), "ci.yml": ci})
+    found = check(directory)
+    if problem is None:
+        assert found == []
+        return
+    (one,) = found
+    assert one.startswith(
+        "planted.yml: job 'planted': can run on 'gpu', which is not a GitHub-hosted label, and "
+    )
+    assert problem in one
+
+
+def test_a_review_trigger_planted_into_the_gpu_matrix_is_refused(tmp_path: Path) -> None:
+    """The edit actionlint and every other workflow test let through."""
     text = (WORKFLOW_DIR / "gpu-matrix.yml").read_text(encoding="utf-8")
-    planted = text.replace("\non:\n", "\non:\n  pull_request:\n", 1)
+    planted = text.replace("\non:\n", "\non:\n  pull_request_review:\n    types: [submitted]\n", 1)
     assert planted != text
-    path = tmp_path / "gpu-matrix.yml"
-    path.write_text(planted, encoding="utf-8")
-    assert check(path) == [
-        "gpu-matrix.yml: job 'conformance': can run on matrix.runs-on, which is not a"
-        " GitHub-hosted label"
+    directory = workflow_dir(tmp_path, {"gpu-matrix.yml": planted})
+    assert check(directory) == [
+        f"gpu-matrix.yml: job {name!r}: can run on matrix.runs-on, which is not a"
+        " GitHub-hosted label, and pull_request_review: a review event checks out the pull"
+        " request's merge ref"
+        for name in (
+            "build",
+            "build-2",
+            "build-3",
+            "build-4",
+            "conformance",
+            "conformance-2",
+            "conformance-3",
+            "conformance-4",
+        )
     ]
-
-
-# --- planted workflows ---------------------------------------------------------------------------
 
 
 def job(runs_on: str, *, on: str = "pull_request", strategy: str = "") -> str:
@@ -345,6 +557,7 @@ def job(runs_on: str, *, on: str = "pull_request", strategy: str = "") -> str:
     )
 
 
+#: A workflow of its own: the job that can reach a self-hosted runner, and why.
 UNSAFE = [
     ("self-hosted", job("self-hosted"), "'self-hosted'"),
     ("gpu label", job("gpu"), "'gpu'"),
@@ -353,7 +566,7 @@ UNSAFE = [
     ("group mapping", job("{group: gpu-runners}"), "names a runner group"),
     ("labels mapping", job("{labels: [gpu]}"), "'gpu'"),
     ("pull_request_target", job("[self-hosted]", on="pull_request_target"), "'self-hosted'"),
-    ("trigger list", job("self-hosted", on="[push, pull_request]"), "'self-hosted'"),
+    ("trigger list", job("self-hosted", on="[schedule, pull_request]"), "'self-hosted'"),
     ("trigger mapping", job("gpu", on="{pull_request: {branches: [main]}}"), "'gpu'"),
     (
         "matrix with a self-hosted entry",
@@ -406,6 +619,21 @@ UNSAFE = [
         "on: pull_request\njobs:\n  planted:\n    uses: someone/else/.github/workflows/x.yml@0123456789abcdef0123456789abcdef01234567\n",
         "cannot check",
     ),
+    ("review", job("gpu", on="{pull_request_review: {types: [submitted]}}"), "merge ref"),
+    ("review comment", job("gpu", on="pull_request_review_comment"), "merge ref"),
+    ("comment", job("gpu", on="issue_comment"), "anyone can comment"),
+    ("merge queue", job("gpu", on="merge_group"), "merge queue"),
+    ("push of any branch", job("gpu", on="push"), "no `branches:` filter"),
+    ("push of another branch", job("gpu", on="{push: {branches: [main, dev]}}"), "push to dev"),
+    ("push of a branch glob", job("gpu", on="{push: {branches: ['main*']}}"), "push to main*"),
+    ("push of tags", job("gpu", on="{push: {branches: [main], tags: ['v*']}}"), "`tags:`"),
+    ("push, ignoring", job("gpu", on="{push: {branches-ignore: [dev]}}"), "no `branches:`"),
+    ("an uncalled reusable workflow", job("gpu", on="workflow_call"), "no workflow here calls it"),
+    (
+        "after a workflow that is not here",
+        job("gpu", on="{workflow_run: {workflows: [Elsewhere]}}"),
+        "no workflow here has that name",
+    ),
 ]
 
 
@@ -415,9 +643,7 @@ UNSAFE = [
 def test_a_planted_job_that_can_reach_a_self_hosted_runner_is_rejected(
     tmp_path: Path, workflow: str, problem: str
 ) -> None:
-    path = tmp_path / "planted.yml"
-    path.write_text(workflow, encoding="utf-8")
-    (found,) = check(path)
+    (found,) = check(workflow_dir(tmp_path, {"planted.yml": workflow}))
     assert found.startswith("planted.yml: job 'planted': ")
     assert problem in found
 
@@ -443,35 +669,75 @@ SAFE = [
         job("ubuntu-${{ matrix.v }}", strategy="strategy:\n  matrix:\n    v: ['24.04', '22.04']\n"),
     ),
     (
-        "self-hosted, but no pull request trigger",
-        job("[self-hosted, gpu]", on="[push, workflow_dispatch]"),
+        "self-hosted, started only from the allow-list",
+        job(
+            "[self-hosted, gpu]",
+            on="{push: {branches: [main], paths: [matrix.toml]}, workflow_dispatch: null,"
+            " schedule: [{cron: '0 0 * * 0'}], release: {types: [published]}}",
+        ),
     ),
 ]
 
 
 @pytest.mark.parametrize("workflow", [w for _, w in SAFE], ids=[i for i, _ in SAFE])
 def test_jobs_that_can_only_run_on_hosted_runners_pass(tmp_path: Path, workflow: str) -> None:
-    path = tmp_path / "planted.yml"
-    path.write_text(workflow, encoding="utf-8")
-    assert check(path) == []
+    assert check(workflow_dir(tmp_path, {"planted.yml": workflow})) == []
 
 
-def test_a_local_reusable_workflow_is_checked_under_the_callers_trigger(tmp_path: Path) -> None:
-    workflows = tmp_path / ".github" / "workflows"
-    workflows.mkdir(parents=True)
-    (workflows / "gpu.yml").write_text(
-        "on: workflow_call\njobs:\n  measure:\n    runs-on: [self-hosted, gpu]\n"
-        "    steps:\n      - run: nvidia-smi\n",
-        encoding="utf-8",
+GPU_CALLED = (
+    "on: workflow_call\njobs:\n  measure:\n    runs-on: [self-hosted, gpu]\n"
+    "    steps:\n      - run: nvidia-smi\n"
+)
+
+
+def caller(on: str) -> str:
+    return f"on: {on}\njobs:\n  planted:\n    uses: ./.github/workflows/gpu.yml\n"
+
+
+def test_a_reusable_workflow_is_judged_by_what_starts_its_callers(tmp_path: Path) -> None:
+    directory = workflow_dir(
+        tmp_path,
+        {
+            "gpu.yml": GPU_CALLED,
+            "nightly.yml": caller("schedule"),
+            "pr.yml": caller("pull_request"),
+        },
     )
-    caller = workflows / "pr.yml"
-    caller.write_text(
-        "on: pull_request\njobs:\n  planted:\n    uses: ./.github/workflows/gpu.yml\n",
-        encoding="utf-8",
-    )
-    assert check(caller) == [
-        "gpu.yml: job 'measure': runs-on ['self-hosted', 'gpu'] asks for several labels:"
-        " only a self-hosted runner has them"
+    assert check(directory) == [
+        "gpu.yml: job 'measure': runs-on ['self-hosted', 'gpu'] asks for several labels: only a"
+        " self-hosted runner has them, and workflow_call from pr.yml (job 'planted') <-"
+        " pull_request: runs the pull request's branch, a fork's too"
     ]
-    # the called workflow alone is not pull-request triggered
-    assert check(workflows / "gpu.yml") == []
+    (directory / "pr.yml").unlink()  # called by the schedule alone: allowed
+    assert check(directory) == []
+
+
+def follower(after: str) -> str:
+    return (
+        f"name: Follower\non:\n  workflow_run:\n    workflows: [{after}]\n    types: [completed]\n"
+        "jobs:\n  measure:\n    runs-on: gpu\n    steps:\n      - run: nvidia-smi\n"
+    )
+
+
+def test_a_workflow_run_chain_is_judged_by_what_starts_its_first_workflow(tmp_path: Path) -> None:
+    hosted = "jobs:\n  build:\n    runs-on: ubuntu-24.04\n    steps:\n      - run: make\n"
+    directory = workflow_dir(
+        tmp_path,
+        {
+            "first.yml": f"name: First\non: [pull_request, schedule]\n{hosted}",
+            "middle.yml": f"name: Middle\non:\n  workflow_run:\n    workflows: [First]\n{hosted}",
+            "follower.yml": follower("Middle"),
+        },
+    )
+    assert check(directory) == [
+        "follower.yml: job 'measure': can run on 'gpu', which is not a GitHub-hosted label, and"
+        " workflow_run after middle.yml <- workflow_run after first.yml <- pull_request: runs"
+        " the pull request's branch, a fork's too"
+    ]
+    (directory / "first.yml").write_text(f"name: First\non: schedule\n{hosted}", encoding="utf-8")
+    assert check(directory) == []
+
+
+def test_a_cycle_of_workflows_ends(tmp_path: Path) -> None:
+    directory = workflow_dir(tmp_path, {"loop.yml": follower("Follower")})
+    assert check(directory) == []  # it follows itself: nothing else starts it
