@@ -56,7 +56,7 @@ COMMAND_NEEDS: dict[str, tuple[Need, ...]] = {
     "snapshot": (),
     "query": (),
     "export": (),
-    "install": (),  # uv only for --installer uv, found on PATH too: see lockfile.install
+    "install": (),  # uv only for --installer uv, found on PATH too: see consumer.install
     "doctor": (),
     "verify": (Need(module="sigstore", extra="verify"),),
     "repro": (),  # reads check records; the script it writes needs torch, not envbuilder

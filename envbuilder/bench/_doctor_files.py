@@ -38,8 +38,8 @@ from importlib import metadata
 from pathlib import Path
 
 from envbuilder.bench._cold import drop_caches
-from envbuilder.lockfile.doctor import run_probe, start_probe
-from envbuilder.lockfile.record_check import ExpectedFile, check_files, expected_files
+from envbuilder.consumer.doctor import run_probe, start_probe
+from envbuilder.consumer.record_check import ExpectedFile, check_files, expected_files
 
 __all__ = ["main"]
 

@@ -140,7 +140,7 @@ def _run_in_place(
         summarize,
         unmatched_patterns,
     )
-    from envbuilder.lockfile.installed import (
+    from envbuilder.consumer.installed import (
         environment_mismatches,
         installed_version,
         torch_here,

@@ -1,6 +1,6 @@
 """``envbuilder doctor``: check the user's environment against the lockfile: ``--python``
 (a version or a path), else the active venv, else the active conda env, else the first
-``python3`` on PATH (`envbuilder.lockfile.interpreter`); it needs nothing of envbuilder
+``python3`` on PATH (`envbuilder.consumer.interpreter`); it needs nothing of envbuilder
 installed. The first line names the interpreter chosen.
 
 With a GPU, torch and xformers are imported once, in a child process, beside the file
@@ -22,8 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from envbuilder.commands._lockfile_args import add_lock_argument, add_python_argument
+from envbuilder.consumer.advice import wrapped
 from envbuilder.errors import InputError
-from envbuilder.lockfile.advice import wrapped
 from envbuilder.reporter import terminal_size
 
 HELP = (
@@ -88,15 +88,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.lockfile.doctor import (
+    from envbuilder.consumer.doctor import (
         check_environment,
         inspect_environment,
         installed,
         start_probe,
         summary,
     )
-    from envbuilder.lockfile.interpreter import choose, parse_python
-    from envbuilder.lockfile.published import lockfile_choice
+    from envbuilder.consumer.interpreter import choose, parse_python
+    from envbuilder.consumer.published import lockfile_choice
     from envbuilder.lockfile.read import load_lockfile
 
     if args.fast and args.full_probe:

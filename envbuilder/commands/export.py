@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from envbuilder.commands._lockfile_args import add_lock_argument, choice
-from envbuilder.lockfile.export import FORMATS
+from envbuilder.consumer.export import FORMATS
 
 HELP = (
     "write one combination's installable lock (pylock.toml, a --require-hashes requirements "
@@ -46,10 +46,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from packaging.pylock import is_valid_pylock_path
 
+    from envbuilder.consumer.export import carried, exported
+    from envbuilder.consumer.published import lockfile_choice
     from envbuilder.errors import InputError
     from envbuilder.files import write_atomic
-    from envbuilder.lockfile.export import carried, exported
-    from envbuilder.lockfile.published import lockfile_choice
     from envbuilder.lockfile.read import load_lockfile
 
     lockfile, source = lockfile_choice(

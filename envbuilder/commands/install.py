@@ -1,6 +1,6 @@
 """``envbuilder install``: install one combination of the lockfile, exactly as locked.
 
-The flow is `envbuilder.lockfile.install.install`; this module is its command line.
+The flow is `envbuilder.consumer.install.install`; this module is its command line.
 """
 
 from __future__ import annotations
@@ -90,14 +90,14 @@ def add_source_build_arguments(parser: argparse._ActionsContainer) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.lockfile.install import InstallRequest, install
+    from envbuilder.consumer.install import InstallRequest, install
     from envbuilder.reporter import Reporter
 
     reporter = Reporter(verbose=args.verbose)
     lock = args.lock
     if args.verify or args.settings.verify:
         from envbuilder.commands.verify import signer
-        from envbuilder.lockfile.provenance import verified_lockfile
+        from envbuilder.consumer.provenance import verified_lockfile
 
         expected = signer(args.verify or args.settings.verify, args)
         attested = verified_lockfile(

@@ -101,8 +101,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _previous(value: str | None, settings: Settings) -> CompatLock | None:
     """The lockfile ``--previous`` names, read and its content hash checked (None: none)."""
+    from envbuilder.consumer.published import is_url, lockfile_argument
     from envbuilder.errors import InputError
-    from envbuilder.lockfile.published import is_url, lockfile_argument
     from envbuilder.lockfile.read import load_lockfile
 
     if value is None:
@@ -131,11 +131,11 @@ def _matrix_ids(value: Path | None, resolution: Resolution) -> frozenset[str] | 
 
 
 def run(args: argparse.Namespace) -> int:
+    from envbuilder.aggregate.merge import merge
+    from envbuilder.aggregate.results import find_results
     from envbuilder.errors import InputError, OutputError
     from envbuilder.files import write_atomic
     from envbuilder.lockfile.canonical import seal
-    from envbuilder.lockfile.merge import merge
-    from envbuilder.lockfile.results import find_results
     from envbuilder.model import load_resolution
     from envbuilder.reporter import Reporter
     from envbuilder.textsafe import one_line
@@ -250,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
 def _release_wheels(lock: CompatLock, into: Path, earlier: Path | None, report: Reporter) -> int:
     """Gather the built wheels the release attaches (`gather_release_wheels`); 1 when one
     the lockfile names is found nowhere with its sha256."""
-    from envbuilder.lockfile.published_wheel import gather_release_wheels
+    from envbuilder.consumer.published_wheel import gather_release_wheels
 
     wheels = gather_release_wheels(lock, into, earlier)
     for name in wheels.missing:

@@ -23,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.lockfile.published import lockfile_choice
+    from envbuilder.consumer.published import lockfile_choice
     from envbuilder.publish import build_site
     from envbuilder.reporter import Reporter
 

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuilder.commands._lockfile_args import add_lock_argument, add_selection_arguments
-from envbuilder.lockfile.advice import fit
+from envbuilder.consumer.advice import fit
 
 if TYPE_CHECKING:
-    from envbuilder.lockfile.host import Host
-    from envbuilder.lockfile.interpreter import Interpreter
+    from envbuilder.consumer.host import Host
+    from envbuilder.consumer.interpreter import Interpreter
+    from envbuilder.consumer.query import Answer, Match, Query
     from envbuilder.lockfile.model import CompatLock, LastVerified, Use
-    from envbuilder.lockfile.query import Answer, Match, Query
 
 #: the most lines one answer takes, however tall the terminal
 SCREEN_LINES = 40
@@ -94,7 +94,7 @@ def _last_verified(last: LastVerified | None) -> dict[str, object] | None:
 
 def _python(args: argparse.Namespace) -> str | None:
     """The Python version ``--python`` names: a version as given, an interpreter's asked."""
-    from envbuilder.lockfile.interpreter import interpreter_version, parse_python
+    from envbuilder.consumer.interpreter import interpreter_version, parse_python
 
     if not args.python:
         return None
@@ -105,8 +105,8 @@ def _python(args: argparse.Namespace) -> str | None:
 def _interpreter(args: argparse.Namespace) -> tuple[Interpreter | None, str]:
     """``--here``: the user's interpreter and the line that names it (none found is said,
     and no Python is then assumed)."""
+    from envbuilder.consumer.interpreter import choose, parse_python
     from envbuilder.errors import MissingToolError
-    from envbuilder.lockfile.interpreter import choose, parse_python
 
     try:
         chosen = choose(parse_python(args.python) if args.python else None)
@@ -116,7 +116,7 @@ def _interpreter(args: argparse.Namespace) -> tuple[Interpreter | None, str]:
 
 
 def _query(args: argparse.Namespace, host: Host | None) -> Query:
-    from envbuilder.lockfile.query import Query
+    from envbuilder.consumer.query import Query
 
     gpu = args.gpu
     if gpu is None and host is not None and host.gpus:
@@ -144,9 +144,9 @@ def _lockfile_json(
     is the snapshot this envbuilder carries) and how old its newest evidence is."""
     from datetime import date
 
+    from envbuilder.consumer.published import is_url
+    from envbuilder.consumer.snapshot import is_carried, newest_evidence
     from envbuilder.credentials import redact_text
-    from envbuilder.lockfile.published import is_url
-    from envbuilder.lockfile.snapshot import is_carried, newest_evidence
 
     url = args.lock if args.lock and is_url(args.lock) else None
     if args.lock is None and args.settings.lockfile is None and args.settings.lock_url:
@@ -162,7 +162,7 @@ def _lockfile_json(
 
 
 def _match_json(m: Match, now: datetime) -> dict[str, object]:
-    from envbuilder.lockfile.advice import action, advisory_line, causes, dated, verdict_date
+    from envbuilder.consumer.advice import action, advisory_line, causes, dated, verdict_date
 
     cc = m.compute_capability
     return {
@@ -215,7 +215,7 @@ def _advisory_lines(
 ) -> list[str]:
     """Each advisory of *m*'s verdict on one line (a library the row does not pin); with
     *long*, its causes (who is at fault, by which experiment) and who is hit under it."""
-    from envbuilder.lockfile.advice import advisories, advisory_line, cause_line, causes
+    from envbuilder.consumer.advice import advisories, advisory_line, cause_line, causes
 
     cc = m.compute_capability
     room = width - len(indent) - 2
@@ -239,7 +239,7 @@ def _advisory_lines(
 def _advisory_footer(matches: Sequence[Match], width: int = SCREEN_COLUMNS) -> list[str]:
     """Each advisory of the listed rows once, with how many rows it concerns: a library the
     rows do not pin (``--long`` shows its causes under each row)."""
-    from envbuilder.lockfile.advice import advisories, advisory_line
+    from envbuilder.consumer.advice import advisories, advisory_line
 
     found: dict[str, list[Match]] = {}
     for m in matches:
@@ -257,7 +257,7 @@ def _detail(
 ) -> list[str]:
     """Under a combination's line: its date, then each failing cause on one line, the
     advisories of libraries the row does not pin, and the suite's own errors."""
-    from envbuilder.lockfile.advice import cause_line, causes, dated
+    from envbuilder.consumer.advice import cause_line, causes, dated
 
     cc = m.compute_capability
     lines = [f"{indent}{dated(m.entry, m.verdict, now, cc, m.use)}"]
@@ -284,8 +284,8 @@ def _one_combination(
     """``query ID``: per use (or for *use* only) the line, its date and its causes."""
     from dataclasses import replace
 
-    from envbuilder.lockfile.advice import action, count_text
-    from envbuilder.lockfile.query import replacement
+    from envbuilder.consumer.advice import action, count_text
+    from envbuilder.consumer.query import replacement
 
     cc = match.compute_capability
     lines = [f"{match.entry.id}: {match.verdict.verdict} overall"]
@@ -315,7 +315,7 @@ def _has_detail(m: Match) -> bool:
     """Whether ``--long`` has more to say about *m* than its line: its failing causes, an
     advisory, a suite error, or the stale evidence of a combination whose lock moved since
     its runs."""
-    from envbuilder.lockfile.advice import advisories
+    from envbuilder.consumer.advice import advisories
 
     if m.verdict.verdict == "unsatisfiable":
         return False
@@ -351,7 +351,7 @@ def render(
     rather than listed, then the rest is cut with a line saying how to see it."""
     import textwrap
 
-    from envbuilder.lockfile.advice import column_widths, one_line
+    from envbuilder.consumer.advice import column_widths, one_line
 
     matches = list(answer.matches)
     lines = textwrap.wrap(
@@ -404,10 +404,10 @@ def render(
 
 
 def run(args: argparse.Namespace) -> int:
+    from envbuilder.consumer.host import detect_host
+    from envbuilder.consumer.published import lockfile_choice
+    from envbuilder.consumer.query import answer
     from envbuilder.lockfile.gpus import gpu_arch
-    from envbuilder.lockfile.host import detect_host
-    from envbuilder.lockfile.published import lockfile_choice
-    from envbuilder.lockfile.query import answer
     from envbuilder.lockfile.read import load_lockfile
 
     now = datetime.now(UTC)

@@ -67,7 +67,7 @@ def recorded_runs(args: argparse.Namespace) -> list[RecordedRun]:
 
     if args.results is not None:
         return results_in(args.results)
-    from envbuilder.lockfile.published import lockfile_choice
+    from envbuilder.consumer.published import lockfile_choice
     from envbuilder.lockfile.read import load_lockfile
 
     path, source = lockfile_choice(args.lock, args.settings)

@@ -32,9 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.lockfile.published import lockfile_argument
+    from envbuilder.consumer.published import lockfile_argument
+    from envbuilder.consumer.snapshot import data_directory, newest_evidence, write_snapshot
     from envbuilder.lockfile.read import load_lockfile
-    from envbuilder.lockfile.snapshot import data_directory, newest_evidence, write_snapshot
     from envbuilder.reporter import Reporter
 
     report = Reporter(verbose=args.verbose)

@@ -1,6 +1,6 @@
 """``envbuilder verify``: check a lockfile against the Sigstore bundle published beside it.
 
-What is verified and what is not: `envbuilder.lockfile.provenance` and docs/consumers.md.
+What is verified and what is not: `envbuilder.consumer.provenance` and docs/consumers.md.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 from envbuilder.commands._lockfile_args import add_lock_argument
 
 if TYPE_CHECKING:
-    from envbuilder.lockfile.provenance import Signer
+    from envbuilder.consumer.provenance import Signer
 
 HELP = "check that a lockfile is the one the GPU matrix workflow attested (Sigstore bundle)"
 
 
 def add_signer_arguments(parser: argparse.ArgumentParser) -> None:
     """Who must have signed: the options `verify` and ``install --verify`` share."""
-    from envbuilder.lockfile.provenance import REF, WORKFLOW
+    from envbuilder.consumer.provenance import REF, WORKFLOW
 
     parser.add_argument(
         "--workflow",
@@ -65,8 +65,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def signer(repository: str | None, args: argparse.Namespace) -> Signer:
     """The expected `Signer` from *repository* and the shared options."""
+    from envbuilder.consumer.provenance import Signer
     from envbuilder.errors import InputError
-    from envbuilder.lockfile.provenance import Signer
 
     if not repository:
         raise InputError(
@@ -77,7 +77,7 @@ def signer(repository: str | None, args: argparse.Namespace) -> Signer:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.lockfile.provenance import verified_lockfile
+    from envbuilder.consumer.provenance import verified_lockfile
     from envbuilder.reporter import Reporter
 
     expected = signer(args.repository or args.settings.verify, args)

@@ -48,13 +48,23 @@ Decisions (also in docs/lockfile.md, "The compatibility lockfile"):
   with exit 2 and nothing written, unless ``--skip-rejected`` is given: then
   the lockfile is written and lists them under ``rejected_results``.
 
-Submodules: `model` (records), `canonical`, `verdicts`, `results`, `merge`,
-`read`, `gpus`, `drivers`, `host`, `query`, `advice`, `export`, `doctor` (with
-`_envprobe` and `_smoke`, which run by path inside the checked environment). Importing this package imports only the
-standard library.
+Submodules: `model` (records), `evidence`, `canonical`, `verdicts`, `recheck`, `read`,
+`shape`, `drivers`, `sourcebuilds`. Making the document is `envbuilder.aggregate`
+(`results`, `claims`, `merge`); using it is `envbuilder.consumer` (`query`, `advice`,
+`export`, `install`, `doctor`, `host`, ...). Importing this package imports only the
+standard library. The modules that moved out are still importable under their old
+names here, with a `DeprecationWarning`, for one release.
 """
 
 from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 
 from envbuilder.lockfile.model import COMPAT_SCHEMA, DEFAULT_LOCKFILE, CompatLock, Entry
 from envbuilder.lockfile.read import default_lockfile, load_lockfile
@@ -67,3 +77,52 @@ __all__ = [
     "default_lockfile",
     "load_lockfile",
 ]
+
+#: modules that lived here before the lockfile's making and use got packages of their own
+MOVED: dict[str, str] = {
+    **{name: "envbuilder.aggregate" for name in ("claims", "merge", "results")},
+    **{
+        name: "envbuilder.consumer"
+        for name in (
+            "_checkcache", "_envprobe", "_extload", "_smoke", "advice", "doctor", "export", "host",
+            "install", "installed", "interpreter", "provenance", "published", "published_wheel",
+            "query", "record_check", "runtime_path", "snapshot",
+        )
+    },
+}  # fmt: skip
+
+
+class _MovedLoader(importlib.abc.Loader):
+    """Hands out the module at its new home under its old name."""
+
+    def __init__(self, old: str, new: str) -> None:
+        self.old, self.new = old, new
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        warnings.warn(
+            f"{self.old} moved to {self.new}; import it from there (the old name goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(self.new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing: the module ran at its new home."""
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder):
+    """Finds ``envbuilder.lockfile.<moved>`` (see `MOVED`)."""
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> ModuleSpec | None:
+        package, _, name = fullname.rpartition(".")
+        if package != __name__ or name not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(
+            fullname, _MovedLoader(fullname, f"{MOVED[name]}.{name}")
+        )
+
+
+if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedFinder())

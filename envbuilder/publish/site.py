@@ -14,9 +14,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from string import Template
 
-from envbuilder.errors import InputError, OutputError
-from envbuilder.files import write_atomic
-from envbuilder.lockfile.advice import (
+from envbuilder.consumer.advice import (
     action,
     advisories,
     advisory_line,
@@ -25,6 +23,9 @@ from envbuilder.lockfile.advice import (
     dated,
     use_counts,
 )
+from envbuilder.consumer.query import Match, Query, answer, replacement
+from envbuilder.errors import InputError, OutputError
+from envbuilder.files import write_atomic
 from envbuilder.lockfile.gpus import GPU_ARCH, GPU_COMPUTE_CAPABILITY
 from envbuilder.lockfile.model import (
     INSTALLABLE,
@@ -36,7 +37,6 @@ from envbuilder.lockfile.model import (
     Verdict,
     use_verdict,
 )
-from envbuilder.lockfile.query import Match, Query, answer, replacement
 from envbuilder.lockfile.read import load_lockfile
 from envbuilder.publish.plots import (
     COMPILE_KEYS,
@@ -544,7 +544,7 @@ def build_site(lockfile: Path, out: Path) -> list[Path]:
                 f"{lockfile}: the lock of {entry.id!r} lies outside the lockfile's directory "
                 f"({entry.lock.path!r}); write the lockfile beside its locks (e.g. the repository root)"
             )
-        from envbuilder.lockfile.export import carried, locate_pylock
+        from envbuilder.consumer.export import carried, locate_pylock
 
         if carried(lockfile, entry):  # the wheel's snapshot: installed by name and sha256
             continue

@@ -6,7 +6,7 @@ builds it on the GPU runner (``envbuilder build-wheel ID --assets DIR``) and
 publishes it with its build record as release assets beside ``compat.lock.json``,
 under names unique within a release (`wheel_asset`, `record_asset`): two source
 builds of one xformers release have the same wheel file name. ``install`` takes it
-from there (`envbuilder.lockfile.published_wheel`).
+from there (`envbuilder.consumer.published_wheel`).
 """
 
 from __future__ import annotations

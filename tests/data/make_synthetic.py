@@ -362,7 +362,7 @@ def checks(
 
 def installed(cid: str) -> dict[str, Any]:
     """What a runner of combination *cid* finds installed: its Python, torch and xformers
-    (the facts `lock` checks against the combination; see envbuilder/lockfile/claims.py)."""
+    (the facts `lock` checks against the combination; see envbuilder/aggregate/claims.py)."""
     found = re.fullmatch(r"py(\d+\.\d+)-[^-]+-torch([^-]+)(?:-xformers([^-]+))?(?:-cudart)?", cid)
     assert found, cid
     python, torch, xformers = found.groups()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.lockfile import _extload
-from envbuilder.lockfile.doctor import _report_of, run_probe
+from envbuilder.consumer import _extload
+from envbuilder.consumer.doctor import _report_of, run_probe
 
 
 def _cuda_available() -> bool:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.lockfile import _extload
-from envbuilder.lockfile.doctor import _report_of
+from envbuilder.consumer import _extload
+from envbuilder.consumer.doctor import _report_of
 
 TORCH = importlib.util.find_spec("torch")
 pytestmark = [

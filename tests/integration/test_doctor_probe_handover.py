@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.lockfile import _extload
-from envbuilder.lockfile.doctor import _report_of, start_probe
+from envbuilder.consumer import _extload
+from envbuilder.consumer.doctor import _report_of, start_probe
 
 #: A torch without shared objects that imports: the light probe cannot load it, an import can.
 STAND_IN = {

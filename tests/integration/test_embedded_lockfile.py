@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.consumer.snapshot import newest_evidence
 from envbuilder.lockfile.read import load_lockfile
-from envbuilder.lockfile.snapshot import newest_evidence
 from tests.integration.test_published_lock import site
 
 __all__ = ["site"]  # the fixture used here

@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 
 from envbuilder.cli import main
+from envbuilder.consumer import published_wheel
+from envbuilder.consumer.published_wheel import wheel_for_install
 from envbuilder.errors import IndexError_, InputError
-from envbuilder.lockfile import published_wheel
 from envbuilder.lockfile.canonical import HASH_KEY, content_sha256
-from envbuilder.lockfile.published_wheel import wheel_for_install
 from envbuilder.lockfile.read import load_lockfile
 from envbuilder.settings import Settings
 from envbuilder.sourcebuild.cache import RECORD_NAME

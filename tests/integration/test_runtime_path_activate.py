@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.lockfile.runtime_path import (
+from envbuilder.consumer.runtime_path import (
     csh_quoted,
     fish_quoted,
     hook_environment,

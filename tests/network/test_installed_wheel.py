@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder.cli import main
-from envbuilder.lockfile.export import FORMATS
+from envbuilder.consumer.export import FORMATS
 from tests.integration.test_doctor_other_env import COMBINATION, PYTHON, environment
 from tests.integration.test_export_install import (  # the demo repository on loopback
     UV,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.lockfile.merge import build_lockfile
+from envbuilder.aggregate.merge import build_lockfile
+from envbuilder.aggregate.results import find_results
 from envbuilder.lockfile.model import CompatLock
-from envbuilder.lockfile.results import find_results
 from envbuilder.model import load_resolution
 
 DATA = Path(__file__).parents[1] / "data"

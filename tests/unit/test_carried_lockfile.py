@@ -15,13 +15,13 @@ import pytest
 
 from envbuilder.cli import main
 from envbuilder.commands.install import pip_index_options
+from envbuilder.consumer import snapshot
+from envbuilder.consumer.export import exported, exported_requirements, locate_pylock
+from envbuilder.consumer.install import index_options
+from envbuilder.consumer.snapshot import document_hosts, foreign_hosts, write_snapshot
 from envbuilder.errors import InputError
-from envbuilder.lockfile import snapshot
-from envbuilder.lockfile.export import exported, exported_requirements, locate_pylock
-from envbuilder.lockfile.install import index_options
 from envbuilder.lockfile.model import DEFAULT_LOCKFILE, Entry
 from envbuilder.lockfile.read import load_lockfile
-from envbuilder.lockfile.snapshot import document_hosts, foreign_hosts, write_snapshot
 
 DATA = Path(__file__).parents[1] / "data"
 VERIFIED = "py3.11-default-torch2.5.1-xformers0.0.28.post3"
@@ -107,7 +107,7 @@ def test_a_local_lockfile_without_its_pylock_still_says_it_is_missing(
 
 
 def test_an_entry_recorded_without_packages_is_refused(carried: Path) -> None:
-    from envbuilder.lockfile.export import exported_carried
+    from envbuilder.consumer.export import exported_carried
 
     entry = dataclasses.replace(load_lockfile(carried).by_id()[VERIFIED], packages=())
     with pytest.raises(InputError, match="records no packages"):

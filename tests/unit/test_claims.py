@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from envbuilder.aggregate.claims import claim_problems
 from envbuilder.cli import main
-from envbuilder.lockfile.claims import claim_problems
 from envbuilder.model import load_resolution
 
 DATA = Path(__file__).parents[1] / "data"

@@ -14,11 +14,12 @@ from typing import Any
 import jsonschema
 import pytest
 
+from envbuilder.aggregate.merge import build_lockfile
+from envbuilder.aggregate.results import bind, documented_shape
 from envbuilder.cli import main
 from envbuilder.conformance._record import legacy_via
 from envbuilder.errors import InputError
 from envbuilder.lockfile.canonical import seal
-from envbuilder.lockfile.merge import build_lockfile
 from envbuilder.lockfile.model import (
     COMPAT_SCHEMA,
     USES,
@@ -29,7 +30,6 @@ from envbuilder.lockfile.model import (
     use_verdict,
 )
 from envbuilder.lockfile.read import load_lockfile
-from envbuilder.lockfile.results import bind, documented_shape
 from envbuilder.model import ResolvedCombination, Status, load_resolution
 from tests.support.cells import cell
 

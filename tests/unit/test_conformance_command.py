@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder.lockfile.installed import environment_mismatches
+from envbuilder.consumer.installed import environment_mismatches
 from envbuilder.model import Combination
 from envbuilder.target import CudaTag
 
@@ -192,7 +192,7 @@ def test_torch_here_reads_torch_version_py_without_importing_torch(
     import importlib.util
     import sys
 
-    from envbuilder.lockfile import installed
+    from envbuilder.consumer import installed
 
     package = tmp_path / "torch"
     package.mkdir()
@@ -207,8 +207,8 @@ def test_torch_here_reads_torch_version_py_without_importing_torch(
 def test_torch_here_without_torch_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
+    from envbuilder.consumer import installed
     from envbuilder.errors import MissingToolError
-    from envbuilder.lockfile import installed
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(MissingToolError, match="torch is not importable"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder.cli import main
-from envbuilder.lockfile.doctor import Installed, check_environment
+from envbuilder.consumer.doctor import Installed, check_environment
 from envbuilder.lockfile.model import CompatLock
 
 DATA = Path(__file__).parents[1] / "data"
@@ -107,7 +107,7 @@ LIBDIR = "/env/lib/python3.12/site-packages/nvidia/cuda_runtime/lib"
 
 
 def test_every_activate_script_of_a_venv_is_hooked_once(venv: Path) -> None:
-    from envbuilder.lockfile.runtime_path import BEGIN, hook_environment, unhook_text
+    from envbuilder.consumer.runtime_path import BEGIN, hook_environment, unhook_text
 
     before = {
         n: (venv / "bin" / n).read_text() for n in ("activate", "activate.fish", "activate.csh")
@@ -125,13 +125,13 @@ def test_every_activate_script_of_a_venv_is_hooked_once(venv: Path) -> None:
     csh = (venv / "bin" / "activate.csh").read_text()
     assert "alias deactivate 'test $?_ENVBUILDER_OLD_LD_LIBRARY_PATH != 0 && setenv" in csh
     # what an earlier install wrote is taken out too when installing again
-    from envbuilder.lockfile.runtime_path import _CSH_REVERT, _CSH_REVERT_BEFORE
+    from envbuilder.consumer.runtime_path import _CSH_REVERT, _CSH_REVERT_BEFORE
 
     assert unhook_text(csh.replace(_CSH_REVERT, _CSH_REVERT_BEFORE)) == before["activate.csh"]
 
 
 def test_a_conda_environment_gets_activate_d_scripts(tmp_path: Path) -> None:
-    from envbuilder.lockfile.runtime_path import hook_environment
+    from envbuilder.consumer.runtime_path import hook_environment
 
     (tmp_path / "conda-meta").mkdir()
     hook = hook_environment(tmp_path, LIBDIR)
@@ -146,7 +146,7 @@ def test_a_conda_environment_gets_activate_d_scripts(tmp_path: Path) -> None:
 
 
 def test_an_environment_without_activation_gets_none(tmp_path: Path) -> None:
-    from envbuilder.lockfile.runtime_path import hook_environment
+    from envbuilder.consumer.runtime_path import hook_environment
 
     assert hook_environment(tmp_path, LIBDIR) is None
     assert list(tmp_path.iterdir()) == []

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from envbuilder.lockfile import _checkcache
-from envbuilder.lockfile.doctor import _probe_findings
+from envbuilder.consumer import _checkcache
+from envbuilder.consumer.doctor import _probe_findings
 
 KEY = {
     "python": "3.12.3 at /env/bin/python",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from envbuilder.lockfile._extload import cuda_runtime_candidates
-from envbuilder.lockfile.doctor import _probe_findings
+from envbuilder.consumer._extload import cuda_runtime_candidates
+from envbuilder.consumer.doctor import _probe_findings
 
 LIGHT: dict[str, Any] = {"light": True, "gpu_present": False, "cuda_available": False}
 

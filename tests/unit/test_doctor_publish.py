@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder.lockfile.doctor import (
+from envbuilder.consumer.doctor import (
     Finding,
     Installed,
     check_environment,

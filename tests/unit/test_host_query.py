@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.consumer.host import Gpu, Host, detect_host, parse_nvidia_smi
+from envbuilder.consumer.query import Query, answer
 from envbuilder.errors import InputError
 from envbuilder.lockfile.drivers import (
     MINIMUM_DRIVER,
@@ -17,9 +19,7 @@ from envbuilder.lockfile.drivers import (
     minimum_driver,
     required_cuda,
 )
-from envbuilder.lockfile.host import Gpu, Host, detect_host, parse_nvidia_smi
 from envbuilder.lockfile.model import CompatLock
-from envbuilder.lockfile.query import Query, answer
 from envbuilder.target import CudaTag, normalise_arch, platform_arch
 
 DATA = Path(__file__).parents[1] / "data"

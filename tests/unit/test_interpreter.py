@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.errors import InputError, MissingToolError
-from envbuilder.lockfile.interpreter import (
+from envbuilder.consumer.interpreter import (
     BrokenInterpreter,
     Interpreter,
     choose,
@@ -17,6 +16,7 @@ from envbuilder.lockfile.interpreter import (
     interpreter_version,
     parse_python,
 )
+from envbuilder.errors import InputError, MissingToolError
 
 
 def _venv(root: Path, version: str, *, pip: bool = False) -> Path:

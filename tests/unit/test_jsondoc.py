@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.aggregate.results import Rejected, read_results
 from envbuilder.errors import InputError
 from envbuilder.jsondoc import NotJSON, parse
 from envbuilder.lockfile.read import load_lockfile
-from envbuilder.lockfile.results import Rejected, read_results
 
 
 @pytest.mark.parametrize(

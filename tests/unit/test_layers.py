@@ -3,7 +3,7 @@
 - ``conformance/`` runs inside the images: it imports only the standard
   library, torch, xformers and diffusers (an import inside a ``try`` that
   catches its failure is optional, not needed).
-- ``lockfile/``'s readers (what ``query``, ``export`` and the site load)
+- the lockfile's readers (what ``query``, ``export`` and the site load)
   need no uv, no Docker SDK and no network: importing them loads none.
 - ``commands/`` is the top: nothing below imports it.
 - The stages import down the pipeline, never sideways or back (`STAGE_RULES`):
@@ -12,7 +12,10 @@
   ``ghmatrix`` plans jobs without Docker; ``index/`` serves the resolver and
   knows nothing of it; ``resolve/`` comes before the lockfile and imports none of
   it (the GPU table is the ground floor's, ``envbuilder.gpus``); the lockfile
-  imports no command. Each rule is seen rejecting an injected import.
+  imports no command. Making the lockfile (``aggregate/``) and using it
+  (``consumer/``) sit above the document and beside each other: nothing below
+  them imports either, and neither imports the other. Each rule is seen
+  rejecting an injected import.
 - The import graph has no cycles, module by module (the imports that run when a
   module is imported) and stage by stage (every import, grouped by the package
   under ``envbuilder``); a planted cycle is seen found.
@@ -30,7 +33,16 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "envbuilder"
 SUITE_MAY_IMPORT = frozenset({"torch", "xformers", "diffusers"})
-READERS = ("read", "query", "export", "model", "evidence", "canonical", "gpus", "verdicts")
+READERS = (
+    "lockfile.read",
+    "consumer.query",
+    "consumer.export",
+    "lockfile.model",
+    "lockfile.evidence",
+    "lockfile.canonical",
+    "lockfile.gpus",
+    "lockfile.verdicts",
+)
 NOT_FOR_READERS = frozenset(
     {"uv", "docker", "requests", "urllib3", "cachecontrol", "http", "socket", "urllib.request"}
 )
@@ -139,7 +151,7 @@ def test_the_suite_imports_only_the_standard_library_torch_xformers_and_diffuser
 
 @pytest.mark.parametrize("reader", READERS)
 def test_lockfile_readers_load_no_uv_docker_or_network(reader: str) -> None:
-    loaded = _loaded_by(f"envbuilder.lockfile.{reader}")
+    loaded = _loaded_by(f"envbuilder.{reader}")
     ours = {m for m in loaded if m.startswith(("envbuilder.index", "envbuilder.docker"))}
     theirs = {m for m in loaded if m in NOT_FOR_READERS or m.split(".")[0] in NOT_FOR_READERS}
     assert (ours, theirs) == (set(), set())
@@ -195,6 +207,29 @@ STAGE_RULES: tuple[StageRule, ...] = (
         "envbuilder.resolve",
         "envbuilder.lockfile",
         why="the lockfile is made from what the resolver writes; GPUs are envbuilder.gpus",
+    ),
+    # the lockfile's making (aggregate) and its use (consumer) sit above the document and
+    # everything the pipeline makes before it, and beside each other
+    *(
+        StageRule(below, above, why="it comes before the lockfile is made or used")
+        for below in (
+            "envbuilder.lockfile",
+            "envbuilder.resolve",
+            "envbuilder.docker",
+            "envbuilder.sourcebuild",
+            "envbuilder.index",
+        )
+        for above in ("envbuilder.aggregate", "envbuilder.consumer")
+    ),
+    StageRule(
+        "envbuilder.aggregate",
+        "envbuilder.consumer",
+        why="making the lockfile needs nothing of a user's machine; shared rules are lockfile/'s",
+    ),
+    StageRule(
+        "envbuilder.consumer",
+        "envbuilder.aggregate",
+        why="a user's machine reads the lockfile, never makes it; shared rules are lockfile/'s",
     ),
     StageRule("envbuilder.ghmatrix", "envbuilder.docker", why="it plans jobs, builds nothing"),
     StageRule("envbuilder.index", "envbuilder.resolve", why="the resolver uses the index"),
@@ -297,7 +332,35 @@ def _injected(module: str, source: str) -> list[str]:
             "from ...lockfile import model",
             "envbuilder.lockfile.model",
         ),
+        (
+            "envbuilder.lockfile.fake",
+            "def f():\n    from envbuilder.consumer.query import answer",
+            "envbuilder.consumer.query",
+        ),
+        ("envbuilder.lockfile.fake", "from ..aggregate import merge", "envbuilder.aggregate.merge"),
+        (
+            "envbuilder.resolve.fake",
+            "from envbuilder.aggregate.claims import check_claims",
+            "envbuilder.aggregate.claims",
+        ),
+        (
+            "envbuilder.sourcebuild.fake",
+            "from envbuilder.consumer import published_wheel",
+            "envbuilder.consumer.published_wheel",
+        ),
+        (
+            "envbuilder.aggregate.fake",
+            "from envbuilder.consumer.host import detect_host",
+            "envbuilder.consumer.host",
+        ),
+        (
+            "envbuilder.consumer.fake",
+            "def f():\n    from envbuilder.aggregate.results import load_results",
+            "envbuilder.aggregate.results",
+        ),
         # and letting through what is allowed
+        ("envbuilder.aggregate.fake", "from envbuilder.lockfile.model import Run", None),
+        ("envbuilder.consumer.fake", "from envbuilder.lockfile.read import load_lockfile", None),
         ("envbuilder.resolve.fake", "from envbuilder.gpus import CudaArch", None),
         ("envbuilder.lockfile.fake", "from envbuilder.gpus import arch_covers", None),
         ("envbuilder.lockfile.fake", "from envbuilder.conformance._record import USES", None),

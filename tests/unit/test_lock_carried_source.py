@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from envbuilder.aggregate.results import CARRIED_FROM
 from envbuilder.cli import main
-from envbuilder.lockfile.results import CARRIED_FROM
 
 DATA = Path(__file__).parents[1] / "data"
 EVERYTHING = ("results", "stale_results", "retired_results")

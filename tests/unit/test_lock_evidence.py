@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from envbuilder.aggregate.results import run_identity
 from envbuilder.cli import main
 from envbuilder.lockfile.canonical import seal
 from envbuilder.lockfile.model import Run
 from envbuilder.lockfile.read import load_lockfile
-from envbuilder.lockfile.results import run_identity
 from envbuilder.lockfile.verdicts import overall, run_use_verdicts
 
 DATA = Path(__file__).parents[1] / "data"

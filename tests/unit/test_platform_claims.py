@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.lockfile.claims import claim_problems
+from envbuilder.aggregate.claims import claim_problems
 from envbuilder.model import ResolvedCombination, load_resolution
 
 DATA = Path(__file__).parents[1] / "data"

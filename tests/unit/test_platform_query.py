@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from envbuilder.lockfile.host import detect_host, host_family
+from envbuilder.consumer.host import detect_host, host_family
+from envbuilder.consumer.query import Query, answer
 from envbuilder.lockfile.model import CompatLock
-from envbuilder.lockfile.query import Query, answer
 
 
 @pytest.mark.parametrize(

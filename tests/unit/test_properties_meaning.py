@@ -23,11 +23,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from envbuilder.aggregate.results import Rejected, read_results
 from envbuilder.cli import main
 from envbuilder.errors import EnvbuilderError
 from envbuilder.lockfile.canonical import HASH_KEY
 from envbuilder.lockfile.read import load_lockfile
-from envbuilder.lockfile.results import Rejected, read_results
 from envbuilder.model import load_resolution
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.aggregate.results import accept, find_results
 from envbuilder.commands.query import render
-from envbuilder.errors import InputError
-from envbuilder.lockfile.advice import (
+from envbuilder.consumer.advice import (
     LINE_WIDTH,
     action,
     age,
@@ -22,6 +22,8 @@ from envbuilder.lockfile.advice import (
     dated,
     one_line,
 )
+from envbuilder.consumer.query import Query, answer, asked_cuda, select
+from envbuilder.errors import InputError
 from envbuilder.lockfile.gpus import arch_covers, compute_capability
 from envbuilder.lockfile.model import (
     USES,
@@ -36,8 +38,6 @@ from envbuilder.lockfile.model import (
     VerdictName,
     use_verdict,
 )
-from envbuilder.lockfile.query import Query, answer, asked_cuda, select
-from envbuilder.lockfile.results import accept, find_results
 from envbuilder.lockfile.verdicts import combination_use_verdicts, gpu_verdicts, overall
 from envbuilder.model import ResolvedCombination
 from tests.support.cells import cell

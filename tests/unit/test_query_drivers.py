@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from envbuilder.consumer.query import Query, answer
 from envbuilder.lockfile.drivers import compatible_driver
 from envbuilder.lockfile.model import CompatLock
-from envbuilder.lockfile.query import Query, answer
 
 #: every fixture lock is a CUDA 12.4 build (full support from 550.54.14)
 CUDA = "py3.11-default-torch2.5.1-xformers0.0.28.post3"

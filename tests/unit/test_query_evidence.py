@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.aggregate.merge import build_lockfile
+from envbuilder.aggregate.results import find_results
 from envbuilder.cli import main
 from envbuilder.commands.query import render
+from envbuilder.consumer.query import Query, answer
 from envbuilder.lockfile.canonical import seal
-from envbuilder.lockfile.merge import build_lockfile
 from envbuilder.lockfile.model import CompatLock
-from envbuilder.lockfile.query import Query, answer
-from envbuilder.lockfile.results import find_results
 from envbuilder.model import load_resolution
 
 DATA = Path(__file__).parents[1] / "data"

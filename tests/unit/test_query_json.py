@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from envbuilder.cli import main
+from envbuilder.consumer.snapshot import newest_evidence
 from envbuilder.lockfile.read import load_lockfile
-from envbuilder.lockfile.snapshot import newest_evidence
 
 DATA = Path(__file__).parents[1] / "data"
 KEYS = ["lockfile", "interpreter", "host", "query", "matches", "rejected"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder.cli import main
-from envbuilder.lockfile.advice import fit
+from envbuilder.consumer.advice import fit
 from envbuilder.lockfile.canonical import seal
 from envbuilder.lockfile.model import CompatLock
 
@@ -109,8 +109,8 @@ def test_one_combinations_causes_stay_one_screen_and_count_what_is_cut(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``query ID`` lists every use's causes: a row with many is cut to the screen."""
+    from envbuilder.consumer.snapshot import embedded
     from envbuilder.lockfile.read import load_lockfile
-    from envbuilder.lockfile.snapshot import embedded
 
     carried = embedded()
     assert carried is not None

@@ -27,12 +27,12 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from envbuilder.aggregate.results import Rejected, read_results
 from envbuilder.cli import main
 from envbuilder.errors import EnvbuilderError
 from envbuilder.index.simple import parse_project_page
 from envbuilder.lockfile.canonical import seal
 from envbuilder.lockfile.read import load_lockfile
-from envbuilder.lockfile.results import Rejected, read_results
 from envbuilder.model import load_resolution
 from envbuilder.pylock import packages, read_lock, select, tool_table
 from envbuilder.resolve.matrix import load_matrix

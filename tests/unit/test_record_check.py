@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.lockfile.record_check import (
+from envbuilder.consumer.record_check import (
     ExpectedFile,
     RecordCheck,
     check_files,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder.lockfile.results import Rejected, read_results
+from envbuilder.aggregate.results import Rejected, read_results
 
 DATA = Path(__file__).parents[1] / "data"
 GOOD = json.loads(

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from envbuilder.cli import main
+from envbuilder.consumer.snapshot import foreign_hosts, require_locks, write_snapshot
 from envbuilder.errors import InputError
 from envbuilder.lockfile.model import DEFAULT_LOCKFILE
 from envbuilder.lockfile.read import load_lockfile
-from envbuilder.lockfile.snapshot import foreign_hosts, require_locks, write_snapshot
 
 DATA = Path(__file__).parents[1] / "data"
 COMMITTED = Path(__file__).parents[2] / "envbuilder" / "data"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.lockfile.published_wheel import lockfile_url
+from envbuilder.consumer.published_wheel import lockfile_url
 from envbuilder.settings import Settings
 from envbuilder.sourcebuild.cache import BuiltWheelCache
 from envbuilder.sourcebuild.published import record_asset, wheel_asset, write_assets

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from envbuilder.cli import main
+from envbuilder.consumer.provenance import Signer
 from envbuilder.lockfile.canonical import seal
-from envbuilder.lockfile.provenance import Signer
 from tests.support.sigstore_root import LocalSigstore
 
 ROOT = Path(__file__).resolve().parents[2]

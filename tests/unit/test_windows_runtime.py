@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.lockfile.install import on_windows, runtime_line, venv_python
+from envbuilder.consumer.install import on_windows, runtime_line, venv_python
 from envbuilder.lockfile.model import Entry
 from envbuilder.lockfile.read import load_lockfile
 from envbuilder.target import cuda_runtime_library_dir, library_path

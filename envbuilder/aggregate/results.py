@@ -53,6 +53,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from envbuilder.aggregate.claims import claim_problems
 from envbuilder.conformance._record import (
     READABLE_RESULTS_SCHEMAS,
     RESULTS_SCHEMA,
@@ -63,7 +64,6 @@ from envbuilder.conformance._record import (
 from envbuilder.files import sha256_file
 from envbuilder.jsondoc import NotJSON, parse
 from envbuilder.lockfile.canonical import finite
-from envbuilder.lockfile.claims import claim_problems
 from envbuilder.lockfile.model import CheckOutcome, RejectedResults, Run
 from envbuilder.lockfile.verdicts import overall, run_use_verdicts
 from envbuilder.model import ResolvedCombination
@@ -484,7 +484,7 @@ def accept(
     ``base`` is the lockfile's directory: run sources are recorded relative to
     it. Byte-identical files are merged once; a file that is another one's run
     (`run_identity`) with other content is rejected, naming both. A file whose
-    findings contradict its combination (`envbuilder.lockfile.claims`) is rejected
+    findings contradict its combination (`envbuilder.aggregate.claims`) is rejected
     with them; ``locked`` gives each combination's current lock (name -> version) and
     ``built`` each source build's recorded libraries (path -> sha256).
     """

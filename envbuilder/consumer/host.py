@@ -17,18 +17,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envbuilder.target import ARCHES, normalise_arch, platform_arch
+from envbuilder.target import platform_arch
 
 __all__ = [
-    "ARCHES",
     "NVIDIA_SMI_QUERY",
     "Gpu",
     "Host",
     "detect_host",
     "host_family",
-    "normalise_arch",
     "parse_nvidia_smi",
-    "platform_arch",
 ]
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ suite themselves. The group must have been locked against the very lock the
 lockfile records (its ``lock-sha256``); a pylock with it is a new document
 holding both.
 
-The lockfile snapshot the wheel carries (`envbuilder.lockfile.snapshot`) holds no
+The lockfile snapshot the wheel carries (`envbuilder.consumer.snapshot`) holds no
 pylocks: they name their index's host. There each entry's ``packages`` (name, version,
 wheel filenames and sha256) are enough: ``requirements`` output then pins
 ``name==version`` with every sha256 of a wheel that fits the target, and uv or pip
@@ -61,7 +61,7 @@ FORMATS = ("pylock", "requirements", "constraints")
 def carried(lockfile: Path, entry: Entry) -> bool:
     """Whether *entry* is installed from the lockfile's own record of its closure: the
     lockfile is the snapshot this envbuilder carries and its pylock is not beside it."""
-    from envbuilder.lockfile.snapshot import is_carried
+    from envbuilder.consumer.snapshot import is_carried
 
     if entry.lock is None or not is_carried(lockfile):
         return False

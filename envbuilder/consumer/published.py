@@ -142,7 +142,7 @@ def lockfile_choice(
     local = default_lockfile(settings)
     if local.exists():
         return local, None
-    from envbuilder.lockfile.snapshot import embedded, newest_evidence, require_locks
+    from envbuilder.consumer.snapshot import embedded, newest_evidence, require_locks
 
     snapshot = embedded()
     if snapshot is None:

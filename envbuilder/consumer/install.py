@@ -7,10 +7,10 @@ the user's to apply); anything else needs ``--allow-unverified``. An
 when that one is verified for the use. With
 ``--use`` the verdict for that use decides (eager or compiled, inference or
 training), and the workarounds printed are those verified for that use. The lock is
-exported (`envbuilder.lockfile.export.exported`) and handed to uv (a pylock)
+exported (`envbuilder.consumer.export.exported`) and handed to uv (a pylock)
 or pip (a ``--require-hashes`` requirements file) for the target interpreter.
 
-The interpreter is the user's (`envbuilder.lockfile.interpreter`): ``--python``
+The interpreter is the user's (`envbuilder.consumer.interpreter`): ``--python``
 (a version or a path), else the active venv, else the active conda env, else
 the first ``python3`` on PATH; the first line of output names it. ``--venv DIR``
 installs into that venv, created when absent from ``--python`` (a base
@@ -25,7 +25,7 @@ provide it. ``--dry-run`` makes the same checks and prints the commands the
 real run would run, the exported lock kept at a printed path, so that they can
 be pasted. A combination whose xformers is built from source also needs the
 wheel its build record pins (`sourcebuilds`), installed after the lock's files: from
-``--wheel``, the build cache, else published beside a lockfile URL (`lockfile.published_wheel`).
+``--wheel``, the build cache, else published beside a lockfile URL (`consumer.published_wheel`).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from envbuilder.consumer.interpreter import Interpreter
+from envbuilder.consumer.runtime_path import announce
 from envbuilder.credentials import redact_text
-from envbuilder.lockfile.interpreter import Interpreter
 from envbuilder.lockfile.model import INSTALLABLE, CompatLock, Entry, Use, Verdict
-from envbuilder.lockfile.runtime_path import announce
 from envbuilder.reporter import Reporter
 from envbuilder.settings import Settings
 from envbuilder.target import library_path
@@ -155,7 +155,7 @@ def _check_interpreter(
             + ("" if base else f", or create a venv for it: --venv DIR --python {entry_python}")
         )
     if installer == "pip":
-        from envbuilder.lockfile.interpreter import has_pip
+        from envbuilder.consumer.interpreter import has_pip
 
         if not has_pip(chosen.executable):
             raise MissingToolError(
@@ -183,8 +183,8 @@ def _target(
     from, when ``--python`` names one as a path; the version ``--python`` names). The first
     two None: ``--venv`` is created from a Python of the entry's version, or of
     ``--python VERSION``."""
+    from envbuilder.consumer.interpreter import choose, interpreter_version, parse_python
     from envbuilder.errors import InputError
-    from envbuilder.lockfile.interpreter import choose, interpreter_version, parse_python
 
     request = parse_python(args.python) if args.python else None
     wanted = request.version if request is not None else None
@@ -216,7 +216,7 @@ def _verified_instead(lock: CompatLock, entry: Entry, use: Use | None) -> str | 
     """The row to install instead of the unverified *entry*, as `query` words it: without
     xformers where its xformers is unusable, else the same torch, xformers and CUDA on the
     nearest Python that is verified (for *use*)."""
-    from envbuilder.lockfile.query import Change, replacement, suggestion
+    from envbuilder.consumer.query import Change, replacement, suggestion
 
     said = f" for {use}" if use else ""
     if entry.verdict.verdict == "xformers-unusable" or (
@@ -281,7 +281,7 @@ def _no_gpu(entry: Entry) -> str | None:
     """One line where a CUDA build goes onto a machine without an NVIDIA GPU; None otherwise."""
     if entry.cuda_release is None:
         return None
-    from envbuilder.lockfile.host import detect_host
+    from envbuilder.consumer.host import detect_host
 
     host = detect_host(python=entry.python)
     if host.gpus:
@@ -297,13 +297,13 @@ def install(args: InstallRequest, report: Reporter) -> int:
     with uv or pip. ``--dry-run`` makes every check the real run makes and prints the commands
     it would run; it only writes the exported lock, at the printed path."""
     say = _wrapping(report)
+    from envbuilder.consumer.export import exported_entry
+    from envbuilder.consumer.host import host_family
+    from envbuilder.consumer.published import lockfile_choice
+    from envbuilder.consumer.query import Query, select
     from envbuilder.errors import EnvbuilderError, InputError
     from envbuilder.files import write_atomic
-    from envbuilder.lockfile.export import exported_entry
-    from envbuilder.lockfile.host import host_family
     from envbuilder.lockfile.model import use_verdict
-    from envbuilder.lockfile.published import lockfile_choice
-    from envbuilder.lockfile.query import Query, select
     from envbuilder.lockfile.read import load_lockfile
 
     lockfile, source = lockfile_choice(args.lock, args.settings, with_locks=True)
@@ -355,7 +355,7 @@ def install(args: InstallRequest, report: Reporter) -> int:
     no_gpu = _no_gpu(entry)
     if no_gpu:
         say(no_gpu)
-    from envbuilder.lockfile.advice import advisories, advisory_line
+    from envbuilder.consumer.advice import advisories, advisory_line
 
     for item in advisories(verdict):  # a library the row does not pin: said once, never refused
         say(f"! advisory{use}: {advisory_line(entry, item)}")
@@ -370,7 +370,7 @@ def install(args: InstallRequest, report: Reporter) -> int:
         if not workaround.startswith("cuda-runtime:") and workaround not in chosen_workarounds:
             say(f"! verified only with the workaround {workaround!r}: apply it in your code")
 
-    from envbuilder.lockfile.published_wheel import lockfile_url, wheel_for_install
+    from envbuilder.consumer.published_wheel import lockfile_url, wheel_for_install
     from envbuilder.lockfile.sourcebuilds import staged_wheel
     from envbuilder.lockfile.sourcebuilds import wheel_install_command as built_command
 
@@ -383,7 +383,7 @@ def install(args: InstallRequest, report: Reporter) -> int:
     if fetched:
         say(fetched)
     installer, uv = _installer(args, report)
-    from envbuilder.lockfile.export import carried
+    from envbuilder.consumer.export import carried
 
     from_record = carried(lockfile, entry)  # the carried snapshot: no pylock, no URL
     fmt = "pylock" if installer == "uv" and not from_record else "requirements"
@@ -533,7 +533,7 @@ def index_options(
 def _wrapping(report: Reporter) -> Callable[[str], None]:
     """``report.line`` with each line broken between words to the terminal's width (200
     where output is not a terminal); commands are printed whole, to be pasted."""
-    from envbuilder.lockfile.advice import wrapped
+    from envbuilder.consumer.advice import wrapped
     from envbuilder.reporter import terminal_size
 
     width = max(terminal_size(200, 40).columns, 40)

@@ -213,7 +213,7 @@ def verified_lockfile(
     ``$ENVBUILDER_LOCK``, ``$ENVBUILDER_LOCK_URL``, ``./compat.lock.json``), verified against
     its bundle: *bundle*, else the one published beside it (downloaded beside a URL's copy).
     The snapshot a wheel carries has no bundle: verifying it is refused."""
-    from envbuilder.lockfile.published import is_url, lockfile_argument
+    from envbuilder.consumer.published import is_url, lockfile_argument
     from envbuilder.lockfile.read import default_lockfile
 
     url = value if value is not None and is_url(value) else None

@@ -36,10 +36,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
+from envbuilder.consumer import _envprobe, _extload, _smoke
+from envbuilder.consumer.record_check import check_files, expected_files, stamp_path
 from envbuilder.errors import InputError
-from envbuilder.lockfile import _envprobe, _extload, _smoke
 from envbuilder.lockfile.model import CompatLock, Entry
-from envbuilder.lockfile.record_check import check_files, expected_files, stamp_path
 
 __all__ = [
     "Finding",
@@ -221,7 +221,7 @@ def _advisory_findings(entry: Entry, env: Installed) -> list[Finding]:
     """Per library the row does not pin but whose own verdict is short of verified: a warning
     where this environment has it (naming a version other than the one measured), a pass
     where it does not; never a failure (the row's verdict is made without it)."""
-    from envbuilder.lockfile.advice import advisories, advisory_line
+    from envbuilder.consumer.advice import advisories, advisory_line
 
     found = []
     for item in advisories(entry.verdict):
@@ -496,7 +496,7 @@ def _runtime_hint(
     there, that the runtime is not installed and how to install it."""
     from dataclasses import replace
 
-    from envbuilder.lockfile.install import on_windows, runtime_line
+    from envbuilder.consumer.install import on_windows, runtime_line
     from envbuilder.target import library_path
 
     for f in findings:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
+from envbuilder.consumer.query import Match, Replacement
 from envbuilder.lockfile.model import (
     VERDICT_RANK,
     Advisory,
@@ -25,7 +26,6 @@ from envbuilder.lockfile.model import (
     WorkaroundOption,
     use_verdict,
 )
-from envbuilder.lockfile.query import Match, Replacement
 from envbuilder.lockfile.verdicts import FAILED, cost_text
 
 __all__ = [

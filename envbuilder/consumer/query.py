@@ -42,7 +42,6 @@ from envbuilder.lockfile.gpus import (
     same_model,
     sm,
 )
-from envbuilder.lockfile.host import normalise_arch
 from envbuilder.lockfile.model import (
     INSTALLABLE,
     USES,
@@ -57,7 +56,7 @@ from envbuilder.lockfile.model import (
     use_verdict,
 )
 from envbuilder.lockfile.verdicts import torch_alone_id, worst
-from envbuilder.target import CudaTag, normalise_cuda, platform_family
+from envbuilder.target import CudaTag, normalise_arch, normalise_cuda, platform_family
 
 __all__ = [
     "Answer",
@@ -87,7 +86,7 @@ class Query:
     #: the GPU's model name (``--gpu H100``, or the one ``--here`` found), for "this GPU"
     gpu_name: str | None = None
     no_gpu: bool = False  # the host has no NVIDIA GPU: CUDA builds cannot run there
-    #: the host's operating system (`envbuilder.lockfile.host.host_family`): rows for another
+    #: the host's operating system (`envbuilder.consumer.host.host_family`): rows for another
     #: platform family (a Linux row on Windows) cannot serve it
     os: str | None = None
     #: with a GPU, list rows another Python/CUDA/driver would reach as suggestions (`query`);

@@ -52,10 +52,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY
-from envbuilder.lockfile.host import ARCHES, platform_arch
 from envbuilder.lockfile.model import Run
 from envbuilder.model import ResolvedCombination
-from envbuilder.target import platform_family
+from envbuilder.target import ARCHES, platform_arch, platform_family
 
 __all__ = ["claim_problems", "cuda_chain", "run_problems"]
 

@@ -13,7 +13,7 @@ their index's host in every file URL, so the committed snapshot is the lockfile 
 That is enough to install: each entry records its closure by name, version, wheel
 filename and sha256 (and a source build's record), so ``install`` and ``export`` hand
 uv or pip hash-pinned requirements fetched from the indexes the user's configuration
-names (`envbuilder.lockfile.export.exported_carried`). Every file written is searched
+names (`envbuilder.consumer.export.exported_carried`). Every file written is searched
 for URL hosts first, in its bytes and in every string of its parsed document (JSON or
 TOML, where ``\\/`` or ``\\u002f`` escapes hide a URL from a byte search); a host other
 than the reserved test names (``*.invalid``, ``*.example``, ``*.test``, loopback), the
@@ -179,8 +179,8 @@ def write_snapshot(
     what was there; all are checked first (hashes, then URL hosts against
     `ALLOWED_HOSTS` and *allow_hosts*), nothing is changed on a failure. Returns the
     files written."""
+    from envbuilder.consumer.export import locate_pylock
     from envbuilder.errors import InputError
-    from envbuilder.lockfile.export import locate_pylock
     from envbuilder.lockfile.read import load_lockfile
 
     lock = load_lockfile(lockfile)

@@ -44,16 +44,24 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from envbuilder.aggregate.claims import run_problems
+from envbuilder.aggregate.results import (
+    Rejected,
+    accept,
+    bind,
+    carried_source,
+    rejection_record,
+    run_identity,
+    run_order,
+)
 from envbuilder.errors import InputError
 from envbuilder.lockfile.canonical import content_sha256
-from envbuilder.lockfile.claims import run_problems
 from envbuilder.lockfile.drivers import (
     DRIVER_SOURCE,
     MINIMUM_DRIVER,
     minimum_driver,
     required_cuda,
 )
-from envbuilder.lockfile.host import platform_arch
 from envbuilder.lockfile.model import (
     CompatLock,
     DriverTable,
@@ -67,15 +75,6 @@ from envbuilder.lockfile.model import (
     UseVerdict,
     Verdict,
 )
-from envbuilder.lockfile.results import (
-    Rejected,
-    accept,
-    bind,
-    carried_source,
-    rejection_record,
-    run_identity,
-    run_order,
-)
 from envbuilder.lockfile.sourcebuilds import source_build_entry
 from envbuilder.lockfile.verdicts import (
     combination_use_verdicts,
@@ -85,6 +84,7 @@ from envbuilder.lockfile.verdicts import (
     rejudged_run,
 )
 from envbuilder.model import Resolution, ResolvedCombination, verified_lock
+from envbuilder.target import platform_arch
 
 __all__ = ["GENERATED_BY", "DroppedRun", "Merged", "build_lockfile", "merge", "read_pins"]
 
