@@ -17,10 +17,8 @@ from envbuilder.lockfile.model import (
     use_verdict,
 )
 from envbuilder.lockfile.verdicts import (
-    cheapest,
     combination_use_verdicts,
     combination_verdict,
-    cost_text,
     gpu_verdicts,
     last_verified,
     overall,
@@ -29,6 +27,7 @@ from envbuilder.lockfile.verdicts import (
     torch_alone_id,
     use_verdict_of,
 )
+from envbuilder.lockfile.workarounds import cheapest, cost_text
 from envbuilder.model import Status as ResolveStatus
 
 TC: tuple[Use, ...] = ("training-compiled",)
