@@ -237,7 +237,64 @@ def compile_closure(
     """
     if not requirements:
         return read_lock('lock-version = "1.0"\ncreated-by = "uv"\npackages = []\n', source="uv")
-    env = dict(os.environ if environ is None else environ)
+    env = _uv_environment(
+        os.environ if environ is None else environ,
+        cache_dir=cache_dir,
+        downloads=downloads,
+        ca_bundle=ca_bundle,
+    )
+    argv = _uv_argv(
+        uv, python_floor=python_floor, python=python, indexes=indexes, relay=relay, offline=offline
+    )
+    # Nothing goes through a file: the netrc and the constraints are pipes, so that
+    # nothing is left behind however envbuilder ends (Ctrl-C, SIGTERM, SIGKILL).
+    pipes = _piped_texts(constraints, credentials, netrc=env.get("NETRC"))
+    fds = {name: _text_pipe(text) for name, text in pipes.items()}
+    if "constraints" in fds:
+        argv += ["--constraints", f"/dev/fd/{fds['constraints']}"]
+    if "netrc" in fds:
+        env["NETRC"] = f"/dev/fd/{fds['netrc']}"
+    logger.debug("running %s", argv)
+    stdin = "".join(f"{r}\n" for r in requirements)
+    returncode, stdout, stderr = _run_uv(argv, env, tuple(fds.values()), stdin)
+    if relay is not None:
+        stdout, stderr = relay.restore(stdout), relay.restore(stderr)
+    if returncode != 0:
+        message = redact_text((stderr or stdout).strip())
+        raise ClosureError(f"uv could not resolve {', '.join(requirements)}: {message}")
+    try:
+        return read_lock(stdout, source="uv's closure")
+    except PylockError as e:
+        raise ClosureError(str(e)) from e
+
+
+def _piped_texts(
+    constraints: Sequence[str], credentials: Credentials | None, *, netrc: str | None
+) -> dict[str, str]:
+    """What uv reads from pipes, by name: its ``constraints`` and its netrc (the
+    ``credentials``, then the entries of the user's own ``netrc``); none, no pipe."""
+    pipes: dict[str, str] = {}
+    if constraints:
+        pipes["constraints"] = "".join(f"{c}\n" for c in constraints)
+    if credentials:
+        # The user's own netrc still counts: its entries follow ours.
+        own = Path(netrc or Path.home() / ".netrc")
+        kept = own.read_text(encoding="utf-8", errors="replace") if own.is_file() else ""
+        pipes["netrc"] = credentials.netrc_text() + kept
+    return pipes
+
+
+def _uv_environment(
+    environ: Mapping[str, str],
+    *,
+    cache_dir: Path,
+    downloads: int | None,
+    ca_bundle: str | None,
+) -> dict[str, str]:
+    """uv's environment: ``environ`` without its own index settings, with no interpreter
+    downloads, no configuration files, ``cache_dir`` and envbuilder's HTTP limits (where
+    ``environ`` sets none)."""
+    env = dict(environ)
     env.update(
         {
             "UV_PYTHON_DOWNLOADS": "never",  # else uv hunts for an interpreter of the target version
@@ -263,6 +320,20 @@ def compile_closure(
     )
     if ca_bundle:
         env["SSL_CERT_FILE"] = ca_bundle
+    return env
+
+
+def _uv_argv(
+    uv: str,
+    *,
+    python_floor: str,
+    python: str | None,
+    indexes: Sequence[IndexArgument],
+    relay: IndexRelay | None,
+    offline: bool,
+) -> list[str]:
+    """``uv pip compile``'s command line, the indexes' http(s) pages read through ``relay``
+    when there is one and the run is online."""
     argv = [
         uv, "pip", "compile", "-",  # the requirements come on stdin, the lock on stdout
         "--universal",
@@ -282,33 +353,7 @@ def compile_closure(
         argv += index.argv()
     if offline:
         argv.append("--offline")
-    # Nothing goes through a file: the netrc and the constraints are pipes, so that
-    # nothing is left behind however envbuilder ends (Ctrl-C, SIGTERM, SIGKILL).
-    pipes: dict[str, str] = {}
-    if constraints:
-        pipes["constraints"] = "".join(f"{c}\n" for c in constraints)
-    if credentials:
-        # The user's own netrc still counts: its entries follow ours.
-        own = Path(env.get("NETRC") or Path.home() / ".netrc")
-        kept = own.read_text(encoding="utf-8", errors="replace") if own.is_file() else ""
-        pipes["netrc"] = credentials.netrc_text() + kept
-    fds = {name: _text_pipe(text) for name, text in pipes.items()}
-    if "constraints" in fds:
-        argv += ["--constraints", f"/dev/fd/{fds['constraints']}"]
-    if "netrc" in fds:
-        env["NETRC"] = f"/dev/fd/{fds['netrc']}"
-    logger.debug("running %s", argv)
-    stdin = "".join(f"{r}\n" for r in requirements)
-    returncode, stdout, stderr = _run_uv(argv, env, tuple(fds.values()), stdin)
-    if relay is not None:
-        stdout, stderr = relay.restore(stdout), relay.restore(stderr)
-    if returncode != 0:
-        message = redact_text((stderr or stdout).strip())
-        raise ClosureError(f"uv could not resolve {', '.join(requirements)}: {message}")
-    try:
-        return read_lock(stdout, source="uv's closure")
-    except PylockError as e:
-        raise ClosureError(str(e)) from e
+    return argv
 
 
 def select_for_target(closure: Pylock, target: Target) -> tuple[LockedPackage, ...]:
