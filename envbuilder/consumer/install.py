@@ -292,62 +292,74 @@ def _no_gpu(entry: Entry) -> str | None:
     )
 
 
-def install(args: InstallRequest, report: Reporter) -> int:
-    """Choose the interpreter and the combination, refuse an unverified one, install its lock
-    with uv or pip. ``--dry-run`` makes every check the real run makes and prints the commands
-    it would run; it only writes the exported lock, at the printed path."""
-    say = _wrapping(report)
-    from envbuilder.consumer.export import exported_entry
-    from envbuilder.consumer.host import host_family
-    from envbuilder.consumer.published import lockfile_choice
-    from envbuilder.consumer.query import Query, select
-    from envbuilder.errors import EnvbuilderError, InputError
-    from envbuilder.files import write_atomic
-    from envbuilder.lockfile.model import use_verdict
-    from envbuilder.lockfile.read import load_lockfile
+@dataclass(frozen=True)
+class _Chosen:
+    """The combination ``install`` settled on and the interpreter it goes into."""
 
-    lockfile, source = lockfile_choice(args.lock, args.settings, with_locks=True)
-    if source:
-        say(source)
-    lock = load_lockfile(lockfile)
-    use = f" for {args.use}" if args.use else ""
+    entry: Entry
+    verdict: Verdict
+    chosen: Interpreter | None  # an existing interpreter to install into
+    base: Interpreter | None  # the Python a new ``--venv`` is made from, when named by path
+    wanted: str | None  # the version ``--python`` names
+
+
+def _choose(
+    args: InstallRequest, lock: CompatLock, lockfile: Path, say: Callable[[str], None]
+) -> _Chosen:
+    """The combination (``--id``, else the best match for the interpreter and the options) and
+    the interpreter; a named combination is refused before the interpreter is asked anything."""
+    from envbuilder.consumer.host import host_family
+    from envbuilder.consumer.query import Query, select
+    from envbuilder.errors import InputError
+    from envbuilder.lockfile.model import use_verdict
 
     if args.id:
         entry = lock.by_id().get(args.id)
         if entry is None:
             raise InputError(f"no combination {args.id!r} in {lockfile}; see `envbuilder query`")
         verdict = entry.verdict if args.use is None else use_verdict(entry.uses, args.use)
-        try:  # the combination decides before the interpreter is asked anything
+        try:
             _refuse(lock, entry, verdict, args.use, args.allow_unverified)
         except InputError:
-            say(f"combination {entry.id}{use}: {verdict.verdict} ({verdict.reason})")
+            say(f"combination {entry.id}{_for_use(args)}: {verdict.verdict} ({verdict.reason})")
             raise
-        chosen, base, wanted = _target(args)
-    else:
-        chosen, base, wanted = _target(args)
-        known = chosen or base
-        matches = select(
-            lock,
-            Query(
-                python=known.version if known is not None else wanted,
-                cuda=args.cuda,
-                torch=args.torch,
-                xformers=args.xformers,
-                gpu=args.gpu,
-                use=args.use,
-                os=host_family() or None,  # a Windows user gets a Windows row's lock
-            ),
-        )
-        if not matches:
-            raise InputError(f"no combination in {lockfile} matches; see `envbuilder query`")
-        entry, verdict = matches[0].entry, matches[0].verdict
-    if chosen is not None:
-        say(f"interpreter: {chosen.describe()}")
-    elif base is not None:
-        say(f"interpreter: a new venv {args.venv}, from {base.describe()}")
+        return _Chosen(entry, verdict, *_target(args))
+    chosen, base, wanted = _target(args)
+    known = chosen or base
+    query = Query(
+        python=known.version if known is not None else wanted,
+        cuda=args.cuda,
+        torch=args.torch,
+        xformers=args.xformers,
+        gpu=args.gpu,
+        use=args.use,
+        os=host_family() or None,  # a Windows user gets a Windows row's lock
+    )
+    matches = select(lock, query)
+    if not matches:
+        raise InputError(f"no combination in {lockfile} matches; see `envbuilder query`")
+    return _Chosen(matches[0].entry, matches[0].verdict, chosen, base, wanted)
+
+
+def _for_use(args: InstallRequest) -> str:
+    return f" for {args.use}" if args.use else ""
+
+
+def _say_choice(
+    args: InstallRequest, lock: CompatLock, pick: _Chosen, say: Callable[[str], None]
+) -> None:
+    """Where it installs, what the row's verdict is, and everything the user must know or do
+    (no GPU here, advisories, workarounds to apply in their code)."""
+    from envbuilder.consumer.advice import advisories, advisory_line
+
+    entry, verdict, use = pick.entry, pick.verdict, _for_use(args)
+    if pick.chosen is not None:
+        say(f"interpreter: {pick.chosen.describe()}")
+    elif pick.base is not None:
+        say(f"interpreter: a new venv {args.venv}, from {pick.base.describe()}")
     else:
         say(
-            f"interpreter: a new venv {args.venv}, from the Python {wanted or entry.python} "
+            f"interpreter: a new venv {args.venv}, from the Python {pick.wanted or entry.python} "
             "that `uv python find` names"
         )
     say(f"combination {entry.id}{use}: {verdict.verdict} ({verdict.reason})")
@@ -355,8 +367,6 @@ def install(args: InstallRequest, report: Reporter) -> int:
     no_gpu = _no_gpu(entry)
     if no_gpu:
         say(no_gpu)
-    from envbuilder.consumer.advice import advisories, advisory_line
-
     for item in advisories(verdict):  # a library the row does not pin: said once, never refused
         say(f"! advisory{use}: {advisory_line(entry, item)}")
     for choice in verdict.choices:
@@ -370,71 +380,52 @@ def install(args: InstallRequest, report: Reporter) -> int:
         if not workaround.startswith("cuda-runtime:") and workaround not in chosen_workarounds:
             say(f"! verified only with the workaround {workaround!r}: apply it in your code")
 
-    from envbuilder.consumer.published_wheel import lockfile_url, wheel_for_install
-    from envbuilder.lockfile.sourcebuilds import staged_wheel
-    from envbuilder.lockfile.sourcebuilds import wheel_install_command as built_command
 
-    cache = args.build_cache or args.settings.cache_dir / "source-builds"
-    built, fetched = wheel_for_install(
-        entry, wheel=args.wheel, build_cache=cache,
-        lock_url=lockfile_url(args.lock, args.settings), settings=args.settings,
-        download=not args.dry_run,
-    )  # fmt: skip
-    if fetched:
-        say(fetched)
-    installer, uv = _installer(args, report)
-    from envbuilder.consumer.export import carried
+def _venv_python(
+    args: InstallRequest, pick: _Chosen, installer: str, uv: str | None, report: Reporter
+) -> Path:
+    """The interpreter the lock goes into: the chosen one, checked, or a new ``--venv`` made
+    from the base (``uv venv``, or the standard library's venv without uv) and checked."""
+    from envbuilder.errors import EnvbuilderError
 
-    from_record = carried(lockfile, entry)  # the carried snapshot: no pylock, no URL
-    fmt = "pylock" if installer == "uv" and not from_record else "requirements"
-    # the lock and the interpreter are verified before the disk is touched, dry run or not
-    data = exported_entry(lockfile, entry, fmt, with_suite=args.with_suite)
-    indexes = (
-        index_options(entry, installer, args.settings.environ, args.pip_indexes)
-        if from_record
-        else []
-    )
-    if from_record:
-        say(
-            "files: from your configured indexes, each checked against the sha256 the "
-            "lockfile records"
-        )
-    if chosen is not None:
-        _check_interpreter(chosen, entry.python, entry.id, installer)
-        python_exe = chosen.executable
+    entry = pick.entry
+    if pick.chosen is not None:
+        _check_interpreter(pick.chosen, entry.python, entry.id, installer)
+        return pick.chosen.executable
+    base = pick.base
+    if base is None:
+        version = pick.wanted or entry.python
+        found = Path(_find_python(version, entry.id))
+        base = Interpreter(executable=found, version=version, source=f"uv python find {version}")
+    _check_interpreter(base, entry.python, entry.id, "uv", base=True)  # --seed: pip
+    assert args.venv is not None  # `_target` chooses no interpreter only for a new venv
+    python_exe = venv_python(args.venv)
+    if uv is None:  # pip without uv: the standard library's venv, with pip in it
+        cmd = [str(base.executable), "-m", "venv", str(args.venv)]
     else:
-        if base is None:
-            version = wanted or entry.python
-            found = Path(_find_python(version, entry.id))
-            base = Interpreter(
-                executable=found, version=version, source=f"uv python find {version}"
+        cmd = [uv, "venv", "--python", str(base.executable), str(args.venv)]
+        if installer == "pip":
+            cmd.insert(2, "--seed")  # the venv needs pip itself
+    report.command(cmd)
+    if not args.dry_run:
+        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+        made = subprocess.run(cmd, check=False, env=env)
+        if made.returncode != 0:
+            raise EnvbuilderError(
+                f"{cmd[0]} could not create the venv {args.venv} from {base.executable} "
+                f"(exit status {made.returncode}; its message is above)"
             )
-        _check_interpreter(base, entry.python, entry.id, "uv", base=True)  # --seed: pip
-        assert args.venv is not None  # `_target` chooses no interpreter only for a new venv
-        python_exe = venv_python(args.venv)
-        if uv is None:  # pip without uv: the standard library's venv, with pip in it
-            cmd = [str(base.executable), "-m", "venv", str(args.venv)]
-        else:
-            cmd = [uv, "venv", "--python", str(base.executable), str(args.venv)]
-            if installer == "pip":
-                cmd.insert(2, "--seed")  # the venv needs pip itself
-        report.command(cmd)
-        if not args.dry_run:
-            env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
-            made = subprocess.run(cmd, check=False, env=env)
-            if made.returncode != 0:
-                raise EnvbuilderError(
-                    f"{cmd[0]} could not create the venv {args.venv} from {base.executable} "
-                    f"(exit status {made.returncode}; its message is above)"
-                )
-            created = Interpreter(executable=python_exe, version=base.version, source="--venv")
-            _check_interpreter(created, entry.python, entry.id, installer)
+        created = Interpreter(executable=python_exe, version=base.version, source="--venv")
+        _check_interpreter(created, entry.python, entry.id, installer)
+    return python_exe
 
-    file = _kept(args.settings, entry.id, fmt)
-    write_atomic(file, data)
-    say(f"lock: {file} ({fmt} of {entry.id}, from {lockfile})")
+
+def _install_command(
+    fmt: str, installer: str, uv: str | None, python_exe: Path, indexes: Sequence[str], file: Path
+) -> list[str]:
+    """The one command that installs the exported lock ``file`` into ``python_exe``."""
     if fmt == "pylock":
-        cmd = [
+        return [
             uv or "uv",
             "pip",
             "install",
@@ -444,12 +435,61 @@ def install(args: InstallRequest, report: Reporter) -> int:
             "-r",
             str(file),
         ]
-    elif installer == "uv":
-        cmd = [uv or "uv", "pip", "install", "--python", str(python_exe), "--require-hashes"]
-        cmd += ["--no-deps", "--no-build", *indexes, "-r", str(file)]
-    else:
-        cmd = [str(python_exe), "-m", "pip", "install", "--require-hashes", "--no-deps"]
-        cmd += ["--only-binary", ":all:", *indexes, "-r", str(file)]
+    if installer == "uv":
+        return [
+            uv or "uv", "pip", "install", "--python", str(python_exe), "--require-hashes",
+            "--no-deps", "--no-build", *indexes, "-r", str(file),
+        ]  # fmt: skip
+    return [
+        str(python_exe), "-m", "pip", "install", "--require-hashes", "--no-deps",
+        "--only-binary", ":all:", *indexes, "-r", str(file),
+    ]  # fmt: skip
+
+
+def install(args: InstallRequest, report: Reporter) -> int:
+    """Choose the interpreter and the combination, refuse an unverified one, install its lock
+    with uv or pip. ``--dry-run`` makes every check the real run makes and prints the commands
+    it would run; it only writes the exported lock, at the printed path."""
+    from envbuilder.consumer.export import carried, exported_entry
+    from envbuilder.consumer.published import lockfile_choice
+    from envbuilder.consumer.published_wheel import lockfile_url, wheel_for_install
+    from envbuilder.files import write_atomic
+    from envbuilder.lockfile.read import load_lockfile
+    from envbuilder.lockfile.sourcebuilds import staged_wheel
+    from envbuilder.lockfile.sourcebuilds import wheel_install_command as built_command
+
+    say = _wrapping(report)
+    lockfile, source = lockfile_choice(args.lock, args.settings, with_locks=True)
+    if source:
+        say(source)
+    lock = load_lockfile(lockfile)
+    pick = _choose(args, lock, lockfile, say)
+    entry = pick.entry
+    _say_choice(args, lock, pick, say)
+    cache = args.build_cache or args.settings.cache_dir / "source-builds"
+    built, fetched = wheel_for_install(
+        entry, wheel=args.wheel, build_cache=cache,
+        lock_url=lockfile_url(args.lock, args.settings), settings=args.settings,
+        download=not args.dry_run,
+    )  # fmt: skip
+    if fetched:
+        say(fetched)
+    installer, uv = _installer(args, report)
+    from_record = carried(lockfile, entry)  # the carried snapshot: no pylock, no URL
+    fmt = "pylock" if installer == "uv" and not from_record else "requirements"
+    # the lock and the interpreter are verified before the disk is touched, dry run or not
+    data = exported_entry(lockfile, entry, fmt, with_suite=args.with_suite)
+    indexes: list[str] = []
+    if from_record:
+        indexes = index_options(entry, installer, args.settings.environ, args.pip_indexes)
+        say(
+            "files: from your configured indexes, each checked against the sha256 the lockfile records"
+        )
+    python_exe = _venv_python(args, pick, installer, uv, report)
+    file = _kept(args.settings, entry.id, fmt)
+    write_atomic(file, data)
+    say(f"lock: {file} ({fmt} of {entry.id}, from {lockfile})")
+    cmd = _install_command(fmt, installer, uv, python_exe, indexes, file)
     report.line("+ " + redact_text(shlex.join(cmd)))  # a command stays one pasteable line
     then = None  # a source build's wheel goes in after the lock's files
     if built is not None:
@@ -458,10 +498,26 @@ def install(args: InstallRequest, report: Reporter) -> int:
             staged, python_exe, installer, (uv or "uv") if installer == "uv" else None
         )
         report.command(then)
-    runtime = runtime_line(entry, _prefix(python_exe, args.venv)) if entry.extra_runtime else None
+    return _run_install(args, entry, fmt, cmd, then, python_exe, report, say)
+
+
+def _run_install(
+    args: InstallRequest,
+    entry: Entry,
+    fmt: str,
+    cmd: list[str],
+    then: list[str] | None,
+    python_exe: Path,
+    report: Reporter,
+    say: Callable[[str], None],
+) -> int:
+    """Run the install (and a source build's wheel after it), or say what a dry run would;
+    then hook the row's CUDA runtime into the venv where it needs one."""
+    prefix = _prefix(python_exe, args.venv)
+    runtime = runtime_line(entry, prefix) if entry.extra_runtime else None
     if args.dry_run:
         if runtime:
-            report.line(_hooked(entry, _prefix(python_exe, args.venv), apply=False) or runtime)
+            report.line(_hooked(entry, prefix, apply=False) or runtime)
         say("dry run: nothing installed; the commands above do it")
         return 0
     # uv reads a pylock only as a preview feature and says so on every install; the
@@ -476,7 +532,7 @@ def install(args: InstallRequest, report: Reporter) -> int:
         return 1
     say(f"✓ installed {entry.id} into {python_exe}")
     if runtime:
-        report.line(_hooked(entry, _prefix(python_exe, args.venv), apply=True) or runtime)
+        report.line(_hooked(entry, prefix, apply=True) or runtime)
     return 0
 
 
