@@ -16,37 +16,58 @@ larger than ``max_bytes`` once decompressed (a gzip bomb is refused after
 is bounded the same way, by its size where the caller knows it. A response that varies on a
 header carrying a secret (``Vary: Authorization``) is never written to the
 cache: CacheControl would store the request's header beside it.
+
+`HttpClient` is the one door, and this module the one place other modules
+import from. Its parts each have a module of their own: the retry and timeout
+policy (`envbuilder.index._httpretry`), what a failure is and how it is worded
+(`_httpfailures`), the bounded body (`_httpbody`), the HTTP cache's rules
+(`_httpcache`), the adapters before the wire (`_httpgate`) and the
+content-addressed store (`_blobstore`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import email.utils
-import hashlib
 import logging
 import re
-import socket
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import requests
-import urllib3
-from cachecontrol import CacheControlAdapter
 from cachecontrol.caches import FileCache
 from cachecontrol.controller import CacheController
-from cachecontrol.heuristics import BaseHeuristic
 from requests.adapters import HTTPAdapter
-from urllib3 import HTTPResponse
 
 from envbuilder import __version__
 from envbuilder.credentials import Credentials
 from envbuilder.errors import HttpNotFound, IndexError_
-from envbuilder.files import atomic_writer
+from envbuilder.index._blobstore import BlobStore
+from envbuilder.index._httpbody import CHUNK, MAX_BODY, MAX_FILE, SLOWEST_RATE, bounded_chunks
+from envbuilder.index._httpcache import (
+    SECRET_HEADERS,
+    Controller,
+    KeepUnvalidated,
+    OfflineController,
+    TolerantFileCache,
+)
+from envbuilder.index._httpfailures import (
+    TRANSIENT_ERRORS,
+    Transient,
+    cause,
+    status_message,
+    tls_may_pass,
+)
+from envbuilder.index._httpgate import CachingGate, Counters, NetworkGate
+from envbuilder.index._httpretry import (
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL_BUDGET,
+    RETRY_STATUSES,
+    backoff,
+    retry_after,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -63,30 +84,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-#: Seconds one read may wait, and one URL may take in all, retries included.
-DEFAULT_TIMEOUT = 30.0
-DEFAULT_URL_BUDGET = 90.0
-#: The most bytes a whole response may hold once decompressed (index pages, ``.metadata``).
-MAX_BODY = 64 * 2**20
-#: The most bytes a streamed file (`HttpClient.stream`) may hold unless its size is known:
-#: beyond the largest wheel on the indexes (torch's CUDA wheels are under 3 GiB).
-MAX_FILE = 4 * 2**30
-#: The slowest transfer (bytes per second) a stream is given time for, beyond the URL budget.
-SLOWEST_RATE = 256 * 1024
-#: Request headers that carry a secret: a response that varies on one is not cached.
-SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
-_CHUNK = 64 * 1024
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
-
-
-class _Transient(Exception):
-    """A body that broke off mid-stream (reset, shorter than its Content-Length): retried."""
-
-
 _T = TypeVar("_T")
-#: failures before a response that may pass: retried
-_TRANSIENT = (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,122 +101,6 @@ class HttpResponse:
     @property
     def content_type(self) -> str:
         return self.headers.get("content-type", "").split(";")[0].strip().lower()
-
-
-@dataclass(kw_only=True)
-class _Counters:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    requests_made: int = 0
-    bytes_downloaded: int = 0
-
-    def add_request(self) -> None:
-        with self.lock:
-            self.requests_made += 1
-
-    def add_bytes(self, n: int) -> None:
-        with self.lock:
-            self.bytes_downloaded += n
-
-
-class _KeepUnvalidated(BaseHeuristic):
-    """Keep a response that has no validators and no lifetime for ``ttl`` seconds."""
-
-    def __init__(self, ttl: int) -> None:
-        self.ttl = ttl
-
-    def update_headers(self, response: HTTPResponse) -> dict[str, str]:
-        headers = response.headers
-        if any(h in headers for h in ("etag", "last-modified", "cache-control", "expires")):
-            return {}
-        out = {"cache-control": f"max-age={self.ttl}"}
-        if "date" not in headers:
-            out["date"] = email.utils.formatdate(usegmt=True)
-        return out
-
-    def warning(self, response: HTTPResponse) -> str | None:
-        return None
-
-
-class _Controller(CacheController):
-    """CacheControl's controller, except that a response varying on a secret header is
-    not stored: the cache entry would hold the request's value of that header
-    (``Authorization: Basic <user:password>``), and CI saves and restores caches."""
-
-    def _cache_set(
-        self, cache_url: str, request: Any, response: HTTPResponse, *args: Any, **kwargs: Any
-    ) -> None:
-        varied = {h.strip().lower() for h in response.headers.get("vary", "").split(",")}
-        secret = sorted(h for h in varied & SECRET_HEADERS if h in request.headers)
-        if secret:
-            logger.debug("not caching %s: the response varies on %s", cache_url, secret)
-            return
-        super()._cache_set(cache_url, request, response, *args, **kwargs)
-
-
-class _OfflineController(_Controller):
-    """Serve whatever is cached, however stale: there is no network to revalidate with."""
-
-    def cached_request(self, request: Any) -> Any:
-        cached = self._load_from_cache(request)
-        return cached if cached is not None else False
-
-
-class _TolerantFileCache(FileCache):
-    """A `FileCache` that a directory it cannot write to does not stop: a run on a
-    read-only cache warns once and goes on without storing (it still reads)."""
-
-    def __init__(self, directory: str) -> None:
-        super().__init__(directory)
-        self._warned = False
-
-    def _unwritable(self, e: OSError) -> None:
-        if not self._warned:
-            self._warned = True
-            logger.warning(
-                "cannot write the HTTP cache in %s (%s); going on without storing pages",
-                self.directory,
-                e.strerror or e,
-            )
-
-    def get(self, key: str) -> bytes | None:
-        try:
-            return super().get(key)
-        except OSError as e:  # a directory on the way is a file, say
-            self._unwritable(e)
-            return None
-
-    def set(self, key: str, value: bytes, expires: Any = None) -> None:
-        try:
-            super().set(key, value, expires)
-        except OSError as e:
-            self._unwritable(e)
-
-    def delete(self, key: str) -> None:
-        try:
-            super().delete(key)
-        except OSError as e:
-            self._unwritable(e)
-
-
-class _NetworkGate(HTTPAdapter):
-    """The last adapter before the wire: counts requests, refuses them when offline."""
-
-    def __init__(self, *args: Any, counters: _Counters, offline: bool, **kwargs: Any) -> None:
-        self._counters = counters
-        self._offline = offline
-        super().__init__(*args, **kwargs)
-
-    def send(self, request: Any, *args: Any, **kwargs: Any) -> requests.Response:
-        if self._offline:
-            raise IndexError_(
-                f"offline: {request.url!r} is not in the cache; run once online to fill it"
-            )
-        self._counters.add_request()
-        return super().send(request, *args, **kwargs)
-
-
-class _CachingGate(CacheControlAdapter, _NetworkGate):
-    pass
 
 
 class HttpClient:
@@ -254,7 +137,7 @@ class HttpClient:
         self.backoff_factor = backoff_factor
         self.url_budget = url_budget
         self.max_workers = max_workers
-        self._counters = _Counters()
+        self._counters = Counters()
         self._verify: bool | str = ca_bundle if ca_bundle else True
         self._failed: dict[str, str] = {}
         self._exists: dict[str, bool | None] = {}
@@ -270,22 +153,22 @@ class HttpClient:
         }
         self._session = requests.Session()
         self._session.headers["User-Agent"] = f"envbuilder/{__version__}"
-        # Only the encodings `_Body` decodes itself, bounded (not brotli or zstd).
+        # Only the encodings `bounded_chunks` decodes itself, bounded (not brotli or zstd).
         self._session.headers["Accept-Encoding"] = "gzip, deflate"
         self._cache: FileCache | None = None
-        self._blobs_warned = False
+        self._blobs = BlobStore(cache_dir)
         if cache_dir is not None:
-            self._cache = _TolerantFileCache(str(cache_dir / "http"))
-            adapter: HTTPAdapter = _CachingGate(
+            self._cache = TolerantFileCache(str(cache_dir / "http"))
+            adapter: HTTPAdapter = CachingGate(
                 cache=self._cache,
-                heuristic=_KeepUnvalidated(page_ttl),
-                controller_class=_OfflineController if offline else _Controller,
+                heuristic=KeepUnvalidated(page_ttl),
+                controller_class=OfflineController if offline else Controller,
                 **gate_kwargs,
             )
         else:
-            adapter = _NetworkGate(**gate_kwargs)
+            adapter = NetworkGate(**gate_kwargs)
         # Range reads bypass the HTTP cache: a cached full body must never answer a Range.
-        self._range_adapter = _NetworkGate(**gate_kwargs)
+        self._range_adapter = NetworkGate(**gate_kwargs)
         for prefix in ("http://", "https://"):
             self._session.mount(prefix, adapter)
         self._range_session = requests.Session()
@@ -338,7 +221,7 @@ class HttpClient:
         """``read(response, deadline)`` of a response to GET ``url``, each failure that
         may pass retried, all within ``url_budget`` seconds (``deadline``, monotonic).
 
-        ``read`` raises `_Transient` for a body that broke off; `IndexError_` for
+        ``read`` raises `Transient` for a body that broke off; `IndexError_` for
         an answer that retrying cannot change (404, 403, a bad page). The response
         is closed after ``read`` unless ``keep_open`` (``read`` returns it to stream).
         """
@@ -353,7 +236,7 @@ class HttpClient:
         while True:
             self._check_cancelled(shown)
             attempts += 1
-            retry_after: float | None = None
+            waited: float | None = None
             timeout = max(0.1, min(self.timeout, deadline - time.monotonic()))
             try:
                 resp = session.get(
@@ -365,13 +248,13 @@ class HttpClient:
                     stream=True,
                 )
             except requests.exceptions.SSLError as e:
-                if not _tls_may_pass(e):
-                    raise IndexError_(f"GET {shown!r} failed: {_cause(e)}") from e
-                problem = f"GET {shown!r} failed: {_cause(e)}"
-            except _TRANSIENT as e:
-                problem = f"GET {shown!r} failed: {_cause(e)}"
+                if not tls_may_pass(e):
+                    raise IndexError_(f"GET {shown!r} failed: {cause(e)}") from e
+                problem = f"GET {shown!r} failed: {cause(e)}"
+            except TRANSIENT_ERRORS as e:
+                problem = f"GET {shown!r} failed: {cause(e)}"
             except requests.exceptions.RequestException as e:
-                raise IndexError_(f"GET {shown!r} failed: {_cause(e)}") from e
+                raise IndexError_(f"GET {shown!r} failed: {cause(e)}") from e
             else:
                 handed_over = False
                 try:
@@ -379,19 +262,15 @@ class HttpClient:
                         result = read(resp, deadline)
                         handed_over = keep_open
                         return result
-                    problem = _status_message(shown, resp)
-                    retry_after = _retry_after(resp)
-                except _Transient as e:
+                    problem = status_message(shown, resp)
+                    waited = retry_after(resp)
+                except Transient as e:
                     problem = f"GET {shown!r}: reading the body failed: {e}"
                 finally:
                     if not handed_over:
                         resp.close()
             self._check_cancelled(shown)
-            wait = (
-                retry_after
-                if retry_after is not None
-                else self.backoff_factor * 2 ** (attempts - 1)
-            )
+            wait = waited if waited is not None else backoff(self.backoff_factor, attempts)
             if attempts > self.retries or time.monotonic() + wait >= deadline:
                 break
             logger.debug("%s; retrying in %.1f s", problem, wait)
@@ -411,7 +290,7 @@ class HttpClient:
         self, url: str, resp: requests.Response, deadline: float, max_bytes: int
     ) -> bytes:
         """The whole body, decoded, read by ``deadline`` and at most ``max_bytes`` long
-        (`_body`); a body that broke off is `_Transient`, retried."""
+        (`_body`); a body that broke off is `Transient`, retried."""
         return b"".join(self._body(url, resp, deadline, max_bytes, self.url_budget))
 
     def _body(
@@ -421,71 +300,26 @@ class HttpClient:
         deadline: float,
         max_bytes: int,
         seconds: float,
-        chunk_size: int = _CHUNK,
+        chunk_size: int = CHUNK,
     ) -> Iterator[bytes]:
-        """The body's chunks, decoded, read by ``deadline`` (*seconds* after the start, for
-        the message) and at most ``max_bytes`` long in all.
-
-        The raw bytes are read through CacheControl (which keeps them as they came)
-        and inflated here with a bound on the output, so a small compressed body
-        cannot grow into gigabytes in memory. A server that keeps the connection
-        alive with a byte now and then is cut off at the deadline: the socket's read
-        timeout alone would wait for ever.
-        """
-        shown = self.credentials.show(url)
-        decoder = _decoder(resp.headers.get("content-encoding", ""), shown)
-        counted = not getattr(resp, "from_cache", False)
-        watchdog = _Watchdog(resp, deadline)
-        size = transferred = 0
-        try:
-            while True:
-                try:
-                    chunk = resp.raw.read(chunk_size, decode_content=False)
-                except (
-                    requests.exceptions.RequestException,
-                    urllib3.exceptions.HTTPError,
-                    OSError,
-                ) as e:
-                    if watchdog.fired:
-                        break
-                    raise _Transient(_body_cause(e)) from e
-                if watchdog.fired or not chunk:
-                    break
-                transferred += len(chunk)
-                if counted:
-                    self._counters.add_bytes(len(chunk))
-                if decoder is not None:
-                    try:
-                        chunk = decoder.decompress(chunk, max_bytes + 1 - size)
-                    except zlib.error as e:
-                        raise IndexError_(
-                            f"GET {shown!r}: the compressed body is broken: {e}"
-                        ) from e
-                size += len(chunk)
-                if size > max_bytes or transferred > max_bytes:
-                    raise IndexError_(
-                        f"GET {shown!r}: the body is larger than {max_bytes} bytes"
-                        f"{' once decompressed' if decoder is not None else ''}; refusing it "
-                        "(a decompression bomb or the wrong URL?)"
-                    )
-                if chunk:
-                    yield chunk
-        finally:
-            watchdog.cancel()
-        if watchdog.fired:
-            raise IndexError_(
-                f"GET {shown!r}: the body was not read within {seconds:.0f} s in all "
-                f"({transferred} bytes came; a server sending it too slowly?)"
-            )
-        if decoder is not None and not decoder.eof and transferred:
-            raise _Transient("the compressed body ends early")
+        """The body's chunks, bounded in bytes and time (`bounded_chunks`), its network
+        bytes counted in `bytes_downloaded`."""
+        return bounded_chunks(
+            resp,
+            shown=self.credentials.show(url),
+            deadline=deadline,
+            max_bytes=max_bytes,
+            seconds=seconds,
+            count=self._counters.add_bytes,
+            chunk_size=chunk_size,
+        )
 
     def _refuse_status(self, url: str, resp: requests.Response, what: str = "") -> None:
         shown = self.credentials.show(url)
         if resp.status_code in (404, 410):
             raise HttpNotFound(f"GET {shown!r}{what}: HTTP {resp.status_code} (not found)")
         if resp.status_code >= 400:
-            raise IndexError_(_status_message(shown, resp))
+            raise IndexError_(status_message(shown, resp))
 
     def get(
         self,
@@ -533,7 +367,7 @@ class HttpClient:
                     "range requests or serves PEP 658 metadata"
                 )
             if resp.status_code != 206:
-                raise IndexError_(_status_message(shown, resp))
+                raise IndexError_(status_message(shown, resp))
             match = _CONTENT_RANGE.fullmatch(resp.headers.get("content-range", "").strip())
             if match is None or match.group(3) == "*":
                 raise IndexError_(
@@ -572,7 +406,7 @@ class HttpClient:
         def opened(resp: requests.Response, _deadline: float) -> requests.Response:
             self._refuse_status(url, resp)
             if resp.status_code != 200:
-                raise IndexError_(_status_message(shown, resp))
+                raise IndexError_(status_message(shown, resp))
             return resp
 
         # a file's sha256 is over its own bytes: asked for as they are
@@ -582,7 +416,7 @@ class HttpClient:
             deadline = time.monotonic() + seconds
             try:
                 yield from self._body(url, resp, deadline, max_bytes, seconds, chunk_size)
-            except _Transient as e:
+            except Transient as e:
                 raise IndexError_(f"GET {shown!r}: reading the body failed: {e}") from e
 
     def get_range(self, url: str, start: int, end: int) -> bytes:
@@ -624,7 +458,7 @@ class HttpClient:
             )
             resp.close()
         except requests.exceptions.RequestException as e:
-            logger.debug("HEAD %s failed: %s", self.credentials.show(url), _cause(e))
+            logger.debug("HEAD %s failed: %s", self.credentials.show(url), cause(e))
             found = None
         else:
             found = resp.status_code not in (404, 410) if resp.status_code < 500 else None
@@ -640,140 +474,12 @@ class HttpClient:
 
     # -- content-addressed store ------------------------------------------------------------
 
-    def _blob_path(self, key: str) -> Path | None:
-        if self.cache_dir is None:
-            return None
-        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
-        return self.cache_dir / "blobs" / digest[:2] / digest
-
     def cache_get(self, key: str) -> bytes | None:
         """What `cache_put` stored under ``key``, or None (also when the stored bytes no
         longer match the sha256 kept beside them: a damaged entry is read again)."""
-        path = self._blob_path(key)
-        if path is None:
-            return None
-        try:
-            stored = path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        digest, sep, data = stored.partition(b"\n")
-        if not sep or hashlib.sha256(data).hexdigest().encode() != digest:
-            logger.debug("ignoring damaged cache entry %s", path)
-            return None
-        return data
+        return self._blobs.get(key)
 
     def cache_put(self, key: str, data: bytes) -> None:
         """Store immutable ``data`` under ``key`` with its sha256 (atomically; a no-op
         without a cache_dir; a cache that cannot be written is warned about once)."""
-        path = self._blob_path(key)
-        if path is None:
-            return
-        try:
-            with atomic_writer(path) as f:
-                f.write(hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
-        except OSError as e:
-            if not self._blobs_warned:
-                self._blobs_warned = True
-                logger.warning(
-                    "cannot write the cache in %s (%s); going on without storing",
-                    path.parent.parent,
-                    e.strerror or e,
-                )
-
-
-class _Watchdog:
-    """Cut ``resp``'s connection at ``deadline`` (monotonic): a read blocked on it returns."""
-
-    def __init__(self, resp: requests.Response, deadline: float) -> None:
-        self.fired = False
-        self._resp = resp
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._cut)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _cut(self) -> None:
-        connection = getattr(self._resp.raw, "_connection", None)
-        sock = getattr(connection, "sock", None)
-        if not isinstance(sock, socket.socket):
-            # a body that ends when the connection does (no length, HTTP/1.0): http.client
-            # hands the socket from the connection to the response's reader
-            reader = getattr(getattr(self._resp.raw, "_fp", None), "fp", None)
-            sock = getattr(getattr(reader, "raw", None), "_sock", None)
-        self.fired = True
-        if isinstance(sock, socket.socket):
-            with contextlib.suppress(OSError):  # already closed
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-
-def _decoder(content_encoding: str, shown: str) -> Any:
-    """A zlib decompressor for the body's Content-Encoding (None for identity)."""
-    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
-    codings = [c for c in codings if c != "identity"]
-    if not codings:
-        return None
-    if codings in (["gzip"], ["x-gzip"]):
-        return zlib.decompressobj(16 + zlib.MAX_WBITS)
-    if codings == ["deflate"]:
-        return zlib.decompressobj()
-    raise IndexError_(
-        f"GET {shown!r}: unsupported Content-Encoding {content_encoding!r} "
-        "(envbuilder asks for gzip or deflate only)"
-    )
-
-
-def _cause(e: BaseException) -> str:
-    while isinstance(e.__context__, BaseException) and not str(e):
-        e = e.__context__
-    reason = getattr(e, "reason", None) or (e.args[0] if e.args else None)
-    inner = getattr(reason, "reason", None)
-    return str(inner or reason or e)
-
-
-def _body_cause(e: BaseException) -> str:
-    """Why a body broke off, without the exception tuples urllib3 wraps it in."""
-    inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else e
-    if isinstance(inner, urllib3.exceptions.ProtocolError) and inner.args:
-        return str(inner.args[0])
-    return _cause(e)
-
-
-def _status_message(shown: str, resp: requests.Response) -> str:
-    return f"GET {shown!r}: HTTP {resp.status_code} {resp.reason or ''}".rstrip()
-
-
-#: TLS failures that asking again cannot change: the server speaks no TLS or another
-#: version of it, or its certificate does not verify
-_TLS_FINAL = (
-    "WRONG_VERSION_NUMBER",
-    "UNSUPPORTED_PROTOCOL",
-    "PROTOCOL_VERSION",
-    "VERSION_TOO_LOW",
-    "NO_PROTOCOLS_AVAILABLE",
-    "CERTIFICATE_VERIFY_FAILED",
-    "HOSTNAME MISMATCH",
-    "DOESN'T MATCH",
-)
-
-
-def _tls_may_pass(error: requests.exceptions.SSLError) -> bool:
-    """Whether a TLS failure may pass on retry (a handshake cut short may; a version or
-    certificate error never does)."""
-    text = str(error).upper()
-    return not any(marker in text for marker in _TLS_FINAL)
-
-
-def _retry_after(resp: requests.Response) -> float | None:
-    """Seconds the server asks to wait (Retry-After: seconds or an HTTP date), if it asks."""
-    value = resp.headers.get("retry-after", "").strip()
-    if not value:
-        return None
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+        self._blobs.put(key, data)
