@@ -33,25 +33,30 @@ permutation (exact in every dtype, and q and k permuted alike leave the scores
 unchanged), so the numbers compare with the direct check's.
 
 A failing xformers check runs the experiments that decide who is at fault
-(`envbuilder.conformance._glue`): for a bias object, the same attention with the
-object built outside and ``fullgraph=True``; for FakeTensor device propagation in
-an ``aten`` operator, that operator alone with the arguments xformers passed it.
+(`envbuilder.conformance._compile_fault`, on `envbuilder.conformance._glue`): for a
+bias object, the same attention with the object built outside and
+``fullgraph=True``; for FakeTensor device propagation in an ``aten`` operator, that
+operator alone with the arguments xformers passed it.
+
+The compiled function and what dynamo records about it are
+`envbuilder.conformance._compiled_fn`; what watches a workaround check and settles
+it by its evidence, `envbuilder.conformance._compile_evidence`; the
+``torch.library.opcheck`` info check, `envbuilder.conformance._opcheck`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
 
 import torch
 
-from envbuilder.conformance import _dropout, _fault, _glue, plan, tolerance
+from envbuilder.conformance import _compile_fault, _dropout, _fault, plan, tolerance
 from envbuilder.conformance._attn import (
     BIAS_OBJECTS,
     DTYPES,
@@ -67,7 +72,18 @@ from envbuilder.conformance._attn import (
     wants_bias_grad,
     xformers_call,
 )
+from envbuilder.conformance._compile_evidence import settle, unwatched, watcher
+from envbuilder.conformance._compiled_fn import (
+    Compiled,
+    Found,
+    counting_backend,
+    graph_breaks,
+    guard_failures,
+    raise_compile_limits,
+    shapes,
+)
 from envbuilder.conformance._context import Context
+from envbuilder.conformance._opcheck import opcheck_xformers
 from envbuilder.conformance._record import (
     CheckSpec,
     Impl,
@@ -82,92 +98,16 @@ from envbuilder.conformance._workaround import (
     Disabled,
     Kernel,
     count_compiled_regions,
-    count_kernel_calls,
-    count_xformers_calls,
     projected,
-    with_evidence,
 )
 from envbuilder.conformance.checks_attention import compare_attention, grad_out
 
-__all__ = ["compile_check", "specs"]
+__all__ = ["compile_check", "opcheck_xformers", "shapes", "specs"]
 
 #: the attention code that is compiled: an implementation, an attention layer calling
 #: xformers behind ``torch.compiler.disable`` (the ``dynamo-disable`` workaround), or
 #: xformers called with a bias object built outside and passed in (``mask-outside-compile``).
 Variant = Literal["xformers", "sdpa", "dynamo-disable", "mask-outside-compile"]
-
-#: the xformers class a bias-object mask kind builds
-_BIAS_CLASS: dict[MaskKind, str] = {
-    "causal": "LowerTriangularMask",
-    "blockdiag": "BlockDiagonalMask",
-}
-
-#: dynamo keeps at most a few compiled versions of one function by default and
-#: then runs it eagerly without a word; these checks compile one function for
-#: many mask kinds, dtypes and grad modes, so the limits are raised.
-_COMPILE_LIMITS = {
-    "cache_size_limit": 4096,
-    "recompile_limit": 4096,
-    "accumulated_cache_size_limit": 65536,
-    "accumulated_recompile_limit": 65536,
-}
-
-
-def _raise_compile_limits() -> None:
-    for name, value in _COMPILE_LIMITS.items():
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, value)
-
-
-@dataclass(frozen=True)
-class _Found:
-    """What compiling one function for one (dtype, grad mode) found: dynamo's graph breaks
-    (its count while compiling, which counts a break again when dynamo restarts its trace)
-    and their reasons, the compiled versions and graphs, and the breaks crossed and the
-    attention calls made in one step run once compiled (the cost per step)."""
-
-    breaks: int
-    compilations: int
-    graphs: int
-    reasons: str
-    #: the reasons whole, which the disable's evidence searches for the function's name
-    reasons_full: str
-    step_breaks: int
-    step_calls: int
-
-
-@dataclass
-class _Compiled:
-    """One ``torch.compile`` of one attention function, shared by the checks of its key;
-    what compiling it for a (dtype, grad mode) found is kept for every later check.
-
-    ``compilations`` counts every graph the backend compiled while this function ran,
-    the frames of code it calls included (xformers' dispatch code is compiled apart,
-    at run time); ``versions()`` counts the compiled versions of the function itself,
-    which is what the shapes must explain.
-    """
-
-    fn: Callable[..., torch.Tensor]
-    code: Any
-    compilations: list[int]
-    found: dict[tuple[str, bool], _Found] = field(default_factory=dict)
-    #: the disabled attention function a ``dynamo-disable`` layer calls
-    disabled: Disabled | None = None
-
-    def versions(self) -> int:
-        from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
-
-        return len(_debug_get_cache_entry_list(self.code))
-
-
-def _counting_backend(counter: list[int]) -> Callable[..., Any]:
-    from torch._inductor.compile_fx import compile_fx
-
-    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
-        counter[0] += 1
-        return compile_fx(gm, example_inputs)
-
-    return backend
 
 
 def _compiled(
@@ -177,10 +117,10 @@ def _compiled(
     dynamic: bool,
     fullgraph: bool,
     inner: Kernel = "xformers",
-) -> _Compiled:
+) -> Compiled:
     key = f"compiled/{variant}/{inner}/{mask}/{dynamic}/{fullgraph}"
     if key not in ctx.cache:
-        _raise_compile_limits()
+        raise_compile_limits()
         counter = [0]
         disabled: Disabled | None = None
         call = xformers_call if inner == "xformers" else sdpa_on_bias
@@ -196,13 +136,13 @@ def _compiled(
         else:
             attention = attention_fn(variant, mask)
         fn = torch.compile(
-            attention, backend=_counting_backend(counter), dynamic=dynamic, fullgraph=fullgraph
+            attention, backend=counting_backend(counter), dynamic=dynamic, fullgraph=fullgraph
         )
         # closures of one factory share their code object: versions are counted as deltas
-        ctx.cache[key] = _Compiled(
+        ctx.cache[key] = Compiled(
             fn=fn, code=attention.__code__, compilations=counter, disabled=disabled
         )
-    compiled: _Compiled = ctx.cache[key]
+    compiled: Compiled = ctx.cache[key]
     return compiled
 
 
@@ -215,31 +155,57 @@ def _bias_passed_in(call: Callable[..., torch.Tensor]) -> Callable[..., torch.Te
     return attention
 
 
-def shapes(ctx: Context, mask: MaskKind, dynamic: bool) -> list[Case]:
-    """The problems a compiled function runs: one shape when static, two when dynamic
-    (`plan.compile_cases`)."""
-    cases = plan.compile_cases(cuda=ctx.is_cuda)
-    return [c.with_mask(mask) for c in cases[: 2 if dynamic else 1]]
-
-
-def _graph_breaks() -> Counter[str]:
-    from torch._dynamo.utils import counters
-
-    return Counter({str(k): int(v) for k, v in counters["graph_break"].items()})
-
-
-def _guard_failures(code: Any) -> list[str]:
-    """Why dynamo compiled ``code`` again so far (its own record; empty where this torch
-    keeps none). Closures of one factory share the code: every mask kind's entries fail."""
-    from torch._dynamo import utils
-
-    record = getattr(utils, "guard_failures", {})
-    return [str(reason).splitlines()[0] for reason in record.get(code, [])]
-
-
 def _sync(ctx: Context) -> None:
     if ctx.is_cuda:
         torch.cuda.synchronize(ctx.device)
+
+
+@dataclass(kw_only=True)
+class _Run:
+    """One compile check as it runs: its case, where dynamo's records stood before it, and
+    what its passes gathered so far (a pass that raises leaves what came before it)."""
+
+    ctx: Context
+    variant: Variant
+    mask: MaskKind
+    dynamic: bool
+    dtype_name: str
+    backward: bool
+    workaround: Workaround | None
+    inner: Kernel
+    compiled: Compiled
+    cases: list[Case]
+    numbers: dict[str, Number]
+    breaks_before: Counter[str]
+    failures_before: int
+    compiles_before: int
+    versions_before: int
+    xformers_calls: list[int] = field(default_factory=lambda: [0])
+    times: list[float] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    comparisons: list[tolerance.Comparison] = field(default_factory=list)
+    wrong: str = ""
+    #: versions compiled and graphs compiled by the first pass (set when the second begins)
+    first_pass: int = 0
+    graphs: int = 0
+    #: what one step costs behind the disable: breaks crossed, disabled calls made
+    step_breaks: int = 0
+    step_calls: int = 0
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype_name]
+
+    @property
+    def mask_of(self) -> Impl:
+        """The mask argument: SDPA's own, else xformers' (a bias object passed in, or the
+        input the bias is built from)."""
+        return "sdpa" if self.variant == "sdpa" else "xformers"
+
+    @property
+    def attributing(self) -> bool:
+        """Whether a failure runs the experiments that decide who is at fault."""
+        return self.variant == "xformers" and self.workaround is None
 
 
 def compile_check(
@@ -262,12 +228,7 @@ def compile_check(
     covered_fullgraph = fullgraph
     if variant == "dynamo-disable":
         fullgraph = False  # a disabled function is a graph break: fullgraph refuses it
-    dtype = DTYPES[dtype_name]
     kernel: Impl = "sdpa" if variant == "sdpa" or inner == "sdpa" else "xformers"
-    # the mask argument: SDPA's own, else xformers' (a bias object passed in, or the input
-    # the bias is built from)
-    mask_of: Impl = "sdpa" if variant == "sdpa" else "xformers"
-    prepare = outside_bias if variant == "mask-outside-compile" else None
     compiled = _compiled(ctx, variant, mask, dynamic, fullgraph, inner)
     cases = shapes(ctx, mask, dynamic)
     numbers: dict[str, Number] = {
@@ -279,113 +240,143 @@ def compile_check(
         "fullgraph": fullgraph,
         "shapes": " ".join(c.label for c in cases),
     }
-    subject = f"{variant} compiled, {mask} mask, {'backward' if backward else 'forward'}"
-    problems: list[str] = []
-    comparisons: list[tolerance.Comparison] = []
-    wrong = ""
     if mask == "bias_b1mn" and kernel == "xformers":
-        _refuse_what_eager_rejects(kernel, mask, cases[0], dtype, ctx)
-    breaks_before = _graph_breaks()
-    failures_before = len(_guard_failures(compiled.code))
-    compiles_before = compiled.compilations[0]
-    versions_before = compiled.versions()
+        _refuse_what_eager_rejects(kernel, mask, cases[0], DTYPES[dtype_name], ctx)
+    run = _Run(
+        ctx=ctx,
+        variant=variant,
+        mask=mask,
+        dynamic=dynamic,
+        dtype_name=dtype_name,
+        backward=backward,
+        workaround=workaround,
+        inner=inner,
+        compiled=compiled,
+        cases=cases,
+        numbers=numbers,
+        breaks_before=graph_breaks(),
+        failures_before=len(guard_failures(compiled.code)),
+        compiles_before=compiled.compilations[0],
+        versions_before=compiled.versions(),
+    )
     disabled = compiled.disabled
     if disabled is not None:
         disabled.calls = disabled.ops = 0
-    xformers_calls = [0]
-    times: list[float] = []
-    step_breaks = step_calls = 0
     evidence_of = partial(
-        _settle,
+        settle,
         workaround=workaround,
         disabled=disabled,
         covered_fullgraph=covered_fullgraph,
         kernel=inner,
     )
     try:
-        for pass_no in (1, 2):
-            if pass_no == 2:
-                first_pass = compiled.versions() - versions_before
-                graphs = compiled.compilations[0] - compiles_before
-            # the first pass (it compiles; untimed for step_ms) gathers the evidence
-            evidence = (
-                _evidence(disabled, workaround, xformers_calls, inner)
-                if pass_no == 1
-                else _no_evidence()
-            )
-            with evidence:
-                for i, case in enumerate(cases):
-                    seeds = plan.COMPILE_SEEDS.at(i)
-                    inp = make_inputs(case, dtype, ctx.device, seed=seeds.inputs)
-                    grad = grad_out(case, ctx.device, seed=seeds.grad) if backward else None
-                    bias_grad = backward and wants_bias_grad(case)
-                    _sync(ctx)
-                    t0 = time.perf_counter()
-                    got = run_attention(
-                        compiled.fn, mask_of, inp, grad, bias_grad=bias_grad, prepare=prepare
-                    )
-                    _sync(ctx)
-                    times.append(time.perf_counter() - t0)
-                    if pass_no == 1:
-                        found, wrong = compare_attention(
-                            got,
-                            inp,
-                            grad,
-                            bias_grad=bias_grad,
-                            dtype_name=str(dtype).removeprefix("torch."),
-                            problems=problems,
-                        )
-                        comparisons += found
+        _passes(run)
         if disabled is not None:  # what one step costs, run once more: compiled already
-            seeds = plan.COMPILE_SEEDS
-            inp = make_inputs(cases[0], dtype, ctx.device, seed=seeds.inputs)
-            grad = grad_out(cases[0], ctx.device, seed=seeds.grad) if backward else None
-            calls_before = disabled.calls
-            with count_compiled_regions() as regions:
-                run_attention(
-                    compiled.fn,
-                    mask_of,
-                    inp,
-                    grad,
-                    bias_grad=backward and wants_bias_grad(cases[0]),
-                )
-            step_breaks, step_calls = regions[0] - 1, disabled.calls - calls_before
+            _cost_one_step(run, disabled)
     except Exception as e:  # a compile failure is this check's finding, not a suite error
-        numbers["compilations"] = compiled.versions() - versions_before
-        numbers |= _fault.error_fault(e)
-        failed = Outcome.failed(f"compiled attention failed: {describe_error(e, 1200)}", numbers)
-        new_breaks = _graph_breaks() - breaks_before
-        if variant == "xformers" and workaround is None:
-            failed = _attributed(ctx, failed, mask, dynamic, dtype_name, backward, inner)
-        return evidence_of(
-            failed,
-            found=_Found(
-                breaks=sum(new_breaks.values()),
-                compilations=0,
-                graphs=compiled.compilations[0] - compiles_before,
-                reasons=_reasons(new_breaks),
-                reasons_full=_reasons(new_breaks, whole=True),
-                step_breaks=step_breaks,
-                step_calls=step_calls,
-            ),
-            xformers_calls=xformers_calls[0],
+        failed, found = _failed(run, e)
+        return evidence_of(failed, found=found, xformers_calls=run.xformers_calls[0])
+    outcome, record = _judged(run)
+    return evidence_of(outcome, found=record, xformers_calls=run.xformers_calls[0])
+
+
+def _passes(run: _Run) -> None:
+    """Run the compiled function on every shape twice: the first pass compiles (untimed for
+    ``step_ms``), is compared against float64 and gathers a workaround's evidence; the
+    second finds what compiles again on shapes already seen."""
+    compiled, ctx = run.compiled, run.ctx
+    prepare = outside_bias if run.variant == "mask-outside-compile" else None
+    for pass_no in (1, 2):
+        if pass_no == 2:
+            run.first_pass = compiled.versions() - run.versions_before
+            run.graphs = compiled.compilations[0] - run.compiles_before
+        evidence = (
+            watcher(compiled.disabled, run.workaround, run.xformers_calls, run.inner)
+            if pass_no == 1
+            else unwatched()
         )
-    again = compiled.versions() - versions_before - first_pass
-    new_breaks = _graph_breaks() - breaks_before
-    mode = (dtype_name, backward)
+        with evidence:
+            for i, case in enumerate(run.cases):
+                seeds = plan.COMPILE_SEEDS.at(i)
+                inp = make_inputs(case, run.dtype, ctx.device, seed=seeds.inputs)
+                grad = grad_out(case, ctx.device, seed=seeds.grad) if run.backward else None
+                bias_grad = run.backward and wants_bias_grad(case)
+                _sync(ctx)
+                t0 = time.perf_counter()
+                got = run_attention(
+                    compiled.fn, run.mask_of, inp, grad, bias_grad=bias_grad, prepare=prepare
+                )
+                _sync(ctx)
+                run.times.append(time.perf_counter() - t0)
+                if pass_no == 1:
+                    found, run.wrong = compare_attention(
+                        got,
+                        inp,
+                        grad,
+                        bias_grad=bias_grad,
+                        dtype_name=str(run.dtype).removeprefix("torch."),
+                        problems=run.problems,
+                    )
+                    run.comparisons += found
+
+
+def _cost_one_step(run: _Run, disabled: Disabled) -> None:
+    """One more step of the compiled layer (compiled already): the compiled regions it
+    enters beyond the first are the graph breaks it crosses, per disabled call made."""
+    seeds = plan.COMPILE_SEEDS
+    case = run.cases[0]
+    inp = make_inputs(case, run.dtype, run.ctx.device, seed=seeds.inputs)
+    grad = grad_out(case, run.ctx.device, seed=seeds.grad) if run.backward else None
+    calls_before = disabled.calls
+    with count_compiled_regions() as regions:
+        run_attention(
+            run.compiled.fn,
+            run.mask_of,
+            inp,
+            grad,
+            bias_grad=run.backward and wants_bias_grad(case),
+        )
+    run.step_breaks, run.step_calls = regions[0] - 1, disabled.calls - calls_before
+
+
+def _failed(run: _Run, error: Exception) -> tuple[Outcome, Found]:
+    """The outcome of a check whose compiled function raised, and what it found so far."""
+    compiled, numbers = run.compiled, run.numbers
+    numbers["compilations"] = compiled.versions() - run.versions_before
+    numbers |= _fault.error_fault(error)
+    failed = Outcome.failed(f"compiled attention failed: {describe_error(error, 1200)}", numbers)
+    new_breaks = graph_breaks() - run.breaks_before
+    if run.attributing:
+        failed = _attributed(run, failed)
+    found = Found.of(
+        new_breaks,
+        compilations=0,
+        graphs=compiled.compilations[0] - run.compiles_before,
+        step_breaks=run.step_breaks,
+        step_calls=run.step_calls,
+    )
+    return failed, found
+
+
+def _judged(run: _Run) -> tuple[Outcome, Found]:
+    """The outcome of a check that ran: its comparisons, graph breaks, versions compiled for
+    its shapes and recompilations on shapes seen; and the record of what compiling found
+    (kept by the first check of its dtype and grad mode)."""
+    compiled, numbers, problems, cases = run.compiled, run.numbers, run.problems, run.cases
+    again = compiled.versions() - run.versions_before - run.first_pass
+    new_breaks = graph_breaks() - run.breaks_before
+    mode = (run.dtype_name, run.backward)
     if mode not in compiled.found:  # this check compiled it: what it found is the record
-        compiled.found[mode] = _Found(
-            breaks=sum(new_breaks.values()),
-            compilations=first_pass,
-            graphs=graphs,
-            reasons=_reasons(new_breaks),
-            reasons_full=_reasons(new_breaks, whole=True),
-            step_breaks=step_breaks,
-            step_calls=step_calls,
+        compiled.found[mode] = Found.of(
+            new_breaks,
+            compilations=run.first_pass,
+            graphs=run.graphs,
+            step_breaks=run.step_breaks,
+            step_calls=run.step_calls,
         )
     record = compiled.found[mode]
     breaks, compilations, reasons = record.breaks, record.compilations, record.reasons
-    allowed = 1 if dynamic else len(cases)
+    allowed = 1 if run.dynamic else len(cases)
     numbers |= {
         "graph_breaks": breaks,
         "graph_break_reasons": reasons[:1500],
@@ -393,13 +384,13 @@ def compile_check(
         "compilations_allowed": allowed,
         "graphs_compiled": record.graphs,
         "recompilations_on_seen_shapes": again,
-        "first_call_s": round(times[0], 3),
-        "step_ms": round(statistics.median(times[len(cases) :]) * 1000, 3),
+        "first_call_s": round(run.times[0], 3),
+        "step_ms": round(statistics.median(run.times[len(cases) :]) * 1000, 3),
     }
-    if breaks and variant != "dynamo-disable":
+    if breaks and run.variant != "dynamo-disable":
         problems.append(f"{breaks} graph break(s): {reasons[:400]}")
     if again or compilations > allowed:  # dynamo's own record of why
-        reasons_now = _guard_failures(compiled.code)[failures_before:]
+        reasons_now = guard_failures(compiled.code)[run.failures_before :]
         numbers["recompile_reasons"] = " || ".join(reasons_now)[-1500:]
     if again:
         problems.append(
@@ -408,164 +399,38 @@ def compile_check(
     if compilations > allowed:
         problems.append(
             f"compiled {compilations} versions for {len(cases)} shape(s)"
-            f" ({'dynamic' if dynamic else 'static'}; at most {allowed} expected)"
+            f" ({'dynamic' if run.dynamic else 'static'}; at most {allowed} expected)"
         )
-    outcome = tolerance.assess(comparisons, wrong=wrong, problems=problems, numbers=numbers)
+    outcome = tolerance.assess(run.comparisons, wrong=run.wrong, problems=problems, numbers=numbers)
     if outcome.status == "fail":
+        subject = (
+            f"{run.variant} compiled, {run.mask} mask, {'backward' if run.backward else 'forward'}"
+        )
         outcome = replace(
             outcome, numbers=dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject)
         )
-        if variant == "xformers" and workaround is None:
-            outcome = _attributed(ctx, outcome, mask, dynamic, dtype_name, backward, inner)
-    return evidence_of(outcome, found=record, xformers_calls=xformers_calls[0])
+        if run.attributing:
+            outcome = _attributed(run, outcome)
+    return outcome, record
 
 
-def _reasons(breaks: Counter[str], *, whole: bool = False) -> str:
-    """Dynamo's graph break reasons with their counts: each one's first line (as results
-    record them), or ``whole``, where dynamo names the function it skipped."""
-    return " || ".join(
-        f"{n} x {' '.join(r.split()) if whole else r.splitlines()[0]}" for r, n in breaks.items()
+def _attributed(run: _Run, failed: Outcome) -> Outcome:
+    """``failed`` with the experiments that decide who is at fault (`_compile_fault`); the
+    bias object built outside is this check's case compiled with ``fullgraph=True``."""
+    outside = partial(
+        compile_check,
+        run.ctx,
+        "mask-outside-compile",
+        run.mask,
+        run.dynamic,
+        True,
+        run.dtype_name,
+        run.backward,
+        inner=run.inner,
     )
-
-
-def _settle(
-    outcome: Outcome,
-    *,
-    found: _Found,
-    xformers_calls: int,
-    workaround: Workaround | None,
-    disabled: Disabled | None,
-    covered_fullgraph: bool,
-    kernel: Kernel,
-) -> Outcome:
-    """A workaround check's outcome settled by its evidence (`with_evidence`): for the
-    disable, its cost per call and per step and whether it drops ``fullgraph=True``."""
-    per_call: float | None = None
-    if disabled is not None and found.step_calls:
-        per_call = round(found.step_breaks / found.step_calls, 3)
-    return with_evidence(
-        outcome,
-        workaround,
-        disabled,
-        found.breaks,
-        xformers_calls,
-        break_reasons=found.reasons_full if disabled is not None else None,
-        graphs_compiled=found.graphs,
-        drops_fullgraph=covered_fullgraph if disabled is not None else None,
-        graph_breaks_per_call=per_call,
-        graph_breaks_per_step=found.step_breaks if disabled is not None else None,
-        covers_nobreaks=not covered_fullgraph,
-        kernel=kernel,
+    return _compile_fault.attributed(
+        run.ctx, failed, run.mask, run.dtype_name, run.backward, outside=outside
     )
-
-
-def _attributed(
-    ctx: Context,
-    failed: Outcome,
-    mask: MaskKind,
-    dynamic: bool,
-    dtype_name: str,
-    backward: bool,
-    inner: Kernel,
-) -> Outcome:
-    """``failed`` (a direct xformers check) with the experiments that apply to its cause
-    run and recorded (`_experiments`), their verdict on who is at fault included."""
-    if failed.numbers.get("fault_component") == "suite":
-        return failed
-    found = _experiments(ctx, failed, mask, dynamic, dtype_name, backward, inner)
-    return replace(failed, numbers=dict(failed.numbers) | found)
-
-
-def _experiments(
-    ctx: Context,
-    failed: Outcome,
-    mask: MaskKind,
-    dynamic: bool,
-    dtype_name: str,
-    backward: bool,
-    inner: Kernel,
-) -> dict[str, Number]:
-    """The experiments for a failing xformers check: a bias object built outside
-    (`_glue.decide_mask_outside`), then, for FakeTensor device propagation in an ``aten``
-    operator (the direct check's or the outside run's), the glue isolation. The first to
-    decide is the verdict; with none, ``undecided`` says what ran."""
-    out: dict[str, Number] = {}
-    ran: list[str] = []
-    cause = str(failed.numbers.get("cause", ""))
-    op = failed.numbers.get("fault_op")
-    if mask in BIAS_OBJECTS:
-        outside = compile_check(
-            ctx, "mask-outside-compile", mask, dynamic, True, dtype_name, backward, inner=inner
-        )
-        said = "pass" if outside.status == "pass" else f"{outside.status}: {outside.reason[:300]}"
-        out["cf_mask_outside_fullgraph"] = said
-        verdict = _glue.decide_mask_outside(said, cause, _BIAS_CLASS[mask])
-        if verdict["fault_component"] != "undecided":
-            return out | verdict
-        ran.append(str(verdict["fault_evidence"]))
-        if str(outside.numbers.get("cause", "")).startswith("FakeTensor device propagation"):
-            cause, op = str(outside.numbers["cause"]), outside.numbers.get("fault_op")
-    if cause.startswith("FakeTensor device propagation") and str(op).startswith("aten."):
-        runs = _glue_isolation(ctx, mask, dtype_name, backward, str(op))
-        out |= runs
-        if runs.get("fault_component") not in (None, "undecided"):
-            return out
-        ran.append(str(runs.get("fault_evidence") or runs.get("cf_glue")))
-    evidence = "; ".join(ran) if ran else f"no experiment decides this cause ({cause})"
-    return out | {"fault_component": "undecided", "fault_evidence": evidence[:400]}
-
-
-def _glue_isolation(
-    ctx: Context, mask: MaskKind, dtype_name: str, backward: bool, op: str
-) -> dict[str, Number]:
-    """`_glue.isolate_glue` on the arguments xformers passes ``op`` on this check's case,
-    captured in an eager run (xformers' kernels need a CUDA device)."""
-    if not ctx.is_cuda:
-        return {"cf_glue": "could not run here: xformers' kernels need a CUDA device"}
-    case = shapes(ctx, mask, False)[0]
-    inp = make_inputs(case, DTYPES[dtype_name], ctx.device, seed=plan.COMPILE_SEEDS.inputs)
-    grad = grad_out(case, ctx.device, seed=plan.COMPILE_SEEDS.grad) if backward else None
-    bias_grad = backward and wants_bias_grad(case)
-
-    def eager() -> None:
-        run_attention(attention_fn("xformers", mask), "xformers", inp, grad, bias_grad=bias_grad)
-
-    try:
-        captured = _glue.capture_op_args(eager, op)
-    except Exception as e:  # xformers failing eagerly is a finding of its own, recorded
-        return {"cf_glue": f"fail: the eager run failed: {describe_error(e, 300)}"}
-    if captured is None:
-        return {"cf_glue": f"the eager run called no {op}"}
-    return _glue.isolate_glue(captured)
-
-
-def _evidence(
-    disabled: Disabled | None,
-    workaround: Workaround | None,
-    xformers_calls: list[int],
-    inner: Kernel,
-) -> contextlib.AbstractContextManager[list[int]]:
-    """What watches a workaround check's first pass: the disabled function's own counters
-    (``dynamo-disable``), the profiler counting the kernel's operators inside compiled
-    graphs (``mask-outside-compile``) or xformers' operators anywhere (the SDPA ones)."""
-    if disabled is not None:
-        return _watching(disabled)
-    if workaround == "mask-outside-compile":
-        return count_kernel_calls(inner, xformers_calls, in_graph=True)
-    if workaround is not None:
-        return count_xformers_calls(xformers_calls)
-    return _no_evidence()
-
-
-@contextlib.contextmanager
-def _watching(disabled: Disabled) -> Iterator[list[int]]:
-    with disabled.watch():
-        yield [0]
-
-
-@contextlib.contextmanager
-def _no_evidence() -> Iterator[list[int]]:
-    yield [0]
 
 
 def _refuse_what_eager_rejects(
@@ -581,54 +446,6 @@ def _refuse_what_eager_rejects(
             f"{kernel} rejects a [B,1,M,N] bias as it is, eagerly (attention.{kernel}."
             f"bias_b1mn.safe records it): nothing to compile; {describe_error(e, 300)}"
         ) from e
-
-
-def opcheck_xformers(ctx: Context) -> Outcome:
-    """``torch.library.opcheck`` on every xformers operator that attention actually calls."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_map
-
-    seen: dict[Any, tuple[Any, Any]] = {}
-
-    def snapshot(value: Any) -> Any:
-        return value.detach().clone() if isinstance(value, torch.Tensor) else value
-
-    class Recorder(TorchDispatchMode):
-        def __torch_dispatch__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            namespace = getattr(func, "namespace", "")
-            if (
-                namespace.startswith("xformers") or namespace == "flash_attn_3"
-            ) and func not in seen:
-                seen[func] = (tree_map(snapshot, args), tree_map(snapshot, kwargs or {}))
-            return func(*args, **(kwargs or {}))
-
-    dtype = torch.bfloat16 if ctx.is_cuda else torch.float32
-    for mask in ("none", "causal"):
-        q, k, v = (
-            torch.randn(2, 64, 4, 64, device=ctx.device, dtype=dtype, requires_grad=True)
-            for _ in range(3)
-        )
-        try:
-            with Recorder():
-                attention_fn("xformers", mask)(q, k, v, None).sum().backward()
-        except NotImplementedError as e:
-            return Outcome.failed(f"attention itself fails: {describe_error(e, 1200)}", {})
-    if not seen:
-        return Outcome.passed(
-            {"ops": "", "note": "attention called no xformers-registered operator"}
-        )
-    numbers: dict[str, Number] = {"ops": " ".join(sorted(str(f) for f in seen))}
-    problems: list[str] = []
-    for func, (args, kwargs) in seen.items():
-        try:
-            torch.library.opcheck(func, args, kwargs)
-            numbers[str(func)] = "ok"
-        except Exception as e:  # opcheck raises OpCheckError naming the failing test
-            numbers[str(func)] = describe_error(e, 1200)
-            problems.append(f"{func}: {describe_error(e, 300)}")
-    return Outcome.judge(problems, numbers)
 
 
 #: --quick keeps, per implementation, compiled training with a dense tensor bias and
