@@ -35,12 +35,14 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from envbuilder.conformance import _fault, tolerance
-from envbuilder.conformance._attn import DTYPES, Case, make_inputs, nonfinite
+from envbuilder.conformance._attn import DTYPES, Case, Inputs, make_inputs, nonfinite
 from envbuilder.conformance._context import Context
 from envbuilder.conformance._record import Impl, Number, Outcome, Workaround, describe_error
 from envbuilder.conformance._workaround import (
@@ -127,16 +129,7 @@ def dropout_check(
     case, dtype_name = _case(ctx)
     dtype = DTYPES[dtype_name]
     inp = make_inputs(case, dtype, ctx.device, seed=31, v_offset=0.5)
-    fn = _dropout_fn(kernel, P)
-    disabled: Disabled | None = None
-    if workaround == "dynamo-disable":
-        disabled = Disabled(kernel=inner)
-        attention = disabled.wrap(_dropout_fn(inner, P))
-        layer = projected(lambda q, k, v, m: attention(q, k, v))
-
-        def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return layer(q, k, v, None)
-
+    fn, disabled = _attention(kernel, workaround, inner)
     numbers: dict[str, Number] = {
         "p": P,
         "dtype": dtype_name,
@@ -149,40 +142,95 @@ def dropout_check(
         runner = torch.compile(fn, dynamic=False)
     gen = torch.Generator(device="cpu").manual_seed(32)
     grad = torch.randn(case.B, case.M, case.H, case.K, generator=gen).to(ctx.device, dtype)
-    outs: list[torch.Tensor] = []
-    problems: list[str] = []
-    times: list[float] = []
-    xformers_calls = [0]
+    seen = _Seen()
     try:
-        for repeat in range(3):
-            torch.manual_seed(1234)
-            q, k, v = (t.detach().clone().requires_grad_(True) for t in (inp.q, inp.k, inp.v))
-            _sync(ctx)
-            t0 = time.perf_counter()
-            # the first run (untimed for step_ms) gathers the workaround's evidence
-            with watching(disabled, workaround, xformers_calls, first=repeat == 0):
-                out = runner(q, k, v)
-                out.backward(grad)
-            _sync(ctx)
-            times.append(time.perf_counter() - t0)
-            outs.append(out.detach())
-            if repeat == 0:
-                bad = sum(nonfinite(t.grad) for t in (q, k, v) if t.grad is not None)
-                if bad:
-                    problems.append(f"{bad} NaN/inf values in the gradients")
+        _repeat(ctx, runner, inp, grad, seen, disabled=disabled, workaround=workaround)
     except Exception as e:  # the kernel or the compiler refusing dropout is the finding
         failed = Outcome.failed(
             f"dropout in training mode failed: {describe_error(e)}",
             numbers | _fault.error_fault(e),
         )
         breaks = _graph_breaks() - breaks_before
-        return with_evidence(failed, workaround, disabled, breaks, xformers_calls[0])
-    same = all(torch.equal(o, outs[0]) for o in outs[1:])
+        return with_evidence(failed, workaround, disabled, breaks, seen.xformers_calls[0])
     breaks = _graph_breaks() - breaks_before
+    outcome = _judged(inp, seen, numbers, breaks)
+    if outcome.status == "fail":
+        subject = f"{workaround or kernel} dropout{' compiled' if compiled else ''}"
+        outcome = Outcome.failed(
+            outcome.reason,
+            dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject),
+        )
+    return with_evidence(outcome, workaround, disabled, breaks, seen.xformers_calls[0])
+
+
+def _attention(
+    kernel: Impl, workaround: Workaround | None, inner: Kernel
+) -> tuple[Callable[..., torch.Tensor], Disabled | None]:
+    """The dropout attention a check runs: ``kernel``'s, or for ``dynamo-disable`` an
+    attention layer calling ``inner``'s behind the disable (and that disabled function)."""
+    fn = _dropout_fn(kernel, P)
+    disabled: Disabled | None = None
+    if workaround == "dynamo-disable":
+        disabled = Disabled(kernel=inner)
+        attention = disabled.wrap(_dropout_fn(inner, P))
+        layer = projected(lambda q, k, v, m: attention(q, k, v))
+
+        def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return layer(q, k, v, None)
+
+    return fn, disabled
+
+
+@dataclass
+class _Seen:
+    """What the runs of a dropout check saw, kept as they go (a run that raises leaves what
+    came before it)."""
+
+    outs: list[torch.Tensor] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    xformers_calls: list[int] = field(default_factory=lambda: [0])
+
+
+def _repeat(
+    ctx: Context,
+    runner: Callable[..., torch.Tensor],
+    inp: Inputs,
+    grad: torch.Tensor,
+    seen: _Seen,
+    *,
+    disabled: Disabled | None,
+    workaround: Workaround | None,
+) -> None:
+    """Three training steps after ``torch.manual_seed`` with one seed: the first gathers a
+    workaround's evidence (untimed for ``step_ms``) and has its gradients checked."""
+    for repeat in range(3):
+        torch.manual_seed(1234)
+        q, k, v = (t.detach().clone().requires_grad_(True) for t in (inp.q, inp.k, inp.v))
+        _sync(ctx)
+        t0 = time.perf_counter()
+        # the first run (untimed for step_ms) gathers the workaround's evidence
+        with watching(disabled, workaround, seen.xformers_calls, first=repeat == 0):
+            out = runner(q, k, v)
+            out.backward(grad)
+        _sync(ctx)
+        seen.times.append(time.perf_counter() - t0)
+        seen.outs.append(out.detach())
+        if repeat == 0:
+            bad = sum(nonfinite(t.grad) for t in (q, k, v) if t.grad is not None)
+            if bad:
+                seen.problems.append(f"{bad} NaN/inf values in the gradients")
+
+
+def _judged(inp: Inputs, seen: _Seen, numbers: dict[str, Number], breaks: int) -> Outcome:
+    """The runs judged: bitwise equal under one seed, finite, and the statistics of the
+    module docstring within their bounds."""
+    outs, problems = seen.outs, seen.problems
+    same = all(torch.equal(o, outs[0]) for o in outs[1:])
     numbers |= {
         "same_seed_bitwise_equal": same,
         "graph_breaks": breaks,
-        "step_ms": round(statistics.median(times[1:]) * 1000, 3),
+        "step_ms": round(statistics.median(seen.times[1:]) * 1000, 3),
     }
     if not same:
         problems.append("two runs after torch.manual_seed with one seed differ")
@@ -190,14 +238,7 @@ def dropout_check(
         problems.append(f"{nonfinite(outs[0])} NaN/inf values in the output")
     comparisons = dropout_statistics(outs[0], inp.q, inp.k, inp.v, P)
     wrong = "p = 0, no dropout (for the mean: no 1/(1-p) rescale)"
-    outcome = tolerance.assess(comparisons, wrong=wrong, problems=problems, numbers=numbers)
-    if outcome.status == "fail":
-        subject = f"{workaround or kernel} dropout{' compiled' if compiled else ''}"
-        outcome = Outcome.failed(
-            outcome.reason,
-            dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject),
-        )
-    return with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0])
+    return tolerance.assess(comparisons, wrong=wrong, problems=problems, numbers=numbers)
 
 
 def _graph_breaks() -> int:
