@@ -44,14 +44,21 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, TypeAlias
+from typing import Any
 
 import torch
 
 from envbuilder.conformance import _counterfactual, _fault, tolerance
 from envbuilder.conformance._context import Context
+from envbuilder.conformance._model_step import (
+    Difference,
+    Step,
+    named_difference,
+    nonfinite,
+    step_differences,
+)
 from envbuilder.conformance._record import (
     CheckSpec,
     Impl,
@@ -160,29 +167,6 @@ def _loss_weights(out_shape: torch.Size, device: str) -> torch.Tensor:
     return torch.randn(*out_shape, generator=gen, dtype=torch.float64).to(device)
 
 
-#: a training step's tensors per parameter name (None: no gradient reached it)
-Named: TypeAlias = Mapping[str, "torch.Tensor | None"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Step:
-    """What one forward (``output``) or training step (``gradients`` and ``updated``
-    parameters too, by parameter name) produced, in float64."""
-
-    output: torch.Tensor
-    gradients: dict[str, torch.Tensor | None] | None = None
-    updated: dict[str, torch.Tensor | None] | None = None
-
-    def quantities(self) -> dict[str, torch.Tensor | Named]:
-        """What the check compares: ``output``, ``gradients``, ``updated parameters``."""
-        found: dict[str, torch.Tensor | Named] = {"output": self.output}
-        if self.gradients is not None:
-            found["gradients"] = self.gradients
-        if self.updated is not None:
-            found["updated parameters"] = self.updated
-        return found
-
-
 def _step(model: Any, runner: Any, inputs: dict[str, Any], training: bool) -> Step:
     """An inference forward, or one training step; what the check compares, in float64."""
     if not training:
@@ -204,73 +188,6 @@ def _step(model: Any, runner: Any, inputs: dict[str, Any], training: bool) -> St
         name: p.detach().double().clone() for name, p in params.items()
     }
     return Step(output=out.detach().double(), gradients=grads, updated=updated)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Difference:
-    """How far one quantity of a step lies from the reference's: the largest absolute
-    difference (``worst``: the parameter it is in), or the problems that keep it from
-    being compared (a parameter on one side only, shapes that differ)."""
-
-    error: float
-    worst: str | None = None
-    problems: tuple[str, ...] = ()
-
-
-def _shape(t: torch.Tensor) -> str:
-    return "x".join(str(n) for n in t.shape) or "scalar"
-
-
-def named_difference(got: Named, expected: Named, what: str) -> Difference:
-    """``got`` against ``expected`` parameter by parameter: None and an exact-zero tensor
-    are the same "no gradient" (a graph break leaves zeros where eager leaves None), a
-    parameter on one side only or a shape mismatch is a problem naming the parameter,
-    anything else is compared (None as zeros)."""
-    problems = [
-        f"{what}: parameter {name} is missing from {'the run' if name in expected else 'the reference'}"
-        for name in sorted(set(got) ^ set(expected))
-    ]
-    error, worst = 0.0, None
-    for name in sorted(set(got) & set(expected)):
-        a, b = got[name], expected[name]
-        if a is None and b is None:
-            continue
-        if a is not None and b is not None and a.shape != b.shape:
-            problems.append(
-                f"{what}: parameter {name} has shape {_shape(a)} in the run,"
-                f" {_shape(b)} in the reference"
-            )
-            continue
-        a = a if a is not None else torch.zeros_like(b)  # type: ignore[arg-type]
-        b = b if b is not None else torch.zeros_like(a)
-        diff = float((a.double() - b.double()).abs().max().item()) if a.numel() else 0.0
-        if worst is None or not diff <= error:  # NaN counts as the worst
-            error, worst = diff, name
-    return Difference(error=error, worst=worst, problems=tuple(problems))
-
-
-def step_differences(got: Step, expected: Step) -> dict[str, Difference]:
-    """Each quantity of ``got`` against ``expected`` (`named_difference` for the named ones)."""
-    found: dict[str, Difference] = {}
-    theirs = expected.quantities()
-    for what, value in got.quantities().items():
-        reference = theirs.get(what)
-        if reference is None:
-            found[what] = Difference(error=math.nan, problems=(f"{what}: not in the reference",))
-        elif isinstance(value, torch.Tensor) and isinstance(reference, torch.Tensor):
-            if value.shape != reference.shape:
-                problem = f"{what}: shape {_shape(value)} vs {_shape(reference)} in the reference"
-                found[what] = Difference(error=math.nan, problems=(problem,))
-            else:
-                found[what] = Difference(error=float((value - reference).abs().max().item()))
-        elif isinstance(value, Mapping) and isinstance(reference, Mapping):
-            found[what] = named_difference(value, reference, what)
-    return found
-
-
-def _nonfinite(value: torch.Tensor | Named) -> int:
-    tensors = [value] if isinstance(value, torch.Tensor) else list(value.values())
-    return sum(int((~torch.isfinite(t)).sum().item()) for t in tensors if t is not None)
 
 
 def reference_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -347,7 +264,7 @@ class _Prepared:
         maths = step_differences(self.math_path, self.expected)
         wrongs = step_differences(self.wrong, self.expected) if self.wrong is not None else {}
         for name, value in got.quantities().items():
-            bad = _nonfinite(value)
+            bad = nonfinite(value)
             if bad:
                 problems.append(f"{bad} NaN/inf values in the {name}")
                 continue
@@ -424,18 +341,7 @@ def model_check(
     case = _prepare(ctx, training, text, padded=padded)
     backend = "xformers" if impl == "xformers" else "native"
     model = case.variant(backend)
-    mask = case.inputs["encoder_hidden_states_mask"]
-    numbers: dict[str, Number] = {
-        "model": type(case.low).__name__,
-        "diffusers": _diffusers_version(),
-        "config": str(_config(ctx)),
-        "dtype": case.dtype_name,
-        "backend": backend,
-        "compiled": compiled,
-        "training": training,
-        "joint_tokens": case.inputs["hidden_states"].shape[1] + text,
-        "padded_text_tokens": 0 if mask is None else int((~mask).sum()),
-    }
+    numbers = _described(ctx, case, backend, compiled=compiled, text=text)
     from torch._dynamo.utils import counters
 
     runner: Any = model
@@ -448,79 +354,145 @@ def model_check(
         disabled = Disabled(kernel="xformers" if impl == "xformers" else "sdpa")
         patched = _dispatch_disabled(disabled)
     breaks_before = sum(counters["graph_break"].values())
-    times: list[float] = []
-    xformers_calls = [0]
-    regions = [0]
-    calls_in_step = 0
-    steps = 3 if compiled else 2  # compiled: the first step compiles
+    seen = _Seen(disabled=disabled, workaround=workaround)
     try:
         with patched:
-            for step in range(steps):
-                stepped = copy.deepcopy(model) if training else model
-                # the last step (compiled already) of a disabled call measures its cost
-                costing = disabled is not None and step == steps - 1
-                calls_before = disabled.calls if disabled is not None else 0
-                t0 = time.perf_counter()
-                # the first step (untimed for step_ms) gathers the workaround's evidence
-                with (
-                    watching(disabled, workaround, xformers_calls, first=step == 0),
-                    count_compiled_regions(regions) if costing else contextlib.nullcontext(),
-                ):
-                    got = _step(model, runner, case.inputs, training)
-                if ctx.is_cuda:
-                    torch.cuda.synchronize(ctx.device)
-                times.append(time.perf_counter() - t0)
-                if costing and disabled is not None:
-                    calls_in_step = disabled.calls - calls_before
-                if training:  # every step starts from the same weights
-                    model.load_state_dict(stepped.state_dict())
+            # compiled: the first step compiles
+            got = _run_steps(ctx, case, model, runner, seen, steps=3 if compiled else 2)
     except Skip:
         raise
     except Exception as e:  # the backend or the compiler refusing the model is the finding
         breaks = int(sum(counters["graph_break"].values()) - breaks_before)
         failed = Outcome.failed(describe_error(e), numbers | _fault.error_fault(e))
-        return with_evidence(failed, workaround, disabled, breaks, xformers_calls[0])
-    numbers["step_ms"] = round(statistics.median(times[1:]) * 1000, 3)
+        return with_evidence(failed, workaround, disabled, breaks, seen.xformers_calls[0])
+    numbers["step_ms"] = round(statistics.median(seen.times[1:]) * 1000, 3)
     breaks = int(sum(counters["graph_break"].values()) - breaks_before)
     numbers["graph_breaks"] = breaks
-    cost: dict[str, Any] = {}
-    if disabled is not None:
-        # a compiled step enters one compiled region, and one more per break crossed
-        per_step = max(regions[0] - 1, 0)
-        cost = {
-            "break_reasons": " || ".join(" ".join(r.split()) for r in counters["graph_break"]),
-            "graphs_compiled": int(counters["stats"]["unique_graphs"]),
-            "drops_fullgraph": False,  # the model is compiled as users compile it, not fullgraph
-            "graph_breaks_per_step": per_step,
-            "graph_breaks_per_call": round(per_step / calls_in_step, 3) if calls_in_step else None,
-        }
+    cost = _disable_cost(seen) if disabled is not None else {}
+    outcome = _judged(ctx, case, got, numbers, compiled=compiled)
+    if outcome.status == "fail":
+        subject = f"diffusers {backend} backend, {'compiled ' if compiled else ''}model"
+        outcome = _failed(
+            ctx, case, outcome, subject, attributing=impl == "xformers" and workaround is None
+        )
+    return with_evidence(outcome, workaround, disabled, breaks, seen.xformers_calls[0], **cost)
+
+
+def _described(
+    ctx: Context, case: _Prepared, backend: str, *, compiled: bool, text: int
+) -> dict[str, Number]:
+    """What a model check runs: the model, diffusers, the config, dtype, backend and use,
+    and the tokens (joint, and padding among the text's)."""
+    mask = case.inputs["encoder_hidden_states_mask"]
+    return {
+        "model": type(case.low).__name__,
+        "diffusers": _diffusers_version(),
+        "config": str(_config(ctx)),
+        "dtype": case.dtype_name,
+        "backend": backend,
+        "compiled": compiled,
+        "training": case.training,
+        "joint_tokens": case.inputs["hidden_states"].shape[1] + text,
+        "padded_text_tokens": 0 if mask is None else int((~mask).sum()),
+    }
+
+
+@dataclass(kw_only=True)
+class _Seen:
+    """What the timed steps of a model check saw, kept as they go (a step that raises
+    leaves what came before it): the times, a workaround's evidence, and behind the
+    disable the compiled regions entered and the disabled calls made in the last step."""
+
+    disabled: Disabled | None
+    workaround: Workaround | None
+    times: list[float] = field(default_factory=list)
+    xformers_calls: list[int] = field(default_factory=lambda: [0])
+    regions: list[int] = field(default_factory=lambda: [0])
+    calls_in_step: int = 0
+
+
+def _run_steps(
+    ctx: Context, case: _Prepared, model: Any, runner: Any, seen: _Seen, *, steps: int
+) -> Step:
+    """``steps`` steps of ``runner`` on the case's inputs, each from the same weights; the
+    first gathers a workaround's evidence (untimed for ``step_ms``), the last (compiled
+    already) measures what a disabled call costs. Returns the last step's result."""
+    disabled, training = seen.disabled, case.training
+    for step in range(steps):
+        stepped = copy.deepcopy(model) if training else model
+        # the last step (compiled already) of a disabled call measures its cost
+        costing = disabled is not None and step == steps - 1
+        calls_before = disabled.calls if disabled is not None else 0
+        t0 = time.perf_counter()
+        # the first step (untimed for step_ms) gathers the workaround's evidence
+        with (
+            watching(disabled, seen.workaround, seen.xformers_calls, first=step == 0),
+            count_compiled_regions(seen.regions) if costing else contextlib.nullcontext(),
+        ):
+            got = _step(model, runner, case.inputs, training)
+        if ctx.is_cuda:
+            torch.cuda.synchronize(ctx.device)
+        seen.times.append(time.perf_counter() - t0)
+        if costing and disabled is not None:
+            seen.calls_in_step = disabled.calls - calls_before
+        if training:  # every step starts from the same weights
+            model.load_state_dict(stepped.state_dict())
+    return got
+
+
+def _disable_cost(seen: _Seen) -> dict[str, Any]:
+    """What the disabled attention call cost the compiled model, from dynamo's counters and
+    the last step's compiled regions."""
+    from torch._dynamo.utils import counters
+
+    # a compiled step enters one compiled region, and one more per break crossed
+    per_step = max(seen.regions[0] - 1, 0)
+    calls = seen.calls_in_step
+    return {
+        "break_reasons": " || ".join(" ".join(r.split()) for r in counters["graph_break"]),
+        "graphs_compiled": int(counters["stats"]["unique_graphs"]),
+        "drops_fullgraph": False,  # the model is compiled as users compile it, not fullgraph
+        "graph_breaks_per_step": per_step,
+        "graph_breaks_per_call": round(per_step / calls, 3) if calls else None,
+    }
+
+
+def _judged(
+    ctx: Context, case: _Prepared, got: Step, numbers: dict[str, Number], *, compiled: bool
+) -> Outcome:
+    """The step against the float64 reference under the tolerance rule (the sensitivity
+    rule too where the case has a padding mask to drop), each quantity's NaN/inf values
+    and worst parameter recorded."""
     for name, difference in step_differences(got, case.expected).items():
-        numbers[f"{name.replace(' ', '_')}_nonfinite"] = _nonfinite(got.quantities()[name])
+        numbers[f"{name.replace(' ', '_')}_nonfinite"] = nonfinite(got.quantities()[name])
         if difference.worst is not None:
             numbers[f"{name.replace(' ', '_')}_worst_parameter"] = difference.worst
     # compiled on CPU, float32 is summed in inductor's order: its own measured bound
     k, rule = tolerance.factor(cuda=ctx.is_cuda, compiled=compiled)
     comparisons, problems = case.comparisons(got, k=k)
     if case.wrong is not None:
-        outcome = tolerance.assess(
+        return tolerance.assess(
             comparisons,
             wrong="the model without its padding mask",
             problems=problems,
             numbers=numbers,
             rule=rule,
         )
-    else:
-        outcome = _bounded(comparisons, problems, numbers, rule=rule)
-    if outcome.status == "fail":
-        subject = f"diffusers {backend} backend, {'compiled ' if compiled else ''}model"
-        found = dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject)
-        if impl == "xformers" and workaround is None and "error" in found:
-            found |= _counterfactual.counterfactuals(
-                case.eager("xformers"), case.worst, kernel=_counterfactual.real_kernel(ctx.device)
-            )
-            found["cf_mode"] = "eager"
-        outcome = Outcome.failed(outcome.reason, found)
-    return with_evidence(outcome, workaround, disabled, breaks, xformers_calls[0], **cost)
+    return _bounded(comparisons, problems, numbers, rule=rule)
+
+
+def _failed(
+    ctx: Context, case: _Prepared, outcome: Outcome, subject: str, *, attributing: bool
+) -> Outcome:
+    """A failed model check with its cause; ``attributing`` (a direct xformers-backend
+    check whose numbers are wrong) with the experiments that decide who is at fault."""
+    found = dict(outcome.numbers) | _fault.problem_fault(outcome.reason, subject)
+    if attributing and "error" in found:
+        found |= _counterfactual.counterfactuals(
+            case.eager("xformers"), case.worst, kernel=_counterfactual.real_kernel(ctx.device)
+        )
+        found["cf_mode"] = "eager"
+    return Outcome.failed(outcome.reason, found)
 
 
 def _bounded(
