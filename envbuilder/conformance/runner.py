@@ -222,18 +222,7 @@ def _run_group(
     start = time.monotonic()
     state = workdir / f"{tag}.state.jsonl"
     log = workdir / f"{tag}.log"
-    argv = ["--group", name, "--module", spec.module]
-    argv += ["--jsonl", str(opts.jsonl), "--state", str(state)]
-    if spec.shard_unit_parts is not None:
-        argv += ["--unit-parts", str(spec.shard_unit_parts)]
-    if count > 1:
-        argv += ["--shard", f"{index}/{count}", "--costs", str(workdir / "costs.json")]
-    if opts.device:
-        argv += ["--device", opts.device]
-    if opts.quick:
-        argv.append("--quick")
-    for pattern in opts.checks:
-        argv += ["--checks", pattern]
+    argv = _worker_argv(name, opts, workdir, state, part)
     positions: dict[str, int] = {}
     for _attempt in range(200):
         state.unlink(missing_ok=True)
@@ -245,27 +234,14 @@ def _run_group(
         status = launcher.run(
             argv, log, limit - (time.monotonic() - start), after=spec.preload_after, stop=clock
         )
-        lines = read_jsonl(state)
-        planned = next((x for x in lines if "plan" in x), None)
-        plan: tuple[Mapping[str, Any], ...] | None = None
-        if planned is not None:
-            plan = tuple(planned["plan"])
-            spots = planned.get("positions", range(len(plan)))
-            positions |= {str(m["name"]): int(p) for m, p in zip(plan, spots, strict=True)}
-        run = GroupRun(
-            plan=plan,
-            started=tuple(str(x["start"]) for x in lines if "start" in x),
-            unplanned={str(x["start"]): x["meta"] for x in lines if "start" in x and "meta" in x},
-            done=frozenset(
-                str(r.get("name")) for r in read_jsonl(opts.jsonl) if r.get("group") == name
-            ),
-            exit_status=status,
-            log_tail=log_tail(log) if status != 0 else "",
-            check_limit_s=clock.limit_s if clock is not None and clock.overran else None,
-        )
-        if status == 0 and plan is not None and all(str(m["name"]) in run.done for m in plan):
+        run = _group_run(name, opts, state, log, status, clock, positions)
+        if (
+            status == 0
+            and run.plan is not None
+            and all(str(m["name"]) in run.done for m in run.plan)
+        ):
             return positions
-        if plan is None and status != 0 and launcher.forking:
+        if run.plan is None and status != 0 and launcher.forking:
             # dead before its first check: the fork may be why; no forked child is trusted
             launcher.stop_forking(
                 f"the {tag} group's forked process {_ended(status)} before it planned its checks;"
@@ -286,6 +262,58 @@ def _run_group(
         if not again:
             return positions
     return positions
+
+
+def _worker_argv(
+    name: str, opts: RunOptions, workdir: Path, state: Path, part: tuple[int, int]
+) -> list[str]:
+    """The worker's arguments for one group, or part ``I`` of ``N`` of it."""
+    spec = group(name)
+    index, count = part
+    argv = ["--group", name, "--module", spec.module]
+    argv += ["--jsonl", str(opts.jsonl), "--state", str(state)]
+    if spec.shard_unit_parts is not None:
+        argv += ["--unit-parts", str(spec.shard_unit_parts)]
+    if count > 1:
+        argv += ["--shard", f"{index}/{count}", "--costs", str(workdir / "costs.json")]
+    if opts.device:
+        argv += ["--device", opts.device]
+    if opts.quick:
+        argv.append("--quick")
+    for pattern in opts.checks:
+        argv += ["--checks", pattern]
+    return argv
+
+
+def _group_run(
+    name: str,
+    opts: RunOptions,
+    state: Path,
+    log: Path,
+    status: int | None,
+    clock: _CheckClock | None,
+    positions: dict[str, int],
+) -> GroupRun:
+    """What one worker process of a group left in its state file and the results, read
+    after it ended; the positions of the checks it planned are added to ``positions``."""
+    lines = read_jsonl(state)
+    planned = next((x for x in lines if "plan" in x), None)
+    plan: tuple[Mapping[str, Any], ...] | None = None
+    if planned is not None:
+        plan = tuple(planned["plan"])
+        spots = planned.get("positions", range(len(plan)))
+        positions |= {str(m["name"]): int(p) for m, p in zip(plan, spots, strict=True)}
+    return GroupRun(
+        plan=plan,
+        started=tuple(str(x["start"]) for x in lines if "start" in x),
+        unplanned={str(x["start"]): x["meta"] for x in lines if "start" in x and "meta" in x},
+        done=frozenset(
+            str(r.get("name")) for r in read_jsonl(opts.jsonl) if r.get("group") == name
+        ),
+        exit_status=status,
+        log_tail=log_tail(log) if status != 0 else "",
+        check_limit_s=clock.limit_s if clock is not None and clock.overran else None,
+    )
 
 
 def _collect_runner(
@@ -336,79 +364,13 @@ def _collect_runner(
 def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> SuiteResults:
     """Run every selected group and write ``opts.out``; returns the results written."""
     started = now()
-    printing = threading.Lock()
-
-    def say(line: str) -> None:
-        with printing:
-            echo(line)
-
+    console = _Console(echo)
     positions: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="envbuilder-conformance-") as tmp:
         workdir = Path(tmp)
-        launcher = Launcher(opts.python, workdir, say, fork_server=opts.fork_server)
+        launcher = Launcher(opts.python, workdir, console.say, fork_server=opts.fork_server)
         try:
-            wanted = groups_for(opts.checks)
-            alone_first = opts.jobs != 1 and any(group(g).runs_alone for g in wanted)
-            runner = _collect_runner(opts, workdir, launcher, hold=alone_first)
-            device = str(runner.pop("device", None) or opts.device or "cpu")
-            if opts.require_cuda and not device.startswith("cuda"):
-                raise NoCudaDevice(
-                    "no CUDA GPU is visible to torch here"
-                    if runner.get("torch") != "unknown"
-                    else "torch did not report this machine's devices (the runner facts failed)"
-                )
-            opts.out.parent.mkdir(parents=True, exist_ok=True)
-            opts.jsonl.write_text("", encoding="utf-8")
-            jobs = opts.jobs or (GPU_JOBS if device.startswith("cuda") else 1)
-            names = [g for g in wanted if not (opts.quick and group(g).full_only)]
-            table = opts.unit_costs()
-            # every process of a group deals its units by the same table as the schedule
-            (workdir / "costs.json").write_text(json.dumps(dict(table)), encoding="utf-8")
-            counts = schedule.parts(
-                names, jobs=jobs, table=table, patterns=opts.checks, fixed=opts.parts
-            )
-            begun: dict[str, float] = {}
-            left = dict(counts)
-
-            def one(part: schedule.Part) -> None:
-                name = part.group
-                with printing:
-                    if name not in begun:
-                        begun[name] = time.monotonic()
-                        split = f" ({part.count} processes)" if part.count > 1 else ""
-                        echo(f"▶ {name}{split}")
-                found = _run_group(name, opts, workdir, launcher, say, (part.index, part.count))
-                with printing:
-                    positions.update(found)
-                    left[name] -= 1
-                    if left[name]:
-                        return
-                    new = order(
-                        [r for r in read_jsonl(opts.jsonl) if r.get("group") == name], positions
-                    )
-                    lines = [check_line(check) for check in new]
-                    lines.append(
-                        f"  {name}: {len(new)} checks in {time.monotonic() - begun[name]:.1f}s"
-                    )
-                    echo("\n".join(lines))
-
-            timings: dict[str, float] = {}
-            for batch in schedule.phases(names, jobs):
-                began = time.monotonic()
-                items = schedule.plan_parts(batch, counts, table=table, patterns=opts.checks)
-                if len(items) == 1:
-                    one(items[0])
-                else:
-                    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="group") as pool:
-                        for future in [pool.submit(one, item) for item in items]:
-                            future.result()
-                timings["+".join(batch)] = round(time.monotonic() - began, 3)
-            split = {g: n for g, n in counts.items() if n > 1}
-            runner["launch"] = dict(launcher.notes) | {
-                "jobs": jobs,
-                "parts": split,
-                "phase_s": timings,
-            }
+            runner = _run_groups(opts, workdir, launcher, console, positions)
         finally:
             launcher.close()
     checks = order(read_jsonl(opts.jsonl), positions)
@@ -418,6 +380,125 @@ def run_suite(opts: RunOptions, *, echo: Callable[[str], None] = print) -> Suite
             f" {opts.out}. Names look like attention.sdpa.none.fp16 or compile.xformers.*;"
             " a group name (attention) selects the whole group"
         )
+    return _write_results(opts, started, runner, checks)
+
+
+class _Console:
+    """The user's lines from groups running side by side, each message whole: ``say`` one
+    line, or hold ``lock`` and ``echo`` several."""
+
+    def __init__(self, echo: Callable[[str], None]) -> None:
+        self.echo = echo
+        self.lock = threading.Lock()
+
+    def say(self, line: str) -> None:
+        with self.lock:
+            self.echo(line)
+
+
+def _run_groups(
+    opts: RunOptions,
+    workdir: Path,
+    launcher: Launcher,
+    console: _Console,
+    positions: dict[str, int],
+) -> dict[str, Any]:
+    """Run the selected groups, phase by phase (`schedule.phases`), their parts side by
+    side; returns the runner facts with how they were launched (``launch``)."""
+    wanted = groups_for(opts.checks)
+    alone_first = opts.jobs != 1 and any(group(g).runs_alone for g in wanted)
+    runner = _collect_runner(opts, workdir, launcher, hold=alone_first)
+    device = _device(opts, runner)
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.jsonl.write_text("", encoding="utf-8")
+    jobs = opts.jobs or (GPU_JOBS if device.startswith("cuda") else 1)
+    names = [g for g in wanted if not (opts.quick and group(g).full_only)]
+    table = opts.unit_costs()
+    # every process of a group deals its units by the same table as the schedule
+    (workdir / "costs.json").write_text(json.dumps(dict(table)), encoding="utf-8")
+    counts = schedule.parts(names, jobs=jobs, table=table, patterns=opts.checks, fixed=opts.parts)
+    one = _GroupParts(opts, workdir, launcher, console, counts, positions)
+    timings: dict[str, float] = {}
+    for batch in schedule.phases(names, jobs):
+        began = time.monotonic()
+        items = schedule.plan_parts(batch, counts, table=table, patterns=opts.checks)
+        if len(items) == 1:
+            one(items[0])
+        else:
+            with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="group") as pool:
+                for future in [pool.submit(one, item) for item in items]:
+                    future.result()
+        timings["+".join(batch)] = round(time.monotonic() - began, 3)
+    split = {g: n for g, n in counts.items() if n > 1}
+    runner["launch"] = dict(launcher.notes) | {
+        "jobs": jobs,
+        "parts": split,
+        "phase_s": timings,
+    }
+    return runner
+
+
+def _device(opts: RunOptions, runner: dict[str, Any]) -> str:
+    """The device the runner facts name (taken out of them); NoCudaDevice where the run
+    needs CUDA and it is not a CUDA device."""
+    device = str(runner.pop("device", None) or opts.device or "cpu")
+    if opts.require_cuda and not device.startswith("cuda"):
+        raise NoCudaDevice(
+            "no CUDA GPU is visible to torch here"
+            if runner.get("torch") != "unknown"
+            else "torch did not report this machine's devices (the runner facts failed)"
+        )
+    return device
+
+
+class _GroupParts:
+    """Runs one part of a group (threads run parts side by side); announces a group as its
+    first part starts and prints its checks once its last part is done."""
+
+    def __init__(
+        self,
+        opts: RunOptions,
+        workdir: Path,
+        launcher: Launcher,
+        console: _Console,
+        counts: Mapping[str, int],
+        positions: dict[str, int],
+    ) -> None:
+        self._opts, self._workdir, self._launcher = opts, workdir, launcher
+        self._console, self._positions = console, positions
+        self._begun: dict[str, float] = {}
+        self._left = dict(counts)
+
+    def __call__(self, part: schedule.Part) -> None:
+        name, console = part.group, self._console
+        with console.lock:
+            if name not in self._begun:
+                self._begun[name] = time.monotonic()
+                split = f" ({part.count} processes)" if part.count > 1 else ""
+                console.echo(f"▶ {name}{split}")
+        found = _run_group(
+            name, self._opts, self._workdir, self._launcher, console.say, (part.index, part.count)
+        )
+        with console.lock:
+            self._positions.update(found)
+            self._left[name] -= 1
+            if self._left[name]:
+                return
+            new = order(
+                [r for r in read_jsonl(self._opts.jsonl) if r.get("group") == name],
+                self._positions,
+            )
+            lines = [check_line(check) for check in new]
+            lines.append(
+                f"  {name}: {len(new)} checks in {time.monotonic() - self._begun[name]:.1f}s"
+            )
+            console.echo("\n".join(lines))
+
+
+def _write_results(
+    opts: RunOptions, started: str, runner: dict[str, Any], checks: list[CheckResult]
+) -> SuiteResults:
+    """The results of the run, written atomically to ``opts.out``."""
     results = SuiteResults(
         suite_version=SUITE_VERSION,
         combination=opts.combination,
