@@ -278,6 +278,11 @@ def suite_inputs(d: Decision, lock_sha256: str, suite: Sequence[str]) -> dict[st
     }
 
 
+_SuiteMember = tuple[Decision, tuple[LockedPackage, ...], dict[str, Any]]
+"""A member whose suite group is to be solved: its decision, its lock's packages and the
+group's inputs."""
+
+
 def _lock_suites(
     members: Sequence[Decision],
     floor: str,
@@ -290,7 +295,21 @@ def _lock_suites(
     universal uv run over the members' pythons, whose constraints pin every package of
     each member's lock for that member's Python. When that run fails, each member is
     asked alone, so that only the members that cannot have the suite fail."""
-    pending: list[tuple[Decision, tuple[LockedPackage, ...], dict[str, Any]]] = []
+    pending = _suites_to_solve(members, settings, results)
+    if not pending:
+        return
+    pending = _suites_alone(pending, floor, settings, solved, results)
+    _suites_constrained(_one_python_each(pending), settings, solved, results)
+
+
+def _suites_to_solve(
+    members: Sequence[Decision],
+    settings: LockSettings,
+    results: dict[str, ResolvedCombination],
+) -> list[_SuiteMember]:
+    """The resolved members whose suite group must be solved; the others' answers (a group
+    kept, an offline miss, a lock that cannot be read) go into ``results``."""
+    pending: list[_SuiteMember] = []
     for d in members:
         r = results[d.combination.id]
         if r.status != "resolved" or r.lock_sha256 is None:
@@ -313,29 +332,40 @@ def _lock_suites(
             results[d.combination.id] = _suite_failed(d, settings, str(e))
             continue
         pending.append((d, main, inputs))
-    if not pending:
-        return
+    return pending
+
+
+def _suites_alone(
+    pending: Sequence[_SuiteMember],
+    floor: str,
+    settings: LockSettings,
+    solved: SolvedClosures | None,
+    results: dict[str, ResolvedCombination],
+) -> list[_SuiteMember]:
+    """Write the groups the suite's own closure gives; return the members whose locks it
+    disagrees with (all of them when it cannot be solved)."""
     # First the suite on its own, one uv run that pairings from the same Python floor
     # share: where what it shares with a member's lock has the lock's versions (the
     # newest, usually, on both sides), that member's group is its part beyond the lock.
     try:
         alone = _solve(settings.suite, (), floor, pending[0][0].indexes, settings, solved)
     except ClosureError:
-        alone = None
-    if alone is not None:
-        disagreeing = []
-        for d, main, inputs in pending:
-            try:
-                group = _beyond(select_for_target(alone, d.target), main)
-            except ClosureError:
-                disagreeing.append((d, main, inputs))
-                continue
-            results[d.combination.id] = _suite_write(d, group, inputs, settings, results)
-        pending = disagreeing
-    # The others are asked again with their locks as constraints. One uv run answers
-    # one Python per target; members sharing a Python (another
-    # platform) take another run.
-    runs: list[list[tuple[Decision, tuple[LockedPackage, ...], dict[str, Any]]]] = []
+        return list(pending)
+    disagreeing = []
+    for d, main, inputs in pending:
+        try:
+            group = _beyond(select_for_target(alone, d.target), main)
+        except ClosureError:
+            disagreeing.append((d, main, inputs))
+            continue
+        results[d.combination.id] = _suite_write(d, group, inputs, settings, results)
+    return disagreeing
+
+
+def _one_python_each(pending: Sequence[_SuiteMember]) -> list[list[_SuiteMember]]:
+    """``pending`` in runs whose members' Pythons differ, in order: one uv run answers one
+    Python per target; members sharing a Python (another platform) take another run."""
+    runs: list[list[_SuiteMember]] = []
     for item in pending:
         run = next(
             (g for g in runs if all(o[0].target.python != item[0].target.python for o in g)), None
@@ -344,8 +374,20 @@ def _lock_suites(
             runs.append([item])
         else:
             run.append(item)
-    while runs:
-        run = runs.pop(0)
+    return runs
+
+
+def _suites_constrained(
+    runs: Sequence[Sequence[_SuiteMember]],
+    settings: LockSettings,
+    solved: SolvedClosures | None,
+    results: dict[str, ResolvedCombination],
+) -> None:
+    """Solve each run's suite with its members' locks as constraints and write each
+    member's group; a run of several that fails is asked again member by member."""
+    queue = [list(run) for run in runs]
+    while queue:
+        run = queue.pop(0)
         constraints = tuple(
             f"{p.name}=={p.version} ; python_version == '{d.target.python}'"
             for d, main, _ in run
@@ -364,7 +406,7 @@ def _lock_suites(
             if len(run) > 1:
                 # One Python's failure (a suite release requiring a newer Python) is that
                 # member's alone: ask again for each.
-                runs += [[item] for item in run]
+                queue += [[item] for item in run]
                 continue
         for d, main, inputs in run:
             cid = d.combination.id
