@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from envbuilder.aggregate.results import accept, find_results
-from envbuilder.commands.query import render
 from envbuilder.consumer.advice import (
     LINE_WIDTH,
     action,
@@ -23,6 +22,7 @@ from envbuilder.consumer.advice import (
     one_line,
 )
 from envbuilder.consumer.query import Query, answer, asked_cuda, select
+from envbuilder.consumer.query_text import render
 from envbuilder.errors import InputError
 from envbuilder.lockfile.gpus import arch_covers, compute_capability
 from envbuilder.lockfile.model import (

@@ -17,8 +17,8 @@ import pytest
 from envbuilder.aggregate.merge import build_lockfile
 from envbuilder.aggregate.results import find_results
 from envbuilder.cli import main
-from envbuilder.commands.query import render
 from envbuilder.consumer.query import Query, answer
+from envbuilder.consumer.query_text import render
 from envbuilder.lockfile.canonical import seal
 from envbuilder.lockfile.model import CompatLock
 from envbuilder.model import load_resolution
