@@ -79,23 +79,29 @@ def start_build(root: Path, locks: Path, *options: str) -> subprocess.Popen[str]
 
 
 def install_container(client: Any, root: Path, process: subprocess.Popen[str]) -> str:
-    """The container that installs the wheels: the one of the build that mounts ``root``."""
+    """The container that installs the wheels: the build's container that mounts ``root``
+    with the install role (the compiler's container mounts it too, beside it, and may be
+    done and removed before the build is killed)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
-        for found in mounting(client, root):
+        for found in mounting(client, root, role="install"):
             return found
         time.sleep(0.2)
     _, err = process.communicate(timeout=60) if process.poll() is not None else ("", "")
     pytest.fail(f"no install container appeared (build exit {process.poll()}): {err[-2000:]}")
 
 
-def mounting(client: Any, root: Path) -> list[str]:
+def mounting(client: Any, root: Path, *, role: str | None = None) -> list[str]:
     """The ids of the containers that mount something under ``root`` (the daemon is shared:
-    the list is read in one call, as others' containers come and go)."""
+    the list is read in one call, as others' containers come and go); with ``role``, only the
+    build's containers of that role."""
+    from envbuilder.docker.containers import ROLE_LABEL
+
     return [
         str(c["Id"])
         for c in client.api.containers(all=True)
         if any(str(m.get("Source", "")).startswith(str(root)) for m in c.get("Mounts") or [])
+        and (role is None or (c.get("Labels") or {}).get(ROLE_LABEL) == role)
     ]
 
 
