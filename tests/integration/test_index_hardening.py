@@ -88,7 +88,10 @@ def test_a_page_varying_on_authorization_is_not_stored_with_the_password(
 def _children(pid: int) -> set[int]:
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
-        children = (task / "children").read_text().split()
+        try:
+            children = (task / "children").read_text().split()
+        except FileNotFoundError:  # the thread ended while its process was being listed
+            continue
         found.update(int(c) for c in children)
     return found
 
