@@ -37,7 +37,7 @@ takes its runs back.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +46,7 @@ from packaging.utils import canonicalize_name
 
 from envbuilder.aggregate.claims import run_problems
 from envbuilder.aggregate.results import (
+    Accepted,
     Rejected,
     accept,
     bind,
@@ -345,28 +346,27 @@ def _kept_entry(entry: Entry, dropped: list[DroppedRun]) -> tuple[Entry, int]:
     return again, len(runs) + len(stale)
 
 
-def merge(
-    resolution: Resolution,
+@dataclass(frozen=True, kw_only=True)
+class _Inputs:
+    """Where a merge's files are, and what each combination of its resolution locks and builds."""
+
+    out_dir: Path  # the lockfile's directory: paths inside it are relative to this
+    locks_base: Path  # the resolution's `lock` paths are relative to this
+    locked: Mapping[str, Mapping[str, str]]  # per combination id, its lock's versions
+    builds: Mapping[str, SourceBuildEntry | None]  # per combination id, its source build
+    built: Mapping[str, Mapping[str, str]]  # per combination id, its wheel's libraries' sha256
+
+
+def _inputs(
+    combos: Mapping[str, ResolvedCombination],
     *,
     resolution_path: Path,
-    results: Sequence[Path],
     out: Path,
-    previous: CompatLock | None = None,
-    build_records: Sequence[Path] = (),
-    matrix: frozenset[str] | None = None,
-) -> Merged:
-    """Merge *resolution*, the *results* files and the *previous* lockfile's runs into a
-    lockfile to be written at *out* (the module's table says where each run goes; *matrix*
-    is the ids the matrix holds, which tells a row not selected from one removed).
-
-    Pure apart from reading the inputs; the caller decides what rejections mean
-    and writes the file. Paths inside are relative to *out*'s directory; a carried
-    run's source names the lockfile its path is relative to (`results.carried_source`). A source build's record is the first
-    ``build-record.<id>.json`` found in *build_records* (`sourcebuilds`).
-    """
+    build_records: Sequence[Path],
+) -> _Inputs:
+    """What the claim checks and the entries need of *combos*' locks and source builds."""
     out_dir = out.parent
     locks_base = resolution_path.parent.parent  # `lock` paths are relative to the output's parent
-    combos: Mapping[str, ResolvedCombination] = resolution.by_id()
     locked = {
         c.id: _locked_versions(locks_base / c.lock)
         for c in combos.values()
@@ -376,10 +376,24 @@ def merge(
         c.id: source_build_entry(c, build_records, relative_to=out_dir) for c in combos.values()
     }
     built = {cid: dict(b.wheel_libraries) for cid, b in builds.items() if b and b.wheel_libraries}
-    accepted = accept(results, combos, base=out_dir, locked=locked, built=built)
-    known = _known(previous, out_dir)
+    return _Inputs(
+        out_dir=out_dir, locks_base=locks_base, locked=locked, builds=builds, built=built
+    )
+
+
+def _resolved_entries(
+    resolution: Resolution,
+    accepted: Accepted,
+    known: Mapping[str, _Known],
+    inputs: _Inputs,
+    dropped: list[DroppedRun],
+) -> tuple[list[Entry], int]:
+    """An entry per combination of *resolution*, by id: its runs from this merge's results
+    files, and those of the previous lockfile (*known*) not already among them, each bound
+    to its current lock or an older one (the module's table) once it passes the claim
+    checks (failures go to *dropped*); and how many runs it kept from the previous lockfile."""
+    locked, built = inputs.locked, inputs.built
     carried = 0
-    dropped: list[DroppedRun] = []
     entries: list[Entry] = []
     for combo in sorted(resolution.combinations, key=lambda c: c.id):
         current = list(accepted.current.get(combo.id, ()))
@@ -409,13 +423,25 @@ def merge(
                 combo,
                 sorted(current, key=run_order),
                 sorted(stale, key=run_order),
-                locks_base=locks_base,
-                out_dir=out_dir,
-                source_build=builds[combo.id],
+                locks_base=inputs.locks_base,
+                out_dir=inputs.out_dir,
+                source_build=inputs.builds[combo.id],
             )
         )
-    unselected = _unselected(previous, combos, matrix)
+    return entries, carried
+
+
+def _unselected_entries(
+    unselected: Sequence[Entry],
+    previous: CompatLock | None,
+    out_dir: Path,
+    dropped: list[DroppedRun],
+) -> tuple[list[Entry], int]:
+    """The previous lockfile's *unselected* entries carried beside the new lockfile in
+    *out_dir* and kept (`_kept_entry`: failures go to *dropped*); and how many runs they keep."""
     sealed = content_sha256(previous.to_json()) if previous is not None else ""
+    carried = 0
+    entries: list[Entry] = []
     for entry in unselected:
         carried_entry = replace(
             entry,
@@ -425,28 +451,90 @@ def merge(
         again, count = _kept_entry(carried_entry, dropped)
         carried += count
         entries.append(again)
-    entries.sort(key=lambda e: e.id)
-    left = {e.id for e in unselected}
+    return entries, carried
+
+
+def _retired_entries(
+    accepted: Accepted, known: Mapping[str, _Known], placed: Set[str]
+) -> tuple[list[RetiredEntry], int]:
+    """A retired entry per combination id with runs, from this merge's results files or the
+    previous lockfile (*known*), that has no entry (not in *placed*); and how many runs they
+    kept from the previous lockfile."""
+    carried = 0
     retired: list[RetiredEntry] = []
-    for cid in sorted((set(accepted.retired) | set(known)) - set(combos) - left):
+    for cid in sorted((set(accepted.retired) | set(known)) - placed):
         fresh = list(accepted.retired.get(cid, ()))
         earlier = known.get(cid)
         kept = _new_to(cid, fresh, earlier.runs if earlier else ())
         carried += len(kept)
         retired.append(_retired(cid, fresh + kept, earlier))
-    lock = CompatLock(
+    return retired, carried
+
+
+def _lockfile(
+    resolution: Resolution,
+    *,
+    resolution_path: Path,
+    out_dir: Path,
+    entries: Iterable[Entry],
+    retired: Sequence[RetiredEntry],
+    rejected: Iterable[Rejected],
+) -> CompatLock:
+    """The lockfile of these *entries* (in id order), *retired* ones and *rejected* files."""
+    return CompatLock(
         generated_by=GENERATED_BY,
         resolution={
             "path": _rel(resolution_path, out_dir),
             "matrix": resolution.matrix,
             "matrix_sha256": resolution.matrix_sha256,
         },
-        combinations=tuple(entries),
+        combinations=tuple(sorted(entries, key=lambda e: e.id)),
         drivers=DriverTable(source=DRIVER_SOURCE, minimum=MINIMUM_DRIVER),
         rejected_results=tuple(
-            sorted((rejection_record(r, out_dir) for r in accepted.rejected), key=lambda r: r.file)
+            sorted((rejection_record(r, out_dir) for r in rejected), key=lambda r: r.file)
         ),
         retired=tuple(retired),
+    )
+
+
+def merge(
+    resolution: Resolution,
+    *,
+    resolution_path: Path,
+    results: Sequence[Path],
+    out: Path,
+    previous: CompatLock | None = None,
+    build_records: Sequence[Path] = (),
+    matrix: frozenset[str] | None = None,
+) -> Merged:
+    """Merge *resolution*, the *results* files and the *previous* lockfile's runs into a
+    lockfile to be written at *out* (the module's table says where each run goes; *matrix*
+    is the ids the matrix holds, which tells a row not selected from one removed).
+
+    Pure apart from reading the inputs; the caller decides what rejections mean
+    and writes the file. Paths inside are relative to *out*'s directory; a carried
+    run's source names the lockfile its path is relative to (`results.carried_source`). A source build's record is the first
+    ``build-record.<id>.json`` found in *build_records* (`sourcebuilds`).
+    """
+    combos: Mapping[str, ResolvedCombination] = resolution.by_id()
+    inputs = _inputs(combos, resolution_path=resolution_path, out=out, build_records=build_records)
+    out_dir = inputs.out_dir
+    accepted = accept(results, combos, base=out_dir, locked=inputs.locked, built=inputs.built)
+    known = _known(previous, out_dir)
+    dropped: list[DroppedRun] = []
+    entries, carried = _resolved_entries(resolution, accepted, known, inputs, dropped)
+    unselected = _unselected(previous, combos, matrix)
+    kept, kept_runs = _unselected_entries(unselected, previous, out_dir, dropped)
+    left = {e.id for e in unselected}
+    retired, retired_runs = _retired_entries(accepted, known, set(combos) | left)
+    carried += kept_runs + retired_runs
+    lock = _lockfile(
+        resolution,
+        resolution_path=resolution_path,
+        out_dir=out_dir,
+        entries=[*entries, *kept],
+        retired=retired,
+        rejected=accepted.rejected,
     )
     return Merged(
         lock=lock,
