@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from envbuilder.errors import InputError
-from envbuilder.model import Combination, Resolution
+from envbuilder.model import Combination, Resolution, ResolvedCombination
 from envbuilder.target import not_in_images
 
 __all__ = [
@@ -329,67 +329,25 @@ def plan_jobs(
     are stale or were made for another selection.
     """
     gpus = gpus or {}
-    for name, labels in gpus.items():
-        if not _NAME.fullmatch(name):
-            raise InputError(
-                f"runners.gpus key {name!r} cannot name a results artifact;"
-                " use letters, digits, '.', '_' and '-' (e.g. 'h100')"
-            )
-        if not labels:
-            raise InputError(f"runners.gpus.{name} has no runner labels; list at least one")
+    _check_gpus(gpus)
     resolved = resolution.by_id() if resolution is not None else None
     if resolved is not None:
-        missing = [c.id for c in combinations if c.id not in resolved]
-        if missing:
-            shown = ", ".join(missing[:_SHOWN]) + (
-                f" and {len(missing) - _SHOWN} more" if len(missing) > _SHOWN else ""
-            )
-            raise InputError(
-                f"{len(missing)} selected combination(s) are not in the resolution: {shown};"
-                " resolve them first (nox -s resolve -- SELECTOR) or select resolved ones"
-            )
+        _check_resolved(combinations, resolved)
     jobs: list[MatrixJob] = []
     not_run: list[NotRun] = []
     for combination in combinations:
+        answer = None if resolved is None else resolved[combination.id]
+        if answer is not None and answer.status != "resolved":
+            not_run.append(NotRun(id=combination.id, status=answer.status, reason=answer.reason))
+            continue
         image = None
-        source_build = False
-        if resolved is not None:
-            answer = resolved[combination.id]
-            if answer.status != "resolved":
-                not_run.append(
-                    NotRun(id=combination.id, status=answer.status, reason=answer.reason)
-                )
-                continue
-            if answer.lock_sha256:
-                image = combination.image_tag(answer.lock_sha256)
-            source_build = answer.source_build is not None
+        if answer is not None and answer.lock_sha256:
+            image = combination.image_tag(answer.lock_sha256)
         if (why := not_in_images(combination.platform)) is not None:
             not_run.append(NotRun(id=combination.id, status="skipped", reason=why))
             continue
-        targets: list[tuple[str, tuple[str, ...]]] = (
-            [(name, tuple(labels)) for name, labels in gpus.items()]
-            if gpus
-            else [("", combination.runner)]
-        )
-        for n, (gpu, labels) in enumerate(targets):
-            if not labels:
-                raise InputError(
-                    f"combination {combination.id!r} has no runner labels;"
-                    " set [runners] default in matrix.toml"
-                )
-            jobs.append(
-                MatrixJob(
-                    id=combination.id,
-                    python=combination.python,
-                    cuda=str(combination.cuda),
-                    torch=combination.torch,
-                    xformers=combination.xformers or "",
-                    runs_on=labels,
-                    gpu=gpu,
-                    image=image,
-                    source_build=("publish" if n == 0 else "build") if source_build else "",
-                )
-            )
+        source_build = answer is not None and answer.source_build is not None
+        jobs.extend(_jobs_of(combination, gpus, image=image, source_build=source_build))
     if len(jobs) > limit:
         per = f" ({len(jobs) // len(gpus)} combinations x {len(gpus)} GPU models)" if gpus else ""
         raise InputError(
@@ -399,6 +357,70 @@ def plan_jobs(
             " 'torch2.5*') and run the workflow once per subset (its 'selector' input)"
         )
     return JobMatrix(jobs=tuple(jobs), not_run=tuple(not_run))
+
+
+def _check_gpus(gpus: Mapping[str, Sequence[str]]) -> None:
+    """Refuse a GPU model whose name cannot name a results artifact, or without labels."""
+    for name, labels in gpus.items():
+        if not _NAME.fullmatch(name):
+            raise InputError(
+                f"runners.gpus key {name!r} cannot name a results artifact;"
+                " use letters, digits, '.', '_' and '-' (e.g. 'h100')"
+            )
+        if not labels:
+            raise InputError(f"runners.gpus.{name} has no runner labels; list at least one")
+
+
+def _check_resolved(
+    combinations: Sequence[Combination], resolved: Mapping[str, ResolvedCombination]
+) -> None:
+    """Refuse selected combinations that the resolution does not hold (stale locks)."""
+    missing = [c.id for c in combinations if c.id not in resolved]
+    if missing:
+        shown = ", ".join(missing[:_SHOWN]) + (
+            f" and {len(missing) - _SHOWN} more" if len(missing) > _SHOWN else ""
+        )
+        raise InputError(
+            f"{len(missing)} selected combination(s) are not in the resolution: {shown};"
+            " resolve them first (nox -s resolve -- SELECTOR) or select resolved ones"
+        )
+
+
+def _jobs_of(
+    combination: Combination,
+    gpus: Mapping[str, Sequence[str]],
+    *,
+    image: str | None,
+    source_build: bool,
+) -> list[MatrixJob]:
+    """A combination's jobs: one per GPU model of ``gpus``, else one on its own runner.
+    Of a source build's jobs, the first publishes the wheel and the others build it."""
+    targets: list[tuple[str, tuple[str, ...]]] = (
+        [(name, tuple(labels)) for name, labels in gpus.items()]
+        if gpus
+        else [("", combination.runner)]
+    )
+    jobs: list[MatrixJob] = []
+    for n, (gpu, labels) in enumerate(targets):
+        if not labels:
+            raise InputError(
+                f"combination {combination.id!r} has no runner labels;"
+                " set [runners] default in matrix.toml"
+            )
+        jobs.append(
+            MatrixJob(
+                id=combination.id,
+                python=combination.python,
+                cuda=str(combination.cuda),
+                torch=combination.torch,
+                xformers=combination.xformers or "",
+                runs_on=labels,
+                gpu=gpu,
+                image=image,
+                source_build=("publish" if n == 0 else "build") if source_build else "",
+            )
+        )
+    return jobs
 
 
 def suite_seconds(size: Literal["full", "quick"] = "full") -> float:
