@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envbuilder.commands._args import add_matrix_argument, add_selectors
+
+if TYPE_CHECKING:
+    from envbuilder.ghmatrix import Chunk, Estimate, JobMatrix
+    from envbuilder.model import Combination
+    from envbuilder.reporter import Reporter
 
 HELP = (
     "print the GitHub Actions job matrix (one job per resolvable combination), in chunks"
@@ -63,23 +70,50 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
+    from envbuilder.ghmatrix import chunk_plan, estimate
+    from envbuilder.reporter import Reporter
+
+    reporter = Reporter(verbose=args.verbose)
+    selected, plan = _plan(args)
+    chunks = chunk_plan(plan.jobs)
+    build_chunks = plan.build_chunks()
+    cost = None
+    if args.estimate:
+        cost = estimate(
+            plan, size="quick" if args.quick else "full", overhead_s=args.overhead_minutes * 60
+        )
+
+    _report_not_run(plan, reporter)
+    if cost is not None:
+        reporter.summary(f"### Cost of this run\n\n{cost.describe()}\n")
+
+    if args.github_output is not None:
+        _append_github_output(args.github_output, plan, chunks, build_chunks)
+
+    _print_plan(args.format, plan, chunks, cost)
+    # Rows of another platform resolved fine: they have no image to run, not no answer.
+    other_platform = sum(1 for n in plan.not_run if n.status == "skipped")
+    unresolvable = len(plan.not_run) - other_platform
+    reporter.line(
+        f"{len(plan.jobs)} job(s) in {len(chunks)} chunk(s) for {len(selected)} selected"
+        " combination(s)"
+        + (f", {unresolvable} not resolvable" if unresolvable else "")
+        + (f", {other_platform} skipped for their platform (no image)" if other_platform else "")
+    )
+    if cost is not None:
+        reporter.line(cost.describe())
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> tuple[Sequence[Combination], JobMatrix]:
+    """The selected combinations and their jobs (only the resolved ones with ``--resolution``)."""
     import logging
 
-    from envbuilder.ghmatrix import (
-        chunk_plan,
-        compact,
-        estimate,
-        github_output,
-        plan_jobs,
-        workflow_command,
-    )
+    from envbuilder.ghmatrix import plan_jobs
     from envbuilder.model import load_resolution
-    from envbuilder.reporter import Reporter
     from envbuilder.resolve.matrix import load_matrix
 
     log = logging.getLogger("envbuilder.resolve.matrix")
-    reporter = Reporter(verbose=args.verbose)
     matrix = load_matrix(args.matrix)
     selected = matrix.select(args.selectors)
     resolution = None
@@ -92,14 +126,12 @@ def run(args: argparse.Namespace) -> int:
                 args.resolution,
                 args.matrix,
             )
-    plan = plan_jobs(selected, gpus=matrix.runners.gpus, resolution=resolution)
-    chunks = chunk_plan(plan.jobs)
-    build_chunks = plan.build_chunks()
-    cost = None
-    if args.estimate:
-        cost = estimate(
-            plan, size="quick" if args.quick else "full", overhead_s=args.overhead_minutes * 60
-        )
+    return selected, plan_jobs(selected, gpus=matrix.runners.gpus, resolution=resolution)
+
+
+def _report_not_run(plan: JobMatrix, reporter: Reporter) -> None:
+    """Each combination without a job: a line (an Actions annotation there) and a summary table."""
+    from envbuilder.ghmatrix import workflow_command
 
     for skipped in plan.not_run:
         message = f"{skipped.id}: {skipped.status}: {skipped.reason}"
@@ -120,24 +152,36 @@ def run(args: argparse.Namespace) -> int:
             f"| combination | status | reason |\n| --- | --- | --- |\n{rows}\n"
         )
 
-    if cost is not None:
-        reporter.summary(f"### Cost of this run\n\n{cost.describe()}\n")
 
-    if args.github_output is not None:
-        values = {
-            "count": str(len(plan.jobs)),
-            "chunks": compact([c.index for c in chunks]),
-            **{c.output: compact(c.github()) for c in chunks},
-            "build-chunks": compact([c.index for c in build_chunks]),
-            **{c.output: compact(c.github()) for c in build_chunks},
-        }
-        text = github_output(values)
-        with args.github_output.open("a", encoding="utf-8") as f:
-            f.write(text)
+def _append_github_output(
+    path: Path, plan: JobMatrix, chunks: Sequence[Chunk], build_chunks: Sequence[Chunk]
+) -> None:
+    """The job count and each chunk's matrix, appended to ``path`` ($GITHUB_OUTPUT)."""
+    from envbuilder.ghmatrix import compact, github_output
 
-    if args.format == "github":
+    values = {
+        "count": str(len(plan.jobs)),
+        "chunks": compact([c.index for c in chunks]),
+        **{c.output: compact(c.github()) for c in chunks},
+        "build-chunks": compact([c.index for c in build_chunks]),
+        **{c.output: compact(c.github()) for c in build_chunks},
+    }
+    text = github_output(values)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _print_plan(
+    output_format: str, plan: JobMatrix, chunks: Sequence[Chunk], cost: Estimate | None
+) -> None:
+    """The plan on stdout in ``--format``: github, ids, or json (with chunks and estimate)."""
+    import json
+
+    from envbuilder.ghmatrix import compact
+
+    if output_format == "github":
         print(compact(plan.github()))
-    elif args.format == "ids":
+    elif output_format == "ids":
         for job in plan.jobs:
             print(job.id + (f" {job.gpu}" if job.gpu else ""))
     else:
@@ -148,15 +192,3 @@ def run(args: argparse.Namespace) -> int:
         if cost is not None:
             document["estimate"] = cost.to_json()
         print(json.dumps(document, indent=2))
-    # Rows of another platform resolved fine: they have no image to run, not no answer.
-    other_platform = sum(1 for n in plan.not_run if n.status == "skipped")
-    unresolvable = len(plan.not_run) - other_platform
-    reporter.line(
-        f"{len(plan.jobs)} job(s) in {len(chunks)} chunk(s) for {len(selected)} selected"
-        " combination(s)"
-        + (f", {unresolvable} not resolvable" if unresolvable else "")
-        + (f", {other_platform} skipped for their platform (no image)" if other_platform else "")
-    )
-    if cost is not None:
-        reporter.line(cost.describe())
-    return 0
