@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envbuilder.commands._args import add_matrix_argument, add_selectors
 from envbuilder.errors import InputError
+
+if TYPE_CHECKING:
+    from envbuilder.docker.cache import WheelCache
+    from envbuilder.docker.client import DockerClient
+    from envbuilder.model import Combination, ResolvedCombination
+    from envbuilder.reporter import Reporter
 
 HELP = "build one Docker image per resolved combination from its lock (tag envbuilder/<id>:<lock sha256[:12]>)"
 
@@ -78,34 +86,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuilder.docker.build import (
-        ImageRequest,
-        base_image_for,
-        docker_client,
-        lock_path,
-        make_image,
-        push_image,
-    )
+    from envbuilder.docker.build import docker_client
     from envbuilder.docker.cache import WheelCache
     from envbuilder.model import load_resolution
     from envbuilder.reporter import Reporter
     from envbuilder.resolve.matrix import load_matrix
-    from envbuilder.sourcebuild.image import image_wheel
-    from envbuilder.target import not_in_images
 
     reporter = Reporter(verbose=args.verbose)
-    auth = None
-    if args.image_records is not None:
-        import os
-
-        from envbuilder.docker.registry import REGISTRY_VARIABLE, registry_auth
-
-        args.push = args.push or os.environ.get(REGISTRY_VARIABLE) or None
-        if not args.push:
-            raise InputError(
-                f"--image-records pushes: give --push REGISTRY or set {REGISTRY_VARIABLE}"
-            )
-        auth = registry_auth(os.environ)
+    auth = _push_settings(args)
     locks: Path = args.locks
     resolution = load_resolution(locks / "resolution.json")
     matrix = load_matrix(args.matrix or Path(resolution.matrix))
@@ -115,68 +103,17 @@ def run(args: argparse.Namespace) -> int:
     settings = args.settings
     cache = WheelCache(args.wheel_cache or settings.wheel_cache, client=settings.http_client())
     log_dir: Path = args.log_dir or locks / "build-logs"
+    target = _Target(client=client, cache=cache, log_dir=log_dir, auth=auth)
     built: list[str] = []
     skipped: list[str] = []
     for combination in chosen:
         rc = resolved.get(combination.id)
-        if rc is None:
-            skipped.append(combination.id)
-            reporter.line(
-                f"- {combination.id}: skipped, not in {locks / 'resolution.json'}; "
-                f"run `nox -s resolve -- {combination.id}`"
-            )
-            continue
-        if rc.status != "resolved":
-            skipped.append(combination.id)
-            reporter.line(f"- {combination.id}: skipped, {rc.status}: {rc.reason}")
-            continue
-        if (why := not_in_images(combination.platform)) is not None:
+        why = _why_skipped(combination, rc, locks)
+        if rc is None or why is not None:
             skipped.append(combination.id)
             reporter.line(f"- {combination.id}: skipped, {why}")
             continue
-        base = args.base_image or base_image_for(combination.base_image, combination.python)
-        lock = lock_path(rc, locks)
-        request = ImageRequest(
-            resolved=rc,
-            lock_path=lock,
-            force=args.force,
-            base_image=base,
-            log_dir=log_dir,
-            cache=cache,
-            revision=settings.revision,
-            no_cache=args.no_cache,
-            keep_stages=args.keep_stages,
-            built_wheel=image_wheel(rc, lock, cache),
-        )
-        if args.push and args.image_records is not None:
-            kept = _kept_record(args.image_records / f"{rc.id}.json", lock, args.push)
-            if kept is not None:
-                reporter.line(f"✓ {rc.id}: its lock did not change; {kept} is kept, not built")
-                built.append(kept)
-                print(kept, flush=True)
-                continue
-        made = make_image(request, client=client, reporter=reporter)
-        tag = made.tag
-        built.append(tag)
-        print(tag, flush=True)
-        if args.push and args.image_records is not None:
-            from envbuilder.docker.plan import lock_digest
-            from envbuilder.docker.registry import push_by_digest
-            from envbuilder.files import write_atomic
-
-            record = push_by_digest(
-                client,
-                made.id,
-                combination=rc.id,
-                lock_sha256=lock_digest(lock.read_bytes()),  # what make_image built from
-                registry=args.push,
-                auth=auth,
-                reporter=reporter,
-            )
-            write_atomic(args.image_records / f"{rc.id}.json", record.dumps())
-            print(record.reference, flush=True)
-        elif args.push:
-            print(push_image(client, tag, args.push, reporter=reporter), flush=True)
+        built.append(_build_one(args, combination, rc, target, reporter))
     reporter.line(f"{len(built)} image(s) ready, {len(skipped)} combination(s) skipped")
     reporter.summary(
         "| image |\n|---|\n" + "".join(f"| `{t}` |\n" for t in built)
@@ -190,6 +127,106 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Target:
+    """Where every image of a run is made and what it is pushed with."""
+
+    client: DockerClient
+    cache: WheelCache
+    log_dir: Path
+    auth: dict[str, str] | None  # the registry's credentials, for --image-records
+
+
+def _push_settings(args: argparse.Namespace) -> dict[str, str] | None:
+    """With ``--image-records``: ``args.push`` from $ENVBUILDER_REGISTRY where not given
+    (refused when neither is), and the registry's credentials; otherwise None."""
+    if args.image_records is None:
+        return None
+    import os
+
+    from envbuilder.docker.registry import REGISTRY_VARIABLE, registry_auth
+
+    args.push = args.push or os.environ.get(REGISTRY_VARIABLE) or None
+    if not args.push:
+        raise InputError(f"--image-records pushes: give --push REGISTRY or set {REGISTRY_VARIABLE}")
+    return registry_auth(os.environ)
+
+
+def _why_skipped(
+    combination: Combination, rc: ResolvedCombination | None, locks: Path
+) -> str | None:
+    """Why the combination gets no image (not resolved, or a platform without images)."""
+    from envbuilder.target import not_in_images
+
+    if rc is None:
+        return f"not in {locks / 'resolution.json'}; run `nox -s resolve -- {combination.id}`"
+    if rc.status != "resolved":
+        return f"{rc.status}: {rc.reason}"
+    return not_in_images(combination.platform)
+
+
+def _build_one(
+    args: argparse.Namespace,
+    combination: Combination,
+    rc: ResolvedCombination,
+    target: _Target,
+    reporter: Reporter,
+) -> str:
+    """Make one combination's image and push it where asked; what it prints first (its
+    tag, or a kept record's reference when its lock did not change)."""
+    from envbuilder.docker.build import (
+        ImageRequest,
+        base_image_for,
+        lock_path,
+        make_image,
+        push_image,
+    )
+    from envbuilder.sourcebuild.image import image_wheel
+
+    client = target.client
+    base = args.base_image or base_image_for(combination.base_image, combination.python)
+    lock = lock_path(rc, args.locks)
+    request = ImageRequest(
+        resolved=rc,
+        lock_path=lock,
+        force=args.force,
+        base_image=base,
+        log_dir=target.log_dir,
+        cache=target.cache,
+        revision=args.settings.revision,
+        no_cache=args.no_cache,
+        keep_stages=args.keep_stages,
+        built_wheel=image_wheel(rc, lock, target.cache),
+    )
+    if args.push and args.image_records is not None:
+        kept = _kept_record(args.image_records / f"{rc.id}.json", lock, args.push)
+        if kept is not None:
+            reporter.line(f"✓ {rc.id}: its lock did not change; {kept} is kept, not built")
+            print(kept, flush=True)
+            return kept
+    made = make_image(request, client=client, reporter=reporter)
+    print(made.tag, flush=True)
+    if args.push and args.image_records is not None:
+        from envbuilder.docker.plan import lock_digest
+        from envbuilder.docker.registry import push_by_digest
+        from envbuilder.files import write_atomic
+
+        record = push_by_digest(
+            client,
+            made.id,
+            combination=rc.id,
+            lock_sha256=lock_digest(lock.read_bytes()),  # what make_image built from
+            registry=args.push,
+            auth=target.auth,
+            reporter=reporter,
+        )
+        write_atomic(args.image_records / f"{rc.id}.json", record.dumps())
+        print(record.reference, flush=True)
+    elif args.push:
+        print(push_image(client, made.tag, args.push, reporter=reporter), flush=True)
+    return made.tag
 
 
 def _kept_record(path: Path, lock: Path, registry: str) -> str | None:
