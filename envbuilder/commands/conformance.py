@@ -15,10 +15,17 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuilder.errors import InputError, MissingToolError
 from envbuilder.model import Combination, verified_lock
+
+if TYPE_CHECKING:
+    from envbuilder.docker.build import ImageMade
+    from envbuilder.docker.cache import WheelCache
+    from envbuilder.docker.client import DockerClient
+    from envbuilder.model import ResolvedCombination
+    from envbuilder.reporter import Reporter
 
 __all__ = ["HELP", "configure", "run"]
 
@@ -140,50 +147,9 @@ def _run_in_place(
         summarize,
         unmatched_patterns,
     )
-    from envbuilder.consumer.installed import (
-        environment_mismatches,
-        installed_version,
-        torch_here,
-    )
 
-    torch_version, torch_cuda = torch_here()
-    here = {
-        "torch_version": torch_version,
-        "torch_cuda": torch_cuda,
-        "xformers_version": installed_version("xformers"),
-    }
-    problems = {c.id: environment_mismatches(c, **here) for c in chosen}
-    matching = [c for c in chosen if not problems[c.id]]
-    if not matching:
-        if not args.force or len(chosen) != 1:
-            detail = "\n".join(f"  {cid}: {'; '.join(p)}" for cid, p in problems.items())
-            hint = "select one combination and pass --force" if len(chosen) != 1 else "pass --force"
-            raise InputError(
-                f"this environment is none of the selected combinations:\n{detail}\n"
-                f"install the combination (envbuilder install) or {hint} to run anyway"
-            )
-        matching = list(chosen)
-    if len(matching) > 1:
-        raise InputError(
-            "this environment matches several selected combinations: "
-            + ", ".join(c.id for c in matching)
-            + "; select one"
-        )
-    combination = matching[0]
-    sha = lock_sha.get(combination.id)
-    if problems[combination.id]:
-        # --force: the run is real, but this environment is not the lock; do not claim it is.
-        log.warning(
-            "%s: this environment differs (%s): lock_sha256 stays null",
-            combination.id,
-            "; ".join(problems[combination.id]),
-        )
-        sha = None
-    elif sha is None:
-        log.warning(
-            "no lock hash for %s (no locks/resolution.json entry): lock_sha256 stays null",
-            combination.id,
-        )
+    combination, problems = _this_environment(args, chosen)
+    sha = _claimed_lock(combination, problems, lock_sha)
     out = args.out_dir / combination.results_file
     if out.is_dir():
         raise InputError(f"{out}: is a directory; the results file goes there")
@@ -214,30 +180,74 @@ def _run_in_place(
     return 0
 
 
+def _this_environment(
+    args: argparse.Namespace, chosen: Sequence[Combination]
+) -> tuple[Combination, list[str]]:
+    """The one selected combination this environment is, and how it differs from it (only
+    with ``--force``, which runs the one selected combination whatever this environment is)."""
+    from envbuilder.consumer.installed import (
+        environment_mismatches,
+        installed_version,
+        torch_here,
+    )
+
+    torch_version, torch_cuda = torch_here()
+    here = {
+        "torch_version": torch_version,
+        "torch_cuda": torch_cuda,
+        "xformers_version": installed_version("xformers"),
+    }
+    problems = {c.id: environment_mismatches(c, **here) for c in chosen}
+    matching = [c for c in chosen if not problems[c.id]]
+    if not matching:
+        if not args.force or len(chosen) != 1:
+            detail = "\n".join(f"  {cid}: {'; '.join(p)}" for cid, p in problems.items())
+            hint = "select one combination and pass --force" if len(chosen) != 1 else "pass --force"
+            raise InputError(
+                f"this environment is none of the selected combinations:\n{detail}\n"
+                f"install the combination (envbuilder install) or {hint} to run anyway"
+            )
+        matching = list(chosen)
+    if len(matching) > 1:
+        raise InputError(
+            "this environment matches several selected combinations: "
+            + ", ".join(c.id for c in matching)
+            + "; select one"
+        )
+    return matching[0], problems[matching[0].id]
+
+
+def _claimed_lock(
+    combination: Combination, problems: list[str], lock_sha: dict[str, str | None]
+) -> str | None:
+    """The lock hash the results claim: none where this environment differs from the lock."""
+    sha = lock_sha.get(combination.id)
+    if problems:
+        # --force: the run is real, but this environment is not the lock; do not claim it is.
+        log.warning(
+            "%s: this environment differs (%s): lock_sha256 stays null",
+            combination.id,
+            "; ".join(problems),
+        )
+        sha = None
+    elif sha is None:
+        log.warning(
+            "no lock hash for %s (no locks/resolution.json entry): lock_sha256 stays null",
+            combination.id,
+        )
+    return sha
+
+
 def _run_in_containers(
     args: argparse.Namespace,
     chosen: Sequence[Combination],
     resolution: Any,
     locks: dict[str, Any],
 ) -> int:
-    try:
-        from envbuilder.docker.build import (
-            ImageMade,
-            ImageRequest,
-            base_image_for,
-            docker_client,
-            lock_path,
-            make_image,
-        )
-        from envbuilder.sourcebuild.image import image_wheel
-    except ImportError as e:
-        raise MissingToolError(
-            f"the Docker image builder (envbuilder.docker.build) is not available: {e}; "
-            "use --in-place to run in this environment"
-        ) from e
-    import envbuilder
+    _require_image_builder()
+    from envbuilder.docker.build import docker_client
     from envbuilder.docker.cache import WheelCache
-    from envbuilder.docker.run import gpu_request, run_suite_container
+    from envbuilder.docker.run import gpu_request
     from envbuilder.reporter import Reporter
 
     settings = args.settings
@@ -247,7 +257,6 @@ def _run_in_containers(
     reporter = Reporter(verbose=getattr(args, "verbose", 0))
     out_dir: Path = args.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    package_dir = Path(envbuilder.__file__).resolve().parent
     failed: list[str] = []
     for combination in chosen:
         resolved = locks.get(combination.id)
@@ -257,65 +266,129 @@ def _run_in_containers(
                 f" run `nox -s resolve -- {combination.id}`"
             )
         with reporter.step(f"conformance {combination.id}"):
-            lock = lock_path(resolved, args.locks)
-            request = ImageRequest(
-                resolved=resolved,
-                lock_path=lock,
-                base_image=base_image_for(combination.base_image, combination.python),
-                log_dir=args.locks / "build-logs",
-                cache=cache,
-                revision=settings.revision,
-                built_wheel=image_wheel(resolved, lock, cache),
+            image = _image_of(
+                args, combination, resolved, client=client, cache=cache, reporter=reporter
             )
-            record = (
-                None
-                if args.image_records is None
-                else args.image_records / f"{combination.id}.json"
-            )
-            if record is not None and record.is_file():
-                import os
-
-                from envbuilder.docker.registry import ImageRecord, pull_verified, registry_auth
-
-                lock_sha256 = verified_lock(lock, resolved.lock_sha256)
-                pulled = pull_verified(
-                    client,
-                    ImageRecord.loads(record.read_text(encoding="utf-8"), source=str(record)),
-                    combination=combination.id,
-                    lock_sha256=lock_sha256,
-                    auth=registry_auth(os.environ),
-                    reporter=reporter,
-                )
-                image = ImageMade(tag=combination.image_tag(lock_sha256), id=pulled)
-            else:
-                image = make_image(request, client=client, reporter=reporter)
-            command = [
-                "python",
-                "-m",
-                "envbuilder.conformance",
-                "--out",
-                f"/results/{combination.results_file}",
-                *_suite_argv(args, combination.id, resolved.lock_sha256),
-            ]
-            reporter.command(["docker", "run", f"{image.id} ({image.tag})", *command])
-            results = combination.results_file
-            status, copied = run_suite_container(
-                client,
-                image.id,  # what was built now, whatever the tag names meanwhile
-                command,
+            failure = _run_suite_in(
+                args,
+                combination,
+                resolved,
+                image,
+                client=client,
                 devices=devices,
-                suite_dir=package_dir,
                 out_dir=out_dir,
-                results=results,
+                reporter=reporter,
             )
-            if copied != results:  # exit status 1 is also what an uncaught exception gives
-                kept = f"; the checks that finished are in {out_dir / copied}" if copied else ""
-                failed.append(f"{combination.id} (exit status {status}, no results written{kept})")
-            elif status not in (0, 1):  # 1: the suite ran and a gate check failed
-                failed.append(f"{combination.id} (exit status {status})")
-            else:
-                print(out_dir / results)
+            if failure is not None:
+                failed.append(failure)
     if failed:
         reporter.line("suite did not complete for: " + ", ".join(failed))
         return 1
     return 0
+
+
+def _require_image_builder() -> None:
+    """Refuse, naming ``--in-place``, where the Docker image builder cannot be imported."""
+    import importlib
+
+    try:
+        for module in ("envbuilder.docker.build", "envbuilder.sourcebuild.image"):
+            importlib.import_module(module)
+    except ImportError as e:
+        raise MissingToolError(
+            f"the Docker image builder (envbuilder.docker.build) is not available: {e}; "
+            "use --in-place to run in this environment"
+        ) from e
+
+
+def _image_of(
+    args: argparse.Namespace,
+    combination: Combination,
+    resolved: ResolvedCombination,
+    *,
+    client: DockerClient,
+    cache: WheelCache,
+    reporter: Reporter,
+) -> ImageMade:
+    """The combination's image: pulled by the digest its record names where
+    ``--image-records`` holds one (and checked), else made here from its lock."""
+    from envbuilder.docker.build import (
+        ImageMade,
+        ImageRequest,
+        base_image_for,
+        lock_path,
+        make_image,
+    )
+    from envbuilder.sourcebuild.image import image_wheel
+
+    lock = lock_path(resolved, args.locks)
+    request = ImageRequest(
+        resolved=resolved,
+        lock_path=lock,
+        base_image=base_image_for(combination.base_image, combination.python),
+        log_dir=args.locks / "build-logs",
+        cache=cache,
+        revision=args.settings.revision,
+        built_wheel=image_wheel(resolved, lock, cache),
+    )
+    record = None if args.image_records is None else args.image_records / f"{combination.id}.json"
+    if record is not None and record.is_file():
+        import os
+
+        from envbuilder.docker.registry import ImageRecord, pull_verified, registry_auth
+
+        lock_sha256 = verified_lock(lock, resolved.lock_sha256)
+        pulled = pull_verified(
+            client,
+            ImageRecord.loads(record.read_text(encoding="utf-8"), source=str(record)),
+            combination=combination.id,
+            lock_sha256=lock_sha256,
+            auth=registry_auth(os.environ),
+            reporter=reporter,
+        )
+        return ImageMade(tag=combination.image_tag(lock_sha256), id=pulled)
+    return make_image(request, client=client, reporter=reporter)
+
+
+def _run_suite_in(
+    args: argparse.Namespace,
+    combination: Combination,
+    resolved: ResolvedCombination,
+    image: ImageMade,
+    *,
+    client: DockerClient,
+    devices: Sequence[Any],
+    out_dir: Path,
+    reporter: Reporter,
+) -> str | None:
+    """Run the suite in a container of ``image`` (by its id, whatever the tag names
+    meanwhile) and print its results file; what failed, when it did not complete."""
+    import envbuilder
+    from envbuilder.docker.run import run_suite_container
+
+    command = [
+        "python",
+        "-m",
+        "envbuilder.conformance",
+        "--out",
+        f"/results/{combination.results_file}",
+        *_suite_argv(args, combination.id, resolved.lock_sha256),
+    ]
+    reporter.command(["docker", "run", f"{image.id} ({image.tag})", *command])
+    results = combination.results_file
+    status, copied = run_suite_container(
+        client,
+        image.id,  # what was built now, whatever the tag names meanwhile
+        command,
+        devices=devices,
+        suite_dir=Path(envbuilder.__file__).resolve().parent,
+        out_dir=out_dir,
+        results=results,
+    )
+    if copied != results:  # exit status 1 is also what an uncaught exception gives
+        kept = f"; the checks that finished are in {out_dir / copied}" if copied else ""
+        return f"{combination.id} (exit status {status}, no results written{kept})"
+    if status not in (0, 1):  # 1: the suite ran and a gate check failed
+        return f"{combination.id} (exit status {status})"
+    print(out_dir / results)
+    return None
