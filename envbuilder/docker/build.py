@@ -40,7 +40,8 @@ loaded) and the layers this process made for an earlier combination.
 The rest lives beside this module, which re-exports what other modules import from it:
 ``daemon`` (the client, images the daemon holds, the errors), ``base`` (the base's
 Python and the compiler layer), ``containers`` (running and
-sweeping the build's containers), ``identity`` (labels, digests, lock paths) and
+sweeping the build's containers), ``identity`` (labels, digests, lock paths),
+``image_inputs`` (what an image is made from, its layers' records, labels and config) and
 ``manifest`` (the venv's manifest).
 """
 
@@ -54,15 +55,14 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from envbuilder.docker.base import (
     COMPILER_PACKAGES,
-    _compiler_facts,
     _install_compiler,
     check_python,
 )
@@ -106,33 +106,34 @@ from envbuilder.docker.identity import (
     suite_lock_path,
     suite_wheels,
 )
+from envbuilder.docker.image_inputs import (
+    LAYERS,
+    OWNERS,
+    Inputs,
+    LayerRecord,
+    hash_tree,
+    image_config_of,
+    labels_of,
+    layer_keys,
+)
 from envbuilder.docker.layers import (
     BaseImage,
-    Layer,
     LayerTree,
     archive_chunks,
     chain_ids,
-    hash_layer,
-    image_config,
-    image_env,
     image_id,
     write_layer,
 )
 from envbuilder.docker.manifest import (
-    COMPILER_RECORD_DIR,
     DOCKER_DIR,
-    VENV,
     Manifest,
-    manifest_entries,
     manifest_of,
     measure_manifest,
 )
 from envbuilder.docker.plan import (
-    GROUPS,
     LayerPlan,
     LockedWheel,
     image_tag,
-    install_requirements,
     library_path,
     load_lock,
     lock_digest,
@@ -235,9 +236,39 @@ def make_image(
 ) -> ImageMade:
     """The combination's image, its layers made from the request's lock by this process;
     an image already under its tag is kept only when it is those very bytes."""
-    resolved, lock_path, cache = request.resolved, request.lock_path, request.cache
-    no_cache, base_image = request.no_cache, request.base_image
+    resolved, lock_path = request.resolved, request.lock_path
     reporter = reporter or Reporter()
+    lock_bytes, lock_sha256 = _read_lock(request)
+    tag = image_tag(resolved.id, lock_sha256)
+    if resolved.source_build is not None and request.built_wheel is None:
+        raise InputError(
+            f"{resolved.id} builds xformers from source, and no built wheel was given for its "
+            "image; an image build never compiles xformers itself: `envbuilder build` takes "
+            "the wheel its build record pins"
+        )
+    plan = plan_layers(
+        with_built_wheel(load_lock(lock_bytes, source=lock_path), request.built_wheel)
+    )
+    suite, suite_sha256 = suite_wheels(resolved, lock_path, plan)
+    client = docker_client(client)
+    base_ref = request.base_image or f"python:{resolved.python}-slim"
+    _ensure_base(client, base_ref, reporter)
+    base = inspect_base(client, base_ref)
+    # What a killed build left (its install container, a stage of a gigabyte), first.
+    request.cache.root.mkdir(parents=True, exist_ok=True)
+    sweep_leftovers(client, request.cache.root, image=base.id, reporter=reporter)
+    what = _inputs(
+        request, plan, suite=suite, suite_sha256=suite_sha256, base=base, lock_sha256=lock_sha256
+    )
+    found = _image_id(client, tag)
+    made = _make_logged(client, tag, what, request, found=found, reporter=reporter)
+    return ImageMade(tag=tag, id=made)
+
+
+def _read_lock(request: ImageRequest) -> tuple[bytes, str]:
+    """The bytes of the request's lock and their sha256, refused unless the combination is
+    resolved and the lock is the one its resolution records."""
+    resolved, lock_path = request.resolved, request.lock_path
     if resolved.status != "resolved":
         raise InputError(
             f"combination {resolved.id!r} is {resolved.status} ({resolved.reason}); nothing to build"
@@ -254,24 +285,20 @@ def make_image(
             f"{lock_path}: sha256 {lock_sha256!r} differs from {resolved.lock_sha256!r} in the "
             "resolution; the lock changed after resolving, run `nox -s resolve` again"
         )
-    tag = image_tag(resolved.id, lock_sha256)
-    if resolved.source_build is not None and request.built_wheel is None:
-        raise InputError(
-            f"{resolved.id} builds xformers from source, and no built wheel was given for its "
-            "image; an image build never compiles xformers itself: `envbuilder build` takes "
-            "the wheel its build record pins"
-        )
-    plan = plan_layers(
-        with_built_wheel(load_lock(lock_bytes, source=lock_path), request.built_wheel)
-    )
-    suite, suite_sha256 = suite_wheels(resolved, lock_path, plan)
-    client = docker_client(client)
-    base_ref = base_image or f"python:{resolved.python}-slim"
-    _ensure_base(client, base_ref, reporter)
-    base = inspect_base(client, base_ref)
-    # What a killed build left (its install container, a stage of a gigabyte), first.
-    cache.root.mkdir(parents=True, exist_ok=True)
-    sweep_leftovers(client, cache.root, image=base.id, reporter=reporter)
+    return lock_bytes, lock_sha256
+
+
+def _inputs(
+    request: ImageRequest,
+    plan: LayerPlan,
+    *,
+    suite: tuple[LockedWheel, ...],
+    suite_sha256: str,
+    base: BaseImage,
+    lock_sha256: str,
+) -> Inputs:
+    """What the image is made from, with the digest of them all (`inputs_digest`)."""
+    resolved = request.resolved
     library = library_path(resolved.extra_runtime, python=resolved.python)
     recipe = recipe_digest()
     what = Inputs(
@@ -286,18 +313,32 @@ def make_image(
         library_path=library,
         revision=request.revision,
     )
-    what = dataclasses.replace(
+    return dataclasses.replace(
         what,
         inputs=inputs_digest(
             lock_sha256=lock_sha256,
             base_id=base.id,
             recipe=recipe,
             library_path=library,
-            settings=image_settings(_labels(what, None)),
+            settings=image_settings(labels_of(what, None)),
             suite_sha256=suite_sha256,
         ),
     )
-    found = _image_id(client, tag)
+
+
+def _make_logged(
+    client: DockerClient,
+    tag: str,
+    what: Inputs,
+    request: ImageRequest,
+    *,
+    found: str | None,
+    reporter: Reporter,
+) -> str:
+    """`_make_image`, its log in ``log_dir/<id>.log`` (``<id>.failed.log`` when it fails);
+    every layer is made and sent again when one the daemon held went away meanwhile.
+    ``found``: the id of the image under ``tag`` before the build, said to be kept or replaced."""
+    resolved = request.resolved
     log_dir = request.log_dir
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{resolved.id}.log"
@@ -306,12 +347,13 @@ def make_image(
     try:
         with reporter.step(f"build {tag}"), new_log.open("w", encoding="utf-8") as log:
             reporter.detail(
-                f"layers: {plan.describe()}; base image {base_ref} ({base.id}); log {log_path}"
+                f"layers: {what.plan.describe()}; base image {what.base.ref} ({what.base.id});"
+                f" log {log_path}"
             )
-            check_python(client, base, resolved.python, log=log)
-            options: dict[str, Any] = dict(cache=cache, log=log, reporter=reporter, keep_stages=request.keep_stages)  # fmt: skip
+            check_python(client, what.base, resolved.python, log=log)
+            options: dict[str, Any] = dict(cache=request.cache, log=log, reporter=reporter, keep_stages=request.keep_stages)  # fmt: skip
             try:
-                made = _make_image(client, tag, what, no_cache=no_cache, **options)
+                made = _make_image(client, tag, what, no_cache=request.no_cache, **options)
             except LayerGone as e:
                 reporter.line(f"    {e}; making and sending every layer again")
                 log.write(f"{e}; making and sending every layer again\n")
@@ -330,111 +372,13 @@ def make_image(
         raise
     new_log.replace(log_path)
     failed_log.unlink(missing_ok=True)
-    return ImageMade(tag=tag, id=made)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Inputs:
-    """What one image is made from."""
-
-    resolved: ResolvedCombination
-    plan: LayerPlan
-    suite: tuple[LockedWheel, ...]  # the suite lock's wheels that the lock does not hold
-    suite_sha256: str  # "" without a suite lock
-    base: BaseImage
-    lock_sha256: str
-    recipe: str
-    inputs: str
-    library_path: str
-    revision: str | None = None  # `Settings.revision`; None: ask git
-
-    def wheels_of(self, layer: str) -> tuple[LockedWheel, ...]:
-        """The wheels a layer installs (none for ``compiler`` and ``venv``)."""
-        if layer == SUITE_GROUP:
-            return self.suite
-        if layer in GROUPS:
-            return self.plan.groups[layer]
-        return ()
-
-    def requirements(self, layer: str) -> str:
-        """What a layer is made from, as its layer key takes it."""
-        if layer == "compiler":
-            return " ".join(COMPILER_PACKAGES)
-        if layer == "venv":
-            return ""
-        return install_requirements(self.wheels_of(layer))
-
-
-#: Every layer envbuilder adds, bottom to top: the compiler (shared by every image of a
-#: base), the venv and user, the plan's groups, the suite's dependencies.
-LAYERS: tuple[str, ...] = ("compiler", "venv", *GROUPS, SUITE_GROUP)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LayerRecord:
-    """A layer this process made: its diff id (hashed from the bytes it wrote), size and the
-    manifest entries of its files."""
-
-    layer: Layer
-    entries: tuple[tuple[str, str, str], ...]
-    #: what the layer says about itself (the compiler layer: cc, c++ and its packages)
-    facts: Mapping[str, str] = field(default_factory=dict)
-    #: the tree it was hashed from, while this process keeps it (sent again from there
-    #: where the daemon needs the layer on another parent); checked again while sent
-    tree: Path | None = None
+    return made
 
 
 #: The layers this process made, by `layer_key`: a build of another combination of the same
 #: base reuses them while the daemon holds them. Never written to disk, where a record could
 #: be rewritten between processes to name a planted layer.
 _MADE_HERE: dict[str, LayerRecord] = {}
-
-
-def _layer_keys(inputs: Inputs) -> dict[str, str]:
-    return {
-        name: layer_key(
-            name, inputs.requirements(name), base_id=inputs.base.id, recipe=inputs.recipe
-        )
-        for name in LAYERS
-    }
-
-
-def _labels(inputs: Inputs, records: Mapping[str, LayerRecord] | None) -> dict[str, str]:
-    """The image's labels; without ``records``, those that the built layers do not decide
-    (the manifest's and the compiler's are left out): what `inputs_digest` takes."""
-    manifest = Manifest(sha256="", files=0)
-    if records is not None:
-        manifest = manifest_of(records[name].entries for name in LAYERS)
-    labels = image_labels(
-        inputs.resolved,
-        lock_sha256=inputs.lock_sha256,
-        manifest=manifest,
-        base_image=inputs.base.ref,
-        plan=inputs.plan,
-        revision=source_revision(inputs.revision),
-        recipe=inputs.recipe,
-        compiler=records["compiler"].facts if records is not None else None,
-        suite=inputs.suite,
-        suite_sha256=inputs.suite_sha256,
-    ) | base_labels(inputs.base)
-    if records is None:
-        return {k: v for k, v in labels.items() if not k.startswith(f"{LABEL_PREFIX}.manifest.")}
-    return labels | {f"{LABEL_PREFIX}.inputs.sha256": inputs.inputs}
-
-
-def _config(inputs: Inputs, records: Mapping[str, LayerRecord]) -> bytes:
-    """The image config of ``inputs`` over these layers: what the build loads, byte for byte."""
-    base = inputs.base
-    settings = image_settings(_labels(inputs, records))
-    return image_config(
-        base,
-        [(_describe(name, inputs), records[name].layer) for name in LAYERS],
-        env=image_env(base.config.get("Env") or [], venv=VENV, library_path=inputs.library_path),
-        labels=settings["labels"],
-        user=settings["user"],
-        workdir=settings["workdir"],
-        cmd=settings["cmd"],
-    )
 
 
 def _make_image(
@@ -449,12 +393,62 @@ def _make_image(
     keep_stages: bool,
     send_all: bool = False,
 ) -> str:
-    base = inputs.base
-    keys = _layer_keys(inputs)
+    """Make the layers no one holds, load the image under ``tag`` and return its id."""
+    keys = layer_keys(inputs)
+    records, needed = _reusable_layers(client, inputs, keys, no_cache=no_cache, send_all=send_all)
+    cache.root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="envbuilder-build-", dir=cache.root))
+    (work / _STAGE_OWNER).write_text(owner_token() + "\n", encoding="utf-8")
+    try:
+        if needed:
+            reporter.line(
+                f"    make layer(s) {', '.join(needed)}; reuse {', '.join(records) or 'none'}"
+            )
+            made = _make_layers(client, inputs, needed, work, cache=cache, log=log, reporter=reporter)  # fmt: skip
+            for name in needed:
+                record = made[name]
+                if not keep_stages:
+                    record = _keep_tree(record, cache.root)
+                _MADE_HERE[keys[name]] = record
+                records[name] = record
+                reporter.detail(f"{name}: {record.layer.diff_id} ({record.layer.size / 1e6:.1f} MB)")  # fmt: skip
+            if keep_stages:
+                for name in needed:
+                    with (work / f"{name}.tar").open("wb") as f:
+                        write_layer(made[name].tree or work, f, owners=OWNERS)
+        config = image_config_of(inputs, records)
+        reporter.detail(f"manifest sha256 {manifest_of(records[n].entries for n in LAYERS).sha256}")
+        made_id = image_id(config)
+        previous = _image_id(client, tag)
+        if _image_id(client, made_id) is None:
+            _load(client, tag, config, records, send_all=send_all, reporter=reporter)
+        else:
+            client.images.get(made_id).tag(*tag.rsplit(":", 1))
+        if previous is not None and previous != made_id:
+            _remove_if_unused(client, previous, reporter)
+        if keep_stages:
+            reporter.line(f"    stages kept in {work}")
+        return made_id
+    finally:
+        if not keep_stages:
+            remove_stage(client, work, image=inputs.base.id)
+
+
+def _reusable_layers(
+    client: DockerClient,
+    inputs: Inputs,
+    keys: Mapping[str, str],
+    *,
+    no_cache: bool,
+    send_all: bool,
+) -> tuple[dict[str, LayerRecord], list[str]]:
+    """The layers this process made that the image can reuse (by name), and the names of
+    those it must make: a layer is reused while this process keeps its tree, or while the
+    daemon holds its bytes on the very layers below it."""
     present = _daemon_chains(client)
     records: dict[str, LayerRecord] = {}
     needed: list[str] = []
-    diff_ids = list(base.diff_ids)
+    diff_ids = list(inputs.base.diff_ids)
     for name in LAYERS:
         # ``no_cache`` makes the lock's layers again; the compiler is the base's, not the lock's
         fresh = send_all or (no_cache and name != "compiler")
@@ -475,56 +469,35 @@ def _make_image(
         else:
             records[name] = record
             diff_ids.append(record.layer.diff_id)
-    cache.root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="envbuilder-build-", dir=cache.root))
-    (work / _STAGE_OWNER).write_text(owner_token() + "\n", encoding="utf-8")
-    try:
-        if needed:
-            reporter.line(
-                f"    make layer(s) {', '.join(needed)}; reuse {', '.join(records) or 'none'}"
-            )
-            made = _make_layers(client, inputs, needed, work, cache=cache, log=log, reporter=reporter)  # fmt: skip
-            for name in needed:
-                record = made[name]
-                if not keep_stages:
-                    record = _keep_tree(record, cache.root)
-                _MADE_HERE[keys[name]] = record
-                records[name] = record
-                reporter.detail(f"{name}: {record.layer.diff_id} ({record.layer.size / 1e6:.1f} MB)")  # fmt: skip
-            if keep_stages:
-                for name in needed:
-                    with (work / f"{name}.tar").open("wb") as f:
-                        write_layer(made[name].tree or work, f, owners=_OWNERS)
-        config = _config(inputs, records)
-        reporter.detail(f"manifest sha256 {manifest_of(records[n].entries for n in LAYERS).sha256}")
-        made_id = image_id(config)
-        previous = _image_id(client, tag)
-        if _image_id(client, made_id) is None:
-            all_diffs = json.loads(config)["rootfs"]["diff_ids"]
-            chains = chain_ids(all_diffs)
-            present = set() if send_all else _daemon_chains(client)  # as late as can be
-            trees = {
-                r.layer.diff_id: LayerTree(root=r.tree, layer=r.layer, owners=_OWNERS)
-                for r in records.values()
-                if r.tree is not None
-            }
-            missing = {
-                d: trees[d]
-                for d, c in zip(all_diffs, chains, strict=True)
-                if c not in present and d in trees
-            }
-            with reporter.step(f"docker load {tag} ({len(missing)} new layer(s))"):
-                load_image(client, archive_chunks(config, tag=tag, layer_trees=missing))
-        else:
-            client.images.get(made_id).tag(*tag.rsplit(":", 1))
-        if previous is not None and previous != made_id:
-            _remove_if_unused(client, previous, reporter)
-        if keep_stages:
-            reporter.line(f"    stages kept in {work}")
-        return made_id
-    finally:
-        if not keep_stages:
-            remove_stage(client, work, image=base.id)
+    return records, needed
+
+
+def _load(
+    client: DockerClient,
+    tag: str,
+    config: bytes,
+    records: Mapping[str, LayerRecord],
+    *,
+    send_all: bool,
+    reporter: Reporter,
+) -> None:
+    """``docker load`` the image ``config`` as ``tag``, with the layers the daemon lacks
+    (every layer with ``send_all``), each made again from its tree as it is sent."""
+    all_diffs = json.loads(config)["rootfs"]["diff_ids"]
+    chains = chain_ids(all_diffs)
+    present = set() if send_all else _daemon_chains(client)  # as late as can be
+    trees = {
+        r.layer.diff_id: LayerTree(root=r.tree, layer=r.layer, owners=OWNERS)
+        for r in records.values()
+        if r.tree is not None
+    }
+    missing = {
+        d: trees[d]
+        for d, c in zip(all_diffs, chains, strict=True)
+        if c not in present and d in trees
+    }
+    with reporter.step(f"docker load {tag} ({len(missing)} new layer(s))"):
+        load_image(client, archive_chunks(config, tag=tag, layer_trees=missing))
 
 
 def _make_layers(
@@ -543,7 +516,6 @@ def _make_layers(
     each tree is hashed as soon as its container says it is final, while the others
     still install; nothing is written but the trees.
     """
-    base = inputs.base
     out = work / "out"
     out.mkdir()
     hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="envbuilder-hash")
@@ -554,59 +526,19 @@ def _make_layers(
     def final(name: str) -> None:
         with lock:
             if name in needed and name not in hashed:
-                hashed[name] = hashing.submit(_hash_tree, name, out / name)
+                hashed[name] = hashing.submit(hash_tree, name, out / name)
 
     def install_compiler() -> None:
-        _install_compiler(client, base, out, log=log, reporter=reporter)
+        _install_compiler(client, inputs.base, out, log=log, reporter=reporter)
         final("compiler")
 
     try:
         compiler = others.submit(install_compiler) if "compiler" in needed else None
         groups = [name for name in needed if name != "compiler"]
         if groups:
-            wheels = [w for name in groups for w in inputs.wheels_of(name)]
-            with reporter.step(f"fetch {len(wheels)} wheel(s) into {cache.root}"):
-                for wheel in wheels:
-                    cache.fetch(wheel)
-            for name in groups:
-                if name != "venv":
-                    _link_group(cache, work / "wheels" / name, inputs.wheels_of(name))
-            (work / "wheels").mkdir(exist_ok=True)
-            # each group's tree is its own mount: the compiler's container writes beside
-            # them, and neither container's hand-over (chown) may walk the other's tree
-            for name in groups:
-                (out / name).mkdir()
-
-            def on_line(line: str) -> None:
-                group, _, done = line.removeprefix("install-group.sh: ").rpartition(" ")
-                if line.startswith("install-group.sh: ") and done == "done":
-                    final(group)
-
-            with reporter.step(f"install {', '.join(groups)} and compile their bytecode"):
-                status, output = run_container(
-                    client,
-                    base.id,
-                    ["sh", "/envbuilder/recipe/install-group.sh", "/envbuilder/out", *groups],
-                    volumes={
-                        str(DOCKER_DIR): {"bind": "/envbuilder/recipe", "mode": "ro"},
-                        str(work / "wheels"): {"bind": "/envbuilder/wheels", "mode": "ro"},
-                        **{
-                            str(out / name): {"bind": f"/envbuilder/out/{name}", "mode": "rw"}
-                            for name in groups
-                        },
-                    },
-                    log=log,
-                    reporter=reporter,
-                    role="install",
-                    environment={"ENVBUILDER_OWNER": f"{os.getuid()}:{os.getgid()}"},
-                    on_line=on_line,
-                )
-            if status != 0:
-                raise BuildFailed(
-                    f"installing {inputs.resolved.id}'s wheels failed:\n  {build_error(output)}"
-                )
-            for name in groups:
-                final(name)  # an older recipe's container, or a line lost: hash it now
+            _install_groups(
+                client, inputs, groups, work, cache=cache, log=log, reporter=reporter, final=final
+            )
         if compiler is not None:
             compiler.result()
         with reporter.step(f"hash {len(needed)} layer(s)"):
@@ -619,15 +551,63 @@ def _make_layers(
         hashing.shutdown(wait=True, cancel_futures=True)
 
 
-def _hash_tree(name: str, stage: Path) -> LayerRecord:
-    """The record of the layer the tree ``stage`` makes (its bytes hashed, nothing written)."""
-    return LayerRecord(
-        layer=hash_layer(stage, owners=_OWNERS),
-        entries=tuple(manifest_entries(stage / VENV.lstrip("/")))
-        + tuple(manifest_entries(stage / COMPILER_RECORD_DIR.lstrip("/"), prefix=COMPILER_RECORD_DIR)),
-        facts=_compiler_facts(stage) if name == "compiler" else {},
-        tree=stage,
-    )  # fmt: skip
+def _install_groups(
+    client: DockerClient,
+    inputs: Inputs,
+    groups: list[str],
+    work: Path,
+    *,
+    cache: WheelCache,
+    log: IO[str],
+    reporter: Reporter,
+    final: Callable[[str], None],
+) -> None:
+    """Install the wheels' ``groups`` into their trees under ``work/out``, in one container
+    of the base (no network) that mounts only those trees; ``final(group)`` as each is."""
+    out = work / "out"
+    wheels = [w for name in groups for w in inputs.wheels_of(name)]
+    with reporter.step(f"fetch {len(wheels)} wheel(s) into {cache.root}"):
+        for wheel in wheels:
+            cache.fetch(wheel)
+    for name in groups:
+        if name != "venv":
+            _link_group(cache, work / "wheels" / name, inputs.wheels_of(name))
+    (work / "wheels").mkdir(exist_ok=True)
+    # each group's tree is its own mount: the compiler's container writes beside
+    # them, and neither container's hand-over (chown) may walk the other's tree
+    for name in groups:
+        (out / name).mkdir()
+
+    def on_line(line: str) -> None:
+        group, _, done = line.removeprefix("install-group.sh: ").rpartition(" ")
+        if line.startswith("install-group.sh: ") and done == "done":
+            final(group)
+
+    with reporter.step(f"install {', '.join(groups)} and compile their bytecode"):
+        status, output = run_container(
+            client,
+            inputs.base.id,
+            ["sh", "/envbuilder/recipe/install-group.sh", "/envbuilder/out", *groups],
+            volumes={
+                str(DOCKER_DIR): {"bind": "/envbuilder/recipe", "mode": "ro"},
+                str(work / "wheels"): {"bind": "/envbuilder/wheels", "mode": "ro"},
+                **{
+                    str(out / name): {"bind": f"/envbuilder/out/{name}", "mode": "rw"}
+                    for name in groups
+                },
+            },
+            log=log,
+            reporter=reporter,
+            role="install",
+            environment={"ENVBUILDER_OWNER": f"{os.getuid()}:{os.getgid()}"},
+            on_line=on_line,
+        )
+    if status != 0:
+        raise BuildFailed(
+            f"installing {inputs.resolved.id}'s wheels failed:\n  {build_error(output)}"
+        )
+    for name in groups:
+        final(name)  # an older recipe's container, or a line lost: hash it now
 
 
 #: At most this many bytes of layer trees stay on disk for the rest of the process (oldest
@@ -682,15 +662,3 @@ def _forget_tree(diff_id: str) -> None:
     for key, record in list(_MADE_HERE.items()):
         if record.layer.diff_id == diff_id:
             _MADE_HERE[key] = dataclasses.replace(record, tree=None)
-
-
-#: Owners other than root:root in envbuilder's layers.
-_OWNERS = {"home/envbuilder": (10001, 10001)}
-
-
-def _describe(name: str, inputs: Inputs) -> str:
-    if name == "compiler":
-        return f"envbuilder: compiler, Debian packages {' '.join(COMPILER_PACKAGES)}"
-    if name == "venv":
-        return f"envbuilder: empty venv {VENV} and user envbuilder (10001)"
-    return f"envbuilder: {name} layer, {len(inputs.wheels_of(name))} wheel(s)"
