@@ -8,11 +8,17 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuilder.commands._args import add_matrix_argument, add_selectors
 from envbuilder.model import ResolvedCombination
 from envbuilder.reporter import Reporter
+
+if TYPE_CHECKING:
+    from envbuilder.index.relay import IndexRelay
+    from envbuilder.model import Combination
+    from envbuilder.resolve.matrix import Matrix
+    from envbuilder.resolve.resolver import ResolveSettings
 
 HELP = (
     "resolve matrix combinations into hash-pinned locks (pylock.<id>.toml, requirements.<id>.txt)"
@@ -63,13 +69,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from envbuilder.errors import InputError
     from envbuilder.files import write_atomic
-    from envbuilder.index.relay import IndexRelay
-    from envbuilder.model import Resolution, load_resolution
-    from envbuilder.resolve.closure import find_uv
-    from envbuilder.resolve.evidence import IndexEvidence
-    from envbuilder.resolve.locker import LockSettings
+    from envbuilder.model import Resolution
     from envbuilder.resolve.matrix import load_matrix
-    from envbuilder.resolve.resolver import Resolver, ResolveSettings
 
     if args.jobs < 1:
         raise InputError(f"--jobs must be at least 1, not {args.jobs!r}")
@@ -77,6 +78,44 @@ def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     selected = matrix.select(args.selectors)
     matrix.require_index_urls(selected)
+    results, downloaded, requests_made = _resolve(args, matrix, selected, reporter)
+    resolution_path = args.out / "resolution.json"
+    resolution = Resolution(
+        matrix=str(args.matrix),
+        matrix_sha256=matrix.sha256,
+        combinations=_kept_with_earlier(results, matrix, resolution_path, reporter),
+    )
+    write_atomic(resolution_path, json.dumps(resolution.to_json(), indent=2, sort_keys=True) + "\n")
+
+    counts = {
+        s: sum(1 for r in results if r.status == s) for s in ("resolved", "unsatisfiable", "error")
+    }
+    reporter.line(
+        f"{counts['resolved']} resolved, {counts['unsatisfiable']} unsatisfiable, {counts['error']} error(s); "
+        f"{downloaded / 1e6:.1f} MB in {requests_made} requests; wrote {resolution_path}"
+    )
+    reporter.summary(_markdown(results))
+    if args.json:
+        selected_doc = Resolution(
+            matrix=str(args.matrix), matrix_sha256=matrix.sha256, combinations=tuple(results)
+        )
+        json.dump(selected_doc.to_json(), sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    return 1 if counts["error"] else 0
+
+
+def _resolve(
+    args: argparse.Namespace,
+    matrix: Matrix,
+    selected: Sequence[Combination],
+    reporter: Reporter,
+) -> tuple[list[ResolvedCombination], int, int]:
+    """Resolve *selected* through one HTTP client and its relay for uv, with a progress
+    line per combination: the results, then the bytes downloaded and requests made."""
+    from envbuilder.index.relay import IndexRelay
+    from envbuilder.resolve.evidence import IndexEvidence
+    from envbuilder.resolve.resolver import Resolver
+
     cache_dir = args.cache_dir or args.settings.cache_dir
     progress = _Progress(reporter, total=len(selected))
     with (
@@ -88,22 +127,7 @@ def run(args: argparse.Namespace) -> int:
         ) as client,
         IndexRelay(client) as relay,
     ):
-        settings = ResolveSettings(
-            default_index_url=args.settings.index_url,
-            jobs=args.jobs,
-            locking=LockSettings(
-                out_dir=args.out,
-                cache_dir=cache_dir,
-                uv=find_uv(),
-                python=sys.executable,
-                offline=args.offline,
-                upgrade=args.upgrade,
-                suite=matrix.suite.requirements,
-                ca_bundle=args.settings.ca_bundle,
-                credentials=args.settings.credentials.merged(matrix.credentials),
-                relay=relay,
-            ),
-        )
+        settings = _settings(args, matrix, cache_dir, relay)
         resolver = Resolver(
             indexes=dict(matrix.indexes),
             evidence=IndexEvidence(client),
@@ -123,11 +147,49 @@ def run(args: argparse.Namespace) -> int:
                 raise
             if any(r.status == "error" for r in results):
                 step.fail()
-        downloaded, requests_made = client.bytes_downloaded, client.requests_made
+        return results, client.bytes_downloaded, client.requests_made
 
-    # Keep earlier answers for combinations not selected this time (still in the matrix).
+
+def _settings(
+    args: argparse.Namespace, matrix: Matrix, cache_dir: Path, relay: IndexRelay
+) -> ResolveSettings:
+    """The resolver's settings: the options, the matrix's suite and credentials, and the
+    relay uv reaches the indexes through."""
+    from envbuilder.resolve.closure import find_uv
+    from envbuilder.resolve.locker import LockSettings
+    from envbuilder.resolve.resolver import ResolveSettings
+
+    return ResolveSettings(
+        default_index_url=args.settings.index_url,
+        jobs=args.jobs,
+        locking=LockSettings(
+            out_dir=args.out,
+            cache_dir=cache_dir,
+            uv=find_uv(),
+            python=sys.executable,
+            offline=args.offline,
+            upgrade=args.upgrade,
+            suite=matrix.suite.requirements,
+            ca_bundle=args.settings.ca_bundle,
+            credentials=args.settings.credentials.merged(matrix.credentials),
+            relay=relay,
+        ),
+    )
+
+
+def _kept_with_earlier(
+    results: Sequence[ResolvedCombination],
+    matrix: Matrix,
+    resolution_path: Path,
+    reporter: Reporter,
+) -> tuple[ResolvedCombination, ...]:
+    """This run's answers, in the matrix's order, beside the earlier answers of combinations
+    not selected this time (still in the matrix); an error is no answer: it never replaces
+    an earlier one (the index may be down)."""
+    from envbuilder.errors import InputError
+    from envbuilder.model import load_resolution
+
     previous: dict[str, ResolvedCombination] = {}
-    resolution_path = args.out / "resolution.json"
     if resolution_path.exists():
         try:
             previous = load_resolution(resolution_path).by_id()
@@ -135,36 +197,15 @@ def run(args: argparse.Namespace) -> int:
             reporter.line(f"note: not keeping earlier results: {e}")
     fresh = {r.id: r for r in results}
     for cid, result in list(fresh.items()):
-        # An error is no answer: it never replaces an earlier one (the index may be down).
         earlier = previous.get(cid)
         if result.status == "error" and earlier is not None and earlier.status != "error":
             reporter.line(f"note: {cid}: kept the earlier {earlier.status} answer after this error")
             del fresh[cid]
-    merged = tuple(
+    return tuple(
         fresh.get(c.id) or previous[c.id]
         for c in matrix.combinations
         if c.id in fresh or c.id in previous
     )
-    resolution = Resolution(
-        matrix=str(args.matrix), matrix_sha256=matrix.sha256, combinations=merged
-    )
-    write_atomic(resolution_path, json.dumps(resolution.to_json(), indent=2, sort_keys=True) + "\n")
-
-    counts = {
-        s: sum(1 for r in results if r.status == s) for s in ("resolved", "unsatisfiable", "error")
-    }
-    reporter.line(
-        f"{counts['resolved']} resolved, {counts['unsatisfiable']} unsatisfiable, {counts['error']} error(s); "
-        f"{downloaded / 1e6:.1f} MB in {requests_made} requests; wrote {resolution_path}"
-    )
-    reporter.summary(_markdown(results))
-    if args.json:
-        selected_doc = Resolution(
-            matrix=str(args.matrix), matrix_sha256=matrix.sha256, combinations=tuple(results)
-        )
-        json.dump(selected_doc.to_json(), sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-    return 1 if counts["error"] else 0
 
 
 class _Progress:
