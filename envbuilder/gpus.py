@@ -13,16 +13,18 @@ predictions read architectures through `CudaArch` alone.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 
+from envbuilder.conformance._archs import CudaArch, covering, parse_arch_list
 from envbuilder.errors import InputError
 
 __all__ = [
     "GPU_ARCH",
     "GPU_COMPUTE_CAPABILITY",
     "CudaArch",
+    "arch_covering",
     "arch_covers",
+    "arch_of",
     "compute_capability",
     "gpu_arch",
     "gpu_capability",
@@ -61,56 +63,6 @@ GPU_ARCH: dict[str, str] = {"GH200": "aarch64", "GB200": "aarch64"}
 
 _SM = re.compile(r"sm_?(\d+)(\d)", re.IGNORECASE)
 _DOTTED = re.compile(r"\d+\.\d")
-#: a TORCH_CUDA_ARCH_LIST entry: compute capability, an arch-specific "a"/"f", "+PTX"
-_CUDA_ARCH = re.compile(r"(\d{1,2})\.(\d)([af]?)(\+PTX)?")
-#: what separates the entries of a TORCH_CUDA_ARCH_LIST: "8.0 9.0", "8.0;9.0"
-_ARCH_LIST_SEPARATOR = re.compile(r"[\s;,]+")
-
-
-@dataclass(frozen=True, order=True)
-class CudaArch:
-    """One ``TORCH_CUDA_ARCH_LIST`` entry: ``9.0``, ``10.0a``, ``8.6+PTX``.
-
-    Ordered by compute capability, then the arch-specific suffix; ``str()``
-    spells it as TORCH_CUDA_ARCH_LIST does.
-    """
-
-    major: int
-    minor: int
-    variant: str = ""  # "a", "f" (arch-specific code) or "" (machine code)
-    ptx: bool = False  # "+PTX": also PTX the driver compiles for later GPUs
-
-    @classmethod
-    def parse(cls, text: str) -> CudaArch | None:
-        """The entry *text* spells (``" 9.0+PTX"``), or None for anything else."""
-        if m := _CUDA_ARCH.fullmatch(text.strip()):
-            return cls(int(m.group(1)), int(m.group(2)), m.group(3), bool(m.group(4)))
-        return None
-
-    @classmethod
-    def of(cls, text: str) -> CudaArch | None:
-        """An entry, or the compute capability of a GPU the table names (``H200`` -> 9.0)."""
-        if (arch := cls.parse(text)) is not None:
-            return arch
-        cc = gpu_capability(text)
-        return None if cc is None else cls.parse(cc)
-
-    @property
-    def capability(self) -> tuple[int, int]:
-        return (self.major, self.minor)
-
-    def __str__(self) -> str:
-        return f"{self.major}.{self.minor}{self.variant}{'+PTX' if self.ptx else ''}"
-
-
-def parse_arch_list(text: str) -> Iterator[CudaArch]:
-    """The entries of a ``TORCH_CUDA_ARCH_LIST`` (``"8.0 9.0+PTX"``, ``"8.0;9.0+ptx"``) that
-    parse; others are skipped."""
-    for item in _ARCH_LIST_SEPARATOR.split(text.strip()):
-        base, plus, suffix = item.partition("+")
-        spelt = f"{base}+{suffix.upper()}" if plus else base
-        if spelt and (arch := CudaArch.parse(spelt)) is not None:
-            yield arch
 
 
 def _squash(name: str) -> str:
@@ -165,15 +117,22 @@ def gpu_capability(name: str) -> str | None:
     return GPU_COMPUTE_CAPABILITY.get(_squash(name))
 
 
-def arch_covers(arch_list: str, cc: str) -> bool:
-    """Whether a ``TORCH_CUDA_ARCH_LIST`` (``"8.0 9.0+PTX"``, ``"8.0;9.0"``) runs on *cc*.
+def arch_of(text: str) -> CudaArch | None:
+    """An entry (``9.0a``), or the compute capability of a GPU the table names (``H200`` -> 9.0)."""
+    if (arch := CudaArch.parse(text)) is not None:
+        return arch
+    cc = gpu_capability(text)
+    return None if cc is None else CudaArch.parse(cc)
 
-    An exact architecture runs natively; ``X+PTX`` is JIT-compiled on anything
-    newer than X. Arch-specific entries (``9.0a``) are not counted.
-    """
+
+def arch_covering(arch_list: str, cc: str) -> str | None:
+    """The entry of a ``TORCH_CUDA_ARCH_LIST`` (``"8.0 9.0+PTX"``, ``"8.0;9.0"``) whose code
+    runs on a GPU of *cc*: machine code (``"8.0"`` runs on 8.6), else PTX the driver
+    compiles (``"8.0+PTX"``); None when nothing runs (the rule: `covering`)."""
     major, _, minor = cc.partition(".")
-    want = (int(major), int(minor or 0))
-    return any(
-        not arch.variant and (arch.capability == want or (arch.ptx and arch.capability <= want))
-        for arch in parse_arch_list(arch_list)
-    )
+    return covering(parse_arch_list(arch_list), (int(major), int(minor or 0)))
+
+
+def arch_covers(arch_list: str, cc: str) -> bool:
+    """Whether anything of a ``TORCH_CUDA_ARCH_LIST`` runs on a GPU of *cc*."""
+    return arch_covering(arch_list, cc) is not None

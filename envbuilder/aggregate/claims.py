@@ -51,7 +51,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY
+from envbuilder.gpus import GPU_COMPUTE_CAPABILITY
 from envbuilder.lockfile.model import Run
 from envbuilder.model import ResolvedCombination
 from envbuilder.target import ARCHES, platform_arch, platform_family

@@ -170,7 +170,7 @@ def _lock_url(args: argparse.Namespace) -> str | None:
 def _host_decides(args: argparse.Namespace) -> bool:
     """Whether the host decides the rejections (a Grace GPU implies aarch64), which makes
     them news; a plain filter's misses are not."""
-    from envbuilder.lockfile.gpus import gpu_arch
+    from envbuilder.gpus import gpu_arch
 
     return bool(args.here or args.arch or args.driver or gpu_arch(args.gpu or ""))
 

@@ -17,10 +17,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from envbuilder.conformance._archs import covering, parse_arch_list, torch_arch_list
 from envbuilder.conformance._context import Context
 from envbuilder.conformance._record import USES, CheckSpec, Number, Outcome, Skip
 
-__all__ = ["arch_covered", "parse_arch_list", "release_of", "specs"]
+__all__ = ["release_of", "specs"]
 
 
 def _version(dist: str) -> str | None:
@@ -33,52 +34,6 @@ def _version(dist: str) -> str | None:
 def release_of(version: str) -> str:
     """``2.10.0+cu128`` -> ``2.10.0``: the public release, without a local label."""
     return version.split("+", 1)[0]
-
-
-def parse_arch_list(text: str) -> list[tuple[int, int, str]]:
-    """``"7.5 8.0+PTX 9.0a"`` -> ``[(7, 5, ""), (8, 0, "ptx"), (9, 0, "a")]`` (TORCH_CUDA_ARCH_LIST)."""
-    entries: list[tuple[int, int, str]] = []
-    for token in re.split(r"[\s;,]+", text.strip()):
-        m = re.fullmatch(r"(\d+)\.(\d+)([af]?)(\+PTX)?", token, flags=re.IGNORECASE)
-        if m is None:
-            continue
-        major, minor = int(m.group(1)), int(m.group(2))
-        suffix = m.group(3).lower()
-        entries.append((major, minor, suffix))
-        if m.group(4):
-            entries.append((major, minor, "ptx"))
-    return entries
-
-
-def arch_covered(entries: list[tuple[int, int, str]], capability: tuple[int, int]) -> str | None:
-    """The entry that runs on a GPU of ``capability``, or None.
-
-    Machine code runs on its own compute capability and on later minors of the
-    same major (``8.0`` runs on 8.6); arch-specific code (``9.0a``) only on its
-    own; PTX is compiled by the driver for any later capability.
-    """
-    major, minor = capability
-    for e_major, e_minor, suffix in entries:  # machine code first: no JIT at start-up
-        if suffix in ("a", "f") and (e_major, e_minor) == capability:
-            return f"{e_major}.{e_minor}{suffix}"
-        if suffix == "" and e_major == major and e_minor <= minor:
-            return f"{e_major}.{e_minor}"
-    for e_major, e_minor, suffix in entries:
-        if suffix == "ptx" and (e_major, e_minor) <= capability:
-            return f"{e_major}.{e_minor}+PTX"
-    return None
-
-
-def _torch_arch_entries(arch_list: list[str]) -> list[tuple[int, int, str]]:
-    """torch.cuda.get_arch_list() (``sm_90``, ``sm_90a``, ``compute_90``) as parse_arch_list entries."""
-    entries: list[tuple[int, int, str]] = []
-    for item in arch_list:
-        m = re.fullmatch(r"(sm|compute)_(\d+?)(\d)([af]?)", item)
-        if m is None:
-            continue
-        suffix = "ptx" if m.group(1) == "compute" else m.group(4)
-        entries.append((int(m.group(2)), int(m.group(3)), suffix))
-    return entries
 
 
 def _xformers_dir() -> Path | None:
@@ -162,7 +117,7 @@ def torch_arch(ctx: Context) -> Outcome:
         raise Skip("no CUDA device: architecture coverage needs a GPU")
     cap = torch.cuda.get_device_capability(ctx.device)
     arch_list = torch.cuda.get_arch_list()
-    hit = arch_covered(_torch_arch_entries(arch_list), cap)
+    hit = covering(torch_arch_list(arch_list), cap)
     numbers: dict[str, Number] = {
         "compute_capability": f"{cap[0]}.{cap[1]}",
         "torch_arch_list": " ".join(arch_list),
@@ -257,7 +212,7 @@ def xformers_arch(ctx: Context) -> Outcome:
     if not arch_text:
         raise Skip("xformers' build record has no TORCH_CUDA_ARCH_LIST")
     cap = torch.cuda.get_device_capability(ctx.device)
-    hit = arch_covered(parse_arch_list(arch_text), cap)
+    hit = covering(parse_arch_list(arch_text), cap)
     numbers: dict[str, Number] = {
         "compute_capability": f"{cap[0]}.{cap[1]}",
         "arch_list": arch_text,

@@ -33,8 +33,8 @@ from typing import Literal
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import InputError
-from envbuilder.lockfile.drivers import compatible_driver, driver_satisfies, driver_version
-from envbuilder.lockfile.gpus import (
+from envbuilder.gpus import (
+    arch_covering,
     arch_covers,
     compute_capability,
     gpu_arch,
@@ -42,6 +42,7 @@ from envbuilder.lockfile.gpus import (
     same_model,
     sm,
 )
+from envbuilder.lockfile.drivers import compatible_driver, driver_satisfies, driver_version
 from envbuilder.lockfile.model import (
     INSTALLABLE,
     USES,
@@ -228,10 +229,8 @@ RejectionKind = Literal["python", "arch", "driver", "cuda", "torch", "xformers",
 def _ptx_only(entry: Entry, cc: str) -> bool:
     """Whether xformers' kernels reach *cc* only by PTX JIT (``9.0+PTX`` on a 10.0 GPU)."""
     arch = entry.xformers_build.built_with.arch_list if entry.xformers_build else None
-    if not arch or not arch_covers(arch, cc):
-        return False
-    exact = " ".join(a.partition("+")[0] for a in arch.replace(";", " ").split())
-    return not arch_covers(exact, cc)
+    hit = arch_covering(arch, cc) if arch else None
+    return hit is not None and hit.endswith("+PTX")
 
 
 def driver_warning(entry: Entry, driver: str, cc: str | None) -> str | None:

@@ -26,7 +26,7 @@ from envbuilder.consumer.advice import (
 from envbuilder.consumer.query import Match, Query, answer, replacement
 from envbuilder.errors import InputError, OutputError
 from envbuilder.files import write_atomic
-from envbuilder.lockfile.gpus import GPU_ARCH, GPU_COMPUTE_CAPABILITY
+from envbuilder.gpus import GPU_ARCH, GPU_COMPUTE_CAPABILITY
 from envbuilder.lockfile.model import (
     INSTALLABLE,
     USES,

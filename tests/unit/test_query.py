@@ -24,7 +24,7 @@ from envbuilder.consumer.advice import (
 from envbuilder.consumer.query import Query, answer, asked_cuda, select
 from envbuilder.consumer.query_text import render
 from envbuilder.errors import InputError
-from envbuilder.lockfile.gpus import arch_covers, compute_capability
+from envbuilder.gpus import arch_covering, arch_covers, compute_capability
 from envbuilder.lockfile.model import (
     USES,
     CompatLock,
@@ -74,14 +74,32 @@ def test_unknown_gpu_is_bad_input() -> None:
     ("arch", "cc", "runs"),
     [
         ("8.0 9.0", "9.0", True),
-        ("8.0;9.0", "8.6", False),
+        ("8.0;9.0", "8.6", True),  # sm_80 machine code runs on later minors of its major
+        ("8.6", "8.0", False),
         ("8.0 8.6+PTX", "9.0", True),
         ("9.0+PTX", "8.0", False),
         ("7.5 8.0", "10.0", False),
+        ("9.0a", "9.0", True),  # arch-specific code, on its own capability
+        ("9.0a", "10.0", False),
     ],
 )
 def test_arch_list_coverage(arch: str, cc: str, runs: bool) -> None:
     assert arch_covers(arch, cc) is runs
+
+
+@pytest.mark.parametrize(
+    ("arch", "cc", "by"),
+    [
+        ("7.5 8.0+PTX 8.0 9.0a", "9.0", "9.0a"),  # xformers 0.0.35's list on an H100
+        ("7.5 8.0+PTX 8.0 9.0a", "8.9", "8.0"),  # machine code, no JIT on an L4
+        ("7.5 8.0+PTX 8.0 9.0a", "10.0", "8.0+PTX"),  # a B200 runs it only by PTX JIT
+    ],
+)
+def test_the_query_and_the_suite_read_coverage_alike(arch: str, cc: str, by: str) -> None:
+    from envbuilder.conformance._archs import covering, parse_arch_list
+
+    major, minor = (int(part) for part in cc.split("."))
+    assert arch_covering(arch, cc) == covering(parse_arch_list(arch), (major, minor)) == by
 
 
 @pytest.mark.parametrize(

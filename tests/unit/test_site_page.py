@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder.conformance._record import Impl
-from envbuilder.lockfile.gpus import GPU_COMPUTE_CAPABILITY
+from envbuilder.gpus import GPU_COMPUTE_CAPABILITY
 from envbuilder.lockfile.model import USES, CheckOutcome, CompatLock
 from envbuilder.publish.plots import (
     COMPILE_KEYS,

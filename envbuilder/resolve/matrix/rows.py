@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from envbuilder.gpus import GPU_COMPUTE_CAPABILITY, CudaArch, gpu_capability
+from envbuilder.gpus import GPU_COMPUTE_CAPABILITY, CudaArch, arch_of, gpu_capability
 from envbuilder.model import Combination, IndexSpec, XformersSource
 from envbuilder.resolve.matrix.fields import (
     _COMBINATION_KEYS,
@@ -186,7 +186,7 @@ class _RowBuilder:
         archs: set[CudaArch] = set()
         bad = False
         for at, text in located:
-            arch = CudaArch.of(text)
+            arch = arch_of(text)
             if arch is None:
                 known = ", ".join(sorted(GPU_COMPUTE_CAPABILITY))
                 self.loader.problem(
@@ -246,7 +246,7 @@ class _RowBuilder:
         names = [*self.runners.gpus, *self.runners.labels_for(cuda)]
         for labels in self.runners.gpus.values():
             names += labels
-        archs = {arch for name in names if (arch := CudaArch.of(gpu_capability(name) or ""))}
+        archs = {arch for name in names if (arch := arch_of(gpu_capability(name) or ""))}
         return tuple(map(str, sorted(archs)))
 
     def known_index(self, name: str, where: str) -> bool:
