@@ -29,8 +29,8 @@ from envbuilder.consumer.advice import (
     one_line,
 )
 from envbuilder.consumer.query import Answer, Match, Query, replacement
+from envbuilder.gpus import gpu_model, sm
 from envbuilder.lockfile.drivers import COMPATIBILITY_SOURCE, DRIVER_SOURCE
-from envbuilder.lockfile.gpus import gpu_model, sm
 from envbuilder.lockfile.model import INSTALLABLE, VERDICT_RANK, CompatLock, Use
 
 if TYPE_CHECKING:
