@@ -40,6 +40,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from envbuilder.bench._proxy import CountingProxy
 from envbuilder.pylock import packages, read_lock
@@ -265,16 +266,7 @@ def exit_status(checks: Sequence[Check], failures: int) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nox -s bench -- resolve", description=__doc__)
-    parser.add_argument("selectors", nargs="*", help="combinations to resolve (default: all)")
-    parser.add_argument("--matrix", default="matrix.toml")
-    parser.add_argument("--rounds", type=int, default=3, help="cold runs of each (default: 3)")
-    parser.add_argument(
-        "--no-serial", action="store_true", help="skip the serial uv pip compile anchor"
-    )
-    args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
+    args = _parse_args(argv)
 
     from envbuilder.resolve.closure import find_uv
     from envbuilder.settings import Settings
@@ -286,47 +278,69 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)",
         flush=True,
     )
+    runs = _measure(args, index_url=index_url, uv=uv)
+    _print_runs(runs)
+    checks = _checks(runs)
+    print()
+    for c in checks:
+        print(f"{'✓' if c.ok else '✕'} {c.text}  (target {c.target})")
+    if runs.failures:
+        print(f"✕ {runs.failures} run(s) failed")
+    rc = exit_status(checks, runs.failures)
+    print(f"bench resolve: {'targets met' if rc == 0 else 'a target was missed'} (exit {rc})")
+    return rc
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="nox -s bench -- resolve", description=__doc__)
+    parser.add_argument("selectors", nargs="*", help="combinations to resolve (default: all)")
+    parser.add_argument("--matrix", default="matrix.toml")
+    parser.add_argument("--rounds", type=int, default=3, help="cold runs of each (default: 3)")
+    parser.add_argument(
+        "--no-serial", action="store_true", help="skip the serial uv pip compile anchor"
+    )
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    return args
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Runs:
+    """Every run of one benchmark, with what the first cold run resolved."""
+
+    eb_cold: list[Measurement]
+    uv_cold: list[Measurement]
+    reruns: list[Measurement]
+    ci_warm: list[Measurement]
+    identical: bool
+    """Whether every CI-warm run wrote the first cold run's files, byte for byte."""
+    uv_rerun: Measurement
+    uv_export: Measurement
+    serial: Measurement | None
+    extras: list[str]
+    resolution: Mapping[str, Any]
+    total_wheels: int
+
+    @property
+    def failures(self) -> int:
+        """Failed cold runs of both sides and envbuilder's warm runs (the ``uv lock`` re-run,
+        the exports and the serial anchor are reported, not counted)."""
+        return sum(m.failures for m in [*self.eb_cold, *self.uv_cold, *self.reruns, *self.ci_warm])
+
+
+def _measure(args: argparse.Namespace, *, index_url: str, uv: str) -> _Runs:
+    """Every run, behind one counting proxy, in a temporary directory removed after them."""
     with tempfile.TemporaryDirectory(prefix="bench-resolve-") as tmp, CountingProxy() as proxy:
         root = Path(tmp)
-        eb_cold: list[Measurement] = []
-        uv_cold: list[Measurement] = []
         project = root / "anchor"
         project.mkdir()
-        extras: list[str] = []
-        for i in range(1, args.rounds + 1):
-            out, cache = root / f"cold-{i}" / "locks", root / f"cold-{i}" / "cache"
-            print(f"+ round {i}: envbuilder resolve (cold)", flush=True)
-            eb_cold.append(
-                _envbuilder(proxy, "envbuilder cold", args.selectors, args.matrix, out, cache)
-            )
-            if i == 1:
-                resolution = json.loads((out / "resolution.json").read_text(encoding="utf-8"))
-                pairings = _pairings(resolution)
-                extras = list(pairings)
-                pythons = sorted({c["combination"]["python"] for c in resolution["combinations"]})
-                (project / "pyproject.toml").write_text(
-                    anchor_project(pairings, pythons=pythons, index_url=index_url),
-                    encoding="utf-8",
-                )
-            print(f"+ round {i}: uv lock over {len(extras)} conflicting extras (cold)", flush=True)
-            (project / "uv.lock").unlink(missing_ok=True)
-            uv_cache = root / f"uv-cache-{i}"
-            uv_cold.append(_uv_lock(proxy, "uv lock cold", project, uv_cache, uv))
-            if i < args.rounds:
-                shutil.rmtree(uv_cache, ignore_errors=True)
-
+        eb_cold, uv_cold, extras = _cold_rounds(
+            proxy, args, root, project, index_url=index_url, uv=uv
+        )
         first_out, first_cache = root / "cold-1" / "locks", root / "cold-1" / "cache"
         print("+ envbuilder re-runs (same --out) and CI-warm runs (fresh --out)", flush=True)
-        reruns, ci_warm, identical = [], [], True
-        for i in range(1, args.rounds + 1):
-            reruns.append(
-                _envbuilder(proxy, "re-run", args.selectors, args.matrix, first_out, first_cache)
-            )
-            ci_out = root / f"ci-{i}" / "locks"
-            ci_warm.append(
-                _envbuilder(proxy, "CI-warm", args.selectors, args.matrix, ci_out, first_cache)
-            )
-            identical = identical and _tree(ci_out) == _tree(first_out)
+        reruns, ci_warm, identical = _warm_rounds(proxy, args, root, first_out, first_cache)
         print("+ uv lock re-run, uv export per extra", flush=True)
         last_uv_cache = root / f"uv-cache-{args.rounds}"
         uv_rerun = _uv_lock(proxy, "uv lock re-run", project, last_uv_cache, uv)
@@ -338,41 +352,122 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"+ uv pip compile x {len(jobs)}, serially (cold)", flush=True)
             serial = _uv_serial(proxy, jobs, root / "uv-serial-cache", index_url, uv)
         total_wheels = _wheel_bytes(first_out)
+    return _Runs(
+        eb_cold=eb_cold, uv_cold=uv_cold, reruns=reruns, ci_warm=ci_warm, identical=identical,
+        uv_rerun=uv_rerun, uv_export=uv_export, serial=serial, extras=extras,
+        resolution=resolution, total_wheels=total_wheels,
+    )  # fmt: skip
 
-    combos = resolution["combinations"]
+
+def _cold_rounds(
+    proxy: CountingProxy,
+    args: argparse.Namespace,
+    root: Path,
+    project: Path,
+    *,
+    index_url: str,
+    uv: str,
+) -> tuple[list[Measurement], list[Measurement], list[str]]:
+    """Cold envbuilder and cold ``uv lock`` runs, interleaved; the anchor project is written
+    from the first envbuilder run's resolution. Returns both sides' runs and the extras."""
+    eb_cold: list[Measurement] = []
+    uv_cold: list[Measurement] = []
+    extras: list[str] = []
+    for i in range(1, args.rounds + 1):
+        out, cache = root / f"cold-{i}" / "locks", root / f"cold-{i}" / "cache"
+        print(f"+ round {i}: envbuilder resolve (cold)", flush=True)
+        eb_cold.append(
+            _envbuilder(proxy, "envbuilder cold", args.selectors, args.matrix, out, cache)
+        )
+        if i == 1:
+            extras = _write_anchor(project, out / "resolution.json", index_url=index_url)
+        print(f"+ round {i}: uv lock over {len(extras)} conflicting extras (cold)", flush=True)
+        (project / "uv.lock").unlink(missing_ok=True)
+        uv_cache = root / f"uv-cache-{i}"
+        uv_cold.append(_uv_lock(proxy, "uv lock cold", project, uv_cache, uv))
+        if i < args.rounds:
+            shutil.rmtree(uv_cache, ignore_errors=True)
+    return eb_cold, uv_cold, extras
+
+
+def _write_anchor(project: Path, resolution_json: Path, *, index_url: str) -> list[str]:
+    """Writes the anchor's ``pyproject.toml`` for the pairings ``resolution_json`` resolved;
+    returns its extras."""
+    resolution = json.loads(resolution_json.read_text(encoding="utf-8"))
+    pairings = _pairings(resolution)
+    pythons = sorted({c["combination"]["python"] for c in resolution["combinations"]})
+    (project / "pyproject.toml").write_text(
+        anchor_project(pairings, pythons=pythons, index_url=index_url),
+        encoding="utf-8",
+    )
+    return list(pairings)
+
+
+def _warm_rounds(
+    proxy: CountingProxy, args: argparse.Namespace, root: Path, first_out: Path, first_cache: Path
+) -> tuple[list[Measurement], list[Measurement], bool]:
+    """Re-runs into the first cold run's ``--out`` and CI-warm runs into fresh ones, both with
+    its cache; returns them and whether every CI-warm run wrote the same files."""
+    reruns: list[Measurement] = []
+    ci_warm: list[Measurement] = []
+    identical = True
+    for i in range(1, args.rounds + 1):
+        reruns.append(
+            _envbuilder(proxy, "re-run", args.selectors, args.matrix, first_out, first_cache)
+        )
+        ci_out = root / f"ci-{i}" / "locks"
+        ci_warm.append(
+            _envbuilder(proxy, "CI-warm", args.selectors, args.matrix, ci_out, first_cache)
+        )
+        identical = identical and _tree(ci_out) == _tree(first_out)
+    return reruns, ci_warm, identical
+
+
+def _median_s(runs: Sequence[Measurement]) -> float:
+    return statistics.median(m.seconds for m in runs)
+
+
+def _print_runs(runs: _Runs) -> None:
+    """The load, what was resolved, each kind of run's spread and the cold ratios."""
+    combos = runs.resolution["combinations"]
     resolved = sum(1 for c in combos if c["status"] == "resolved")
     load = os.getloadavg()
     print()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    if max(m.load for m in [*eb_cold, *uv_cold]) > (os.cpu_count() or 1):
+    if max(m.load for m in [*runs.eb_cold, *runs.uv_cold]) > (os.cpu_count() or 1):
         print("note: the load exceeded the CPU count during the cold runs; not a quiet machine")
     print(
-        f"combinations: {len(combos)} ({resolved} resolved) in {len(extras)} pairings; "
-        f"wheels resolved: {_mb(total_wheels)}"
+        f"combinations: {len(combos)} ({resolved} resolved) in {len(runs.extras)} pairings; "
+        f"wheels resolved: {_mb(runs.total_wheels)}"
     )
-    print(_spread("envbuilder cold", eb_cold))
-    print(_spread(f"uv lock cold ({len(extras)} extras)", uv_cold))
-    print(_spread("envbuilder re-run (same --out)", reruns))
-    print(_spread("envbuilder CI-warm (fresh --out)", ci_warm))
-    print(_spread("uv lock re-run", [uv_rerun]))
-    print(_spread(uv_export.name, [uv_export]))
-    if serial is not None:
-        print(_spread(serial.name, [serial]))
+    print(_spread("envbuilder cold", runs.eb_cold))
+    print(_spread(f"uv lock cold ({len(runs.extras)} extras)", runs.uv_cold))
+    print(_spread("envbuilder re-run (same --out)", runs.reruns))
+    print(_spread("envbuilder CI-warm (fresh --out)", runs.ci_warm))
+    print(_spread("uv lock re-run", [runs.uv_rerun]))
+    print(_spread(runs.uv_export.name, [runs.uv_export]))
+    if runs.serial is not None:
+        print(_spread(runs.serial.name, [runs.serial]))
 
-    eb_med = statistics.median(m.seconds for m in eb_cold)
-    uv_med = statistics.median(m.seconds for m in uv_cold)
-    ratio = eb_med / uv_med
-    per_round = [e.seconds / u.seconds for e, u in zip(eb_cold, uv_cold, strict=True)]
+    eb_med = _median_s(runs.eb_cold)
+    ratio = eb_med / _median_s(runs.uv_cold)
+    per_round = [e.seconds / u.seconds for e, u in zip(runs.eb_cold, runs.uv_cold, strict=True)]
     print(
         f"cold ratio envbuilder / uv lock: median {ratio:.2f} "
         f"(per round {', '.join(f'{r:.2f}' for r in per_round)})"
     )
-    if serial is not None:
-        print(f"cold ratio envbuilder / serial uv pip compile: {eb_med / serial.seconds:.2f}")
-    share = statistics.median(m.bytes_down for m in eb_cold) / total_wheels if total_wheels else 1.0
-    rerun_med = statistics.median(m.seconds for m in reruns)
-    ci_med = statistics.median(m.seconds for m in ci_warm)
-    checks = [
+    if runs.serial is not None:
+        print(f"cold ratio envbuilder / serial uv pip compile: {eb_med / runs.serial.seconds:.2f}")
+
+
+def _checks(runs: _Runs) -> list[Check]:
+    """Each target against the runs."""
+    ratio = _median_s(runs.eb_cold) / _median_s(runs.uv_cold)
+    eb_down = statistics.median(m.bytes_down for m in runs.eb_cold)
+    share = eb_down / runs.total_wheels if runs.total_wheels else 1.0
+    rerun_med = _median_s(runs.reruns)
+    ci_med = _median_s(runs.ci_warm)
+    return [
         Check(
             text=f"cold envbuilder / cold uv lock = {ratio:.2f} (medians)",
             target=f"<= {COLD_RATIO_TARGET}",
@@ -389,9 +484,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ok=ci_med <= CI_WARM_TARGET_S,
         ),
         Check(
-            text=f"CI-warm locks byte-identical to the cold run's: {identical}",
+            text=f"CI-warm locks byte-identical to the cold run's: {runs.identical}",
             target="identical",
-            ok=identical,
+            ok=runs.identical,
         ),
         Check(
             text=f"bytes downloaded (cold) = {share:.3%} of wheels",
@@ -399,12 +494,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             ok=share < BYTES_SHARE_TARGET,
         ),
     ]
-    print()
-    for c in checks:
-        print(f"{'✓' if c.ok else '✕'} {c.text}  (target {c.target})")
-    failures = sum(m.failures for m in [*eb_cold, *uv_cold, *reruns, *ci_warm])
-    if failures:
-        print(f"✕ {failures} run(s) failed")
-    rc = exit_status(checks, failures)
-    print(f"bench resolve: {'targets met' if rc == 0 else 'a target was missed'} (exit {rc})")
-    return rc
