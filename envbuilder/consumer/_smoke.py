@@ -70,10 +70,61 @@ def _import_compiler() -> None:
     import torch._inductor.compile_fx  # noqa: F401
 
 
+def _xformers(report: dict[str, Any]) -> Any:
+    """``xformers.ops`` (None when xformers is absent or breaks), its version, whether its
+    extension loaded and the warnings its import gave, into ``report["xformers"]``."""
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import xformers
+            import xformers.ops
+
+        has_cpp = getattr(xformers, "_has_cpp_library", None)
+        report["xformers"] = {
+            "version": getattr(xformers, "__version__", None),
+            "extension_loaded": has_cpp,
+            "warnings": [str(w.message)[:500] for w in caught],
+        }
+        return xformers.ops
+    except ImportError as e:
+        report["xformers"] = None if "xformers" in str(e.name or "") else {"error": str(e)}
+    except Exception as e:  # an xformers that breaks on this torch is a finding, not a crash
+        report["xformers"] = {"error": f"import xformers raised {type(e).__name__}: {e}"[:500]}
+    return None
+
+
+def _attention_checks(
+    torch: Any,
+) -> tuple[Callable[..., Any], Callable[[Any], dict[str, Any]], tuple[Any, ...]]:
+    """SDPA in xformers' layout, a check of an output against float32 SDPA, and its inputs."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 128, 4, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+
+    def sdpa(q: Any, k: Any, v: Any) -> Any:  # [B, M, H, K] in and out, like xformers
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        )
+        return out.transpose(1, 2)
+
+    reference = sdpa(q.float(), k.float(), v.float())
+
+    def check(out: Any) -> dict[str, Any]:
+        err = float((out.float() - reference).abs().max())
+        if not err <= TOLERANCE:
+            raise AssertionError(f"max abs error {err:.3g} > {TOLERANCE}")
+        return {"max_abs_error": err}
+
+    return sdpa, check, (q, k, v)
+
+
 def probe(argv: list[str] | None = None) -> dict[str, Any]:
+    """What the environment's torch and xformers are and whether attention gives correct
+    numbers, eager and compiled; the compile checks' answers come from the check cache
+    while nothing they depend on changed (``--recheck`` runs them anyway)."""
     inherited = dict(os.environ)
     args = list(sys.argv[1:] if argv is None else argv)
-    recheck = "--recheck" in args
     override = args[args.index("--cache") + 1] if "--cache" in args else None
     cc = _checkcache()
     cache = cc.cache_dir(sys.prefix, override)
@@ -92,59 +143,20 @@ def probe(argv: list[str] | None = None) -> dict[str, Any]:
         report["gpu"] = torch.cuda.get_device_name(0)
         major, minor = torch.cuda.get_device_capability(0)
         report["compute_capability"] = f"{major}.{minor}"
-    xops: Any = None
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            import xformers
-            import xformers.ops
-
-        xops = xformers.ops
-        has_cpp = getattr(xformers, "_has_cpp_library", None)
-        report["xformers"] = {
-            "version": getattr(xformers, "__version__", None),
-            "extension_loaded": has_cpp,
-            "warnings": [str(w.message)[:500] for w in caught],
-        }
-    except ImportError as e:
-        report["xformers"] = None if "xformers" in str(e.name or "") else {"error": str(e)}
-    except Exception as e:  # an xformers that breaks on this torch is a finding, not a crash
-        report["xformers"] = {"error": f"import xformers raised {type(e).__name__}: {e}"[:500]}
+    xops = _xformers(report)
     if not cuda:
         return report
-
     gpu = cc.gpu_facts()
     if gpu.get("driver"):
         report["driver"] = gpu["driver"]
     key = cc.check_key(__file__, gpu, inherited)
-    recorded, report["cache"] = cc.reuse(cc.read_record(cache), key, recheck=recheck)
+    recorded, report["cache"] = cc.reuse(cc.read_record(cache), key, recheck="--recheck" in args)
     report["cache"]["dir"] = None if cache is None else str(cache)
     compiler = None
     if recorded is None:  # the compile checks run: import their modules beside CUDA's start
         compiler = threading.Thread(target=_import_compiler, name="import-compiler", daemon=True)
         compiler.start()
-    import torch.nn.functional as F
-
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 128, 4, 64, device="cuda", dtype=torch.float16) for _ in range(3))
-
-    def sdpa(q: Any, k: Any, v: Any) -> Any:  # [B, M, H, K] in and out, like xformers
-        out = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        )
-        return out.transpose(1, 2)
-
-    reference = sdpa(q.float(), k.float(), v.float())
-
-    def error(out: Any) -> float:
-        return float((out.float() - reference).abs().max())
-
-    def check(out: Any) -> dict[str, Any]:
-        err = error(out)
-        if not err <= TOLERANCE:
-            raise AssertionError(f"max abs error {err:.3g} > {TOLERANCE}")
-        return {"max_abs_error": err}
-
+    sdpa, check, (q, k, v) = _attention_checks(torch)
     _attempt(report, "attention_sdpa", lambda: check(sdpa(q, k, v)))
     if xops is not None:
         _attempt(
@@ -160,8 +172,7 @@ def probe(argv: list[str] | None = None) -> dict[str, Any]:
     compiled_sdpa = torch.compile(sdpa, dynamic=True)
     _attempt(report, "compile_sdpa", lambda: check(compiled_sdpa(q, k, v)))
     if xops is not None:
-        attention: Any = xops.memory_efficient_attention
-        compiled_xf: Any = torch.compile(attention, dynamic=True)
+        compiled_xf: Any = torch.compile(xops.memory_efficient_attention, dynamic=True)
         _attempt(report, "compile_xformers", lambda: check(compiled_xf(q, k, v)))
     note = cc.write_record(cache, key, report)
     if note:
