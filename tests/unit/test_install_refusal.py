@@ -4,7 +4,6 @@ a CUDA build installs, said once."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from envbuilder.cli import main
 from envbuilder.lockfile.model import INSTALLABLE, Entry
 from envbuilder.lockfile.read import load_lockfile
+from tests.support.user_venv import pip_venv_without_uv
 
 DATA = Path(__file__).parents[1] / "data"
 COMMITTED = Path(__file__).parents[2] / "envbuilder" / "data" / "compat.lock.json"
@@ -59,23 +59,8 @@ def test_an_unverified_row_names_the_verified_one_on_another_python(
 @pytest.fixture
 def no_gpu_no_uv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The synthetic lockfile, an active Python 3.11 venv with pip, no uv, no GPU."""
-    venv = tmp_path / "user-venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").touch(mode=0o755)
-    (venv / "pyvenv.cfg").write_text("include-system-site-packages = false\nversion = 3.11.7\n")
-    (venv / "lib" / "python3.11" / "site-packages" / "pip").mkdir(parents=True)
-    (venv / "lib" / "python3.11" / "site-packages" / "pip" / "__init__.py").touch()
-    monkeypatch.setenv("VIRTUAL_ENV", str(venv))
-    monkeypatch.delenv("CONDA_PREFIX", raising=False)
-    monkeypatch.setenv("ENVBUILDER_CACHE_DIR", str(tmp_path / "cache"))
-    shutil.copytree(DATA / "locks", tmp_path / "locks")
-    monkeypatch.chdir(tmp_path)
-    argv = ["lock", "--resolution", "locks/resolution.json", "--results", str(DATA / "results")]
-    assert main(argv) == 0
-    (tmp_path / "empty-path").mkdir()
-    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))  # no nvidia-smi, no uv
-    monkeypatch.setitem(sys.modules, "uv", None)
-    monkeypatch.setitem(sys.modules, "pynvml", None)
+    pip_venv_without_uv(tmp_path, monkeypatch)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # and no NVML: no GPU
     return tmp_path
 
 
