@@ -192,8 +192,20 @@ def _evidence(m: Match) -> str:
         return ""
     said = m.evidence.text if m.evidence is not None else "untested on any GPU"
     if m.evidence is None and m.entry.gpus:
-        said = "not verified on any GPU"
+        said = _measured_uses(m)
     return f"  [{said}]"
+
+
+def _measured_uses(m: Match) -> str:
+    """Where a combination whose worst use is not verified was measured, and the uses that
+    are verified there (``measured on H200: inference, training verified;
+    inference-compiled with a workaround``)."""
+    gpus = ", ".join(g.gpu for g in m.entry.gpus)
+    plain = [u.use for u in m.entry.uses if u.verdict.verdict == "verified"]
+    worked = [u.use for u in m.entry.uses if u.verdict.verdict == "verified-with-workaround"]
+    parts = [f"{', '.join(plain)} verified"] if plain else []
+    parts += [f"{', '.join(worked)} with a workaround"] if worked else []
+    return f"measured on {gpus}: {'; '.join(parts) or 'no use verified'}"
 
 
 def render(

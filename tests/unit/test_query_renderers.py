@@ -104,3 +104,20 @@ def test_the_json_names_the_lockfile_without_its_password_and_who_was_judged(
         "note": "no NVML",
         "os": "",
     }
+
+
+def test_a_row_measured_on_the_gpu_says_which_uses_are_verified_there() -> None:
+    """The carried lockfile's xformers rows are measured on an H200 with the worst use
+    unusable: the line says where they were measured and which uses hold there, not that
+    they were never verified on any GPU."""
+    from envbuilder.consumer.query_text import render
+    from envbuilder.lockfile.read import load_lockfile
+
+    carried = load_lockfile(Path(__file__).parents[2] / "envbuilder" / "data" / "compat.lock.json")
+    query = Query(gpu="9.0", gpu_name="H200")
+    lines = render(answer(carried, query), use=None, now=NOW, width=400, everything=True)
+    (row,) = [line for line in lines if "py3.12-cu130-torch2.11.0-xformers0.0.35 " in line]
+    assert row.endswith(
+        "[measured on NVIDIA H200: inference, training verified; "
+        "inference-compiled with a workaround]"
+    ), row
