@@ -132,9 +132,22 @@ def _findings(arm: Arm) -> str:
         report: dict[str, Any] = json.JSONDecoder().raw_decode(arm.output[start:])[0]
     except ValueError:
         return "      (no JSON: " + " / ".join(arm.output.strip().splitlines()[-3:]) + ")"
-    return "\n".join(
-        f"      {f['status']:<4} {f['name']}: {f['detail'][:160]}" for f in report["findings"]
-    )
+    lines = [f"      {f['status']:<4} {f['name']}: {f['detail'][:160]}" for f in report["findings"]]
+    return "\n".join([*lines, *_probe_times(report.get("probe") or {})])
+
+
+def _probe_times(probe: Mapping[str, Any]) -> list[str]:
+    """Where the probe's time went: each probe process, and the smoke test's phases."""
+    out = []
+    if probe.get("probe_seconds"):
+        out.append(_seconds("probes", probe["probe_seconds"]))
+    if probe.get("seconds"):
+        out.append(_seconds("smoke test", probe["seconds"]))
+    return out
+
+
+def _seconds(what: str, seconds: Mapping[str, float]) -> str:
+    return f"      time, {what}: " + ", ".join(f"{k} {v:.2f}s" for k, v in seconds.items())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

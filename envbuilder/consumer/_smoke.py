@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable
@@ -119,10 +120,27 @@ def _attention_checks(
     return sdpa, check, (q, k, v)
 
 
+class Phases:
+    """Seconds by phase since the probe started, into ``report["seconds"]``: where a
+    start-up check's time goes (the doctor's ``--json`` shows it, the bench prints it)."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        self._last = self._start = time.perf_counter()
+        self._seconds: dict[str, float] = report.setdefault("seconds", {})
+
+    def done(self, phase: str) -> None:
+        now = time.perf_counter()
+        self._seconds[phase] = round(now - self._last, 3)
+        self._seconds["total"] = round(now - self._start, 3)
+        self._last = now
+
+
 def probe(argv: list[str] | None = None) -> dict[str, Any]:
     """What the environment's torch and xformers are and whether attention gives correct
     numbers, eager and compiled; the compile checks' answers come from the check cache
     while nothing they depend on changed (``--recheck`` runs them anyway)."""
+    report: dict[str, Any] = {}
+    phases = Phases(report)
     inherited = dict(os.environ)
     args = list(sys.argv[1:] if argv is None else argv)
     override = args[args.index("--cache") + 1] if "--cache" in args else None
@@ -130,11 +148,11 @@ def probe(argv: list[str] | None = None) -> dict[str, Any]:
     cache = cc.cache_dir(sys.prefix, override)
     if cache is not None:
         use_caches(cache)
-    report: dict[str, Any] = {}
     try:
         import torch
     except ImportError as e:
         return {"torch": None, "torch_error": str(e)}
+    phases.done("import torch")
     report["torch"] = torch.__version__
     report["torch_cuda"] = torch.version.cuda
     cuda = torch.cuda.is_available()
@@ -143,7 +161,9 @@ def probe(argv: list[str] | None = None) -> dict[str, Any]:
         report["gpu"] = torch.cuda.get_device_name(0)
         major, minor = torch.cuda.get_device_capability(0)
         report["compute_capability"] = f"{major}.{minor}"
+    phases.done("CUDA")
     xops = _xformers(report)
+    phases.done("import xformers")
     if not cuda:
         return report
     gpu = cc.gpu_facts()
@@ -156,12 +176,14 @@ def probe(argv: list[str] | None = None) -> dict[str, Any]:
     if recorded is None:  # the compile checks run: import their modules beside CUDA's start
         compiler = threading.Thread(target=_import_compiler, name="import-compiler", daemon=True)
         compiler.start()
+    phases.done("check record")
     sdpa, check, (q, k, v) = _attention_checks(torch)
     _attempt(report, "attention_sdpa", lambda: check(sdpa(q, k, v)))
     if xops is not None:
         _attempt(
             report, "attention_xformers", lambda: check(xops.memory_efficient_attention(q, k, v))
         )
+    phases.done("attention")
     if recorded is not None:
         for name in ("compile_sdpa", "compile_xformers"):
             if name in recorded and (name == "compile_sdpa" or xops is not None):
@@ -169,11 +191,14 @@ def probe(argv: list[str] | None = None) -> dict[str, Any]:
         return report
     if compiler is not None:
         compiler.join()
+    phases.done("import compiler")
     compiled_sdpa = torch.compile(sdpa, dynamic=True)
     _attempt(report, "compile_sdpa", lambda: check(compiled_sdpa(q, k, v)))
+    phases.done("compile sdpa")
     if xops is not None:
         compiled_xf: Any = torch.compile(xops.memory_efficient_attention, dynamic=True)
         _attempt(report, "compile_xformers", lambda: check(compiled_xf(q, k, v)))
+        phases.done("compile xformers")
     note = cc.write_record(cache, key, report)
     if note:
         report["cache"]["note"] = note
