@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.bench._cold import drop_caches
+from envbuilder.gpus import gpu_model
 
 __all__ = ["ANCHORS", "GOALS", "committed_run", "main", "status_changes"]
 
@@ -87,14 +88,33 @@ def status_changes(results: Mapping[str, Any], expected: Mapping[str, Any]) -> l
 
 
 def committed_run(results: Mapping[str, Any], size: str, folder: Path) -> Path | None:
-    """The committed results of the same combination, GPU and size, where there is one."""
+    """The committed results of the same combination and size on the same GPU model (the
+    name's model: ``NVIDIA H100 80GB HBM3`` -> ``h100``), else on a GPU of the same compute
+    capability (the same kernels run there: an H100 run compares with an H200 one)."""
     combination = results.get("combination")
-    gpus = results.get("runner", {}).get("gpus") or [{}]
-    name = str(gpus[0].get("name") or "").split()
-    if not isinstance(combination, str) or not name:
+    gpu = (results.get("runner", {}).get("gpus") or [{}])[0]
+    name = str(gpu.get("name") or "")
+    if not isinstance(combination, str) or not name.split():
         return None
-    path = folder / f"{combination}.{name[-1].lower()}{'.quick' if size == 'quick' else ''}.json"
-    return path if path.is_file() else None
+    suffix = ".quick.json" if size == "quick" else ".json"
+    model = (gpu_model(name) or name.split()[-1]).lower()
+    path = folder / f"{combination}.{model}{suffix}"
+    if path.is_file():
+        return path
+    for other in sorted(folder.glob(f"{combination}.*{suffix}")):
+        rest = other.name[len(combination) + 1 : -len(suffix)]
+        if "." in rest:  # another size's file, or another combination's
+            continue
+        try:
+            ran = json.loads(other.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        theirs = (ran.get("runner", {}).get("gpus") or [{}])[0]
+        if gpu.get("compute_capability") and theirs.get("compute_capability") == gpu.get(
+            "compute_capability"
+        ):
+            return other
+    return None
 
 
 def _compared(run: Timed, folder: Path | None) -> Timed:

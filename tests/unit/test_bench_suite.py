@@ -92,3 +92,27 @@ def test_a_run_with_carried_caches_is_shown_not_judged() -> None:
     lines, met = report([_timed("quick", 29.0), carried])
     assert met
     assert "caches carried, not judged" in lines[2]
+
+
+def test_a_committed_run_is_found_by_the_gpu_model_then_by_its_compute_capability(
+    tmp_path: Path,
+) -> None:
+    row = "py3.12-cu130-torch2.11.0-xformers0.0.35"
+    h200 = {"gpus": [{"name": "NVIDIA H200", "compute_capability": "9.0"}]}
+    for name in (f"{row}.h200.json", f"{row}.h200.quick.json", f"{row}-cudart.a100.json"):
+        (tmp_path / name).write_text(json.dumps({**_checks(a_x="pass"), "runner": h200}))
+    (tmp_path / f"{row}.h100.json").write_text(json.dumps(_checks(a_x="pass")))
+
+    def now(gpu: str, cc: str) -> dict[str, Any]:
+        runner = {"gpus": [{"name": gpu, "compute_capability": cc}]}
+        return {"combination": row, "runner": runner}
+
+    # the model, not the name's last word ("HBM3")
+    h100 = now("NVIDIA H100 80GB HBM3", "9.0")
+    assert committed_run(h100, "full", tmp_path) == tmp_path / f"{row}.h100.json"
+    (tmp_path / f"{row}.h100.json").unlink()
+    # no run on this model: one on a GPU of the same compute capability, of the same size
+    assert committed_run(h100, "full", tmp_path) == tmp_path / f"{row}.h200.json"
+    assert committed_run(h100, "quick", tmp_path) == tmp_path / f"{row}.h200.quick.json"
+    # another capability's kernels differ: nothing to compare with
+    assert committed_run(now("NVIDIA A100-SXM4-80GB", "8.0"), "full", tmp_path) is None
