@@ -103,6 +103,11 @@ class _Handler(BaseHTTPRequestHandler):
         logger.debug("relay: %s", format % args)
 
 
+#: seconds between the relay's checks for `shutdown` (the standard library's 0.5 s cost every
+#: run a quarter of a second on average at its end)
+SHUTDOWN_POLL_S = 0.02
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     relay: IndexRelay
@@ -123,8 +128,12 @@ class IndexRelay:
         self._upstream = threading.BoundedSemaphore(UPSTREAM_CONNECTIONS)
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.relay = self
+        # a short poll: `shutdown` waits for the loop's next turn, at the end of every run
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="index-relay", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_S},
+            name="index-relay",
+            daemon=True,
         )
         host, port = self._server.server_address[:2]
         self._base = f"http://{host!s}:{port}/{self._token}"
