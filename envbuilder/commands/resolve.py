@@ -118,36 +118,96 @@ def _resolve(
 
     cache_dir = args.cache_dir or args.settings.cache_dir
     progress = _Progress(reporter, total=len(selected))
-    with (
-        args.settings.http_client(
-            cache_dir=cache_dir,
-            offline=args.offline,
-            max_workers=args.jobs,
-            credentials=matrix.credentials,
-        ) as client,
-        IndexRelay(client) as relay,
-    ):
-        settings = _settings(args, matrix, cache_dir, relay)
-        resolver = Resolver(
-            indexes=dict(matrix.indexes),
-            evidence=IndexEvidence(client),
-            settings=settings,
-            on_done=progress.done,
-        )
-        with (
-            reporter.step(
-                f"resolve {len(selected)} of {len(matrix.combinations)} combinations from {args.matrix}"
-            ) as step,
-            progress,
-        ):
-            try:
-                results = resolver.resolve(selected)
-            except KeyboardInterrupt:
-                client.cancel()  # requests still in flight fail at their next step
-                raise
-            if any(r.status == "error" for r in results):
-                step.fail()
+    step_name = (
+        f"resolve {len(selected)} of {len(matrix.combinations)} combinations from {args.matrix}"
+    )
+    with args.settings.http_client(
+        cache_dir=cache_dir,
+        offline=args.offline,
+        max_workers=args.jobs,
+        credentials=matrix.credentials,
+    ) as client:
+        key = _memo_key(args, matrix, selected)
+        kept = None if args.upgrade else _kept_answers(args, cache_dir, key, client, reporter)
+        if kept is not None:
+            with reporter.step(step_name), progress:
+                for result in kept:
+                    progress.done(result, None)
+            return kept, 0, 0
+        with IndexRelay(client) as relay:
+            settings = _settings(args, matrix, cache_dir, relay)
+            resolver = Resolver(
+                indexes=dict(matrix.indexes),
+                evidence=IndexEvidence(client),
+                settings=settings,
+                on_done=progress.done,
+            )
+            with reporter.step(step_name) as step, progress:
+                try:
+                    results = resolver.resolve(selected)
+                except KeyboardInterrupt:
+                    client.cancel()  # requests still in flight fail at their next step
+                    raise
+                if any(r.status == "error" for r in results):
+                    step.fail()
+        if client.requests_made == 0:
+            _keep_answers(args, cache_dir, key, client, results, reporter)
         return results, client.bytes_downloaded, client.requests_made
+
+
+def _memo_key(args: argparse.Namespace, matrix: Matrix, selected: Sequence[Combination]) -> str:
+    from envbuilder.resolve.closure import find_uv
+    from envbuilder.resolve.memo import memo_key
+
+    return memo_key(
+        matrix_sha256=matrix.sha256,
+        selected=[c.id for c in selected],
+        index_url=args.settings.index_url,
+        offline=args.offline,
+        uv=str(find_uv()),
+        environ=args.settings.environ,
+    )
+
+
+def _kept_answers(
+    args: argparse.Namespace, cache_dir: Path, key: str, client: Any, reporter: Reporter
+) -> list[ResolvedCombination] | None:
+    """The answers an earlier run kept under *key* (`envbuilder.resolve.memo`), where every
+    page it read still holds and no lock in --out differs; else None: decide again."""
+    import time
+
+    from envbuilder.resolve.memo import Memo
+
+    memo = Memo.load(cache_dir, key)
+    if memo is None:
+        return None
+    why = memo.usable(args.out, client.cache_entry, offline=args.offline, now=time.time())
+    if why:
+        reporter.detail(f"deciding again: {why}")
+        return None
+    answers = memo.answers(args.out)
+    when = time.strftime("%H:%M:%S UTC", time.gmtime(memo.written))
+    reporter.line(
+        f"the answers of the run at {when}: every page it read is still fresh and unchanged"
+        " (--upgrade decides again)"
+    )
+    return answers
+
+
+def _keep_answers(
+    args: argparse.Namespace,
+    cache_dir: Path,
+    key: str,
+    client: Any,
+    results: Sequence[ResolvedCombination],
+    reporter: Reporter,
+) -> None:
+    from envbuilder.resolve.memo import Memo
+
+    memo = Memo.of_run(key, results, args.out, client.pages_read(), client.cache_entry)
+    problem = memo.save(cache_dir) if memo is not None else ""
+    if problem:
+        reporter.line(f"note: {problem}")
 
 
 def _settings(
@@ -252,13 +312,15 @@ class _Progress:
         else:
             self.reporter.line(text)
 
-    def done(self, result: ResolvedCombination, seconds: float) -> None:
+    def done(self, result: ResolvedCombination, seconds: float | None) -> None:
+        """*seconds*: how long deciding took; None for an answer kept from an earlier run."""
         with self._lock:
             self.count += 1
             self.counts[result.status] += 1
             width = len(str(self.total))
             head = f"[{self.count:>{width}}/{self.total}] {_MARK[result.status]} {result.id}"
-            self._line(f"{head}  {result.status} ({seconds:.1f}s): {result.reason}")
+            took = "kept" if seconds is None else f"{seconds:.1f}s"
+            self._line(f"{head}  {result.status} ({took}): {result.reason}")
             for note in result.notes:
                 self._line(f"      note: {note}")
             if self.reporter.verbose:

@@ -12,8 +12,10 @@ read, warned about once, and not written (`TolerantFileCache`).
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from cachecontrol.caches import FileCache
@@ -27,12 +29,39 @@ __all__ = [
     "KeepUnvalidated",
     "OfflineController",
     "TolerantFileCache",
+    "fresh_until",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: Request headers that carry a secret: a response that varies on one is not cached.
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
+def fresh_until(headers: Mapping[str, str]) -> float | None:
+    """Until when (seconds since the epoch) the cache serves a response with these
+    (lower-case) headers without asking again: its ``Date`` plus ``max-age`` less its
+    ``Age``, else its ``Expires``; None where it must be revalidated or says nothing."""
+    control = [d.strip().lower() for d in headers.get("cache-control", "").split(",")]
+    if any(d in ("no-cache", "no-store") for d in control):
+        return None
+    date = _http_date(headers.get("date"))
+    for directive in control:
+        name, _, value = directive.partition("=")
+        if name == "max-age" and value.strip().isdigit() and date is not None:
+            age = headers.get("age", "0").strip()
+            return date + int(value) - (int(age) if age.isdigit() else 0)
+    return _http_date(headers.get("expires"))
+
+
+def _http_date(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=datetime.UTC)).timestamp()
 
 
 class KeepUnvalidated(BaseHeuristic):

@@ -52,6 +52,7 @@ from envbuilder.index._httpcache import (
     KeepUnvalidated,
     OfflineController,
     TolerantFileCache,
+    fresh_until,
 )
 from envbuilder.index._httpfailures import (
     TRANSIENT_ERRORS,
@@ -140,6 +141,7 @@ class HttpClient:
         self._counters = Counters()
         self._verify: bool | str = ca_bundle if ca_bundle else True
         self._failed: dict[str, str] = {}
+        self._pages: dict[str, float | None] = {}
         self._exists: dict[str, bool | None] = {}
         self._failed_lock = threading.Lock()
         self._cancelled = threading.Event()
@@ -342,13 +344,13 @@ class HttpClient:
                 len(content),
                 "cache" if from_cache else "network",
             )
+            lower = {k.lower(): v for k, v in resp.headers.items()}
+            with self._failed_lock:
+                self._pages[url] = fresh_until(lower)
             return HttpResponse(
-                url=resp.url,
-                status=resp.status_code,
-                headers={k.lower(): v for k, v in resp.headers.items()},
-                content=content,
+                url=resp.url, status=resp.status_code, headers=lower, content=content,
                 from_cache=from_cache,
-            )
+            )  # fmt: skip
 
         return self._retrying(self._session, url, headers, read)
 
@@ -473,6 +475,23 @@ class HttpClient:
         return self.get_tail(url, 1)[1]
 
     # -- content-addressed store ------------------------------------------------------------
+
+    def pages_read(self) -> dict[str, float | None]:
+        """Every URL `get` answered in this run, with until when the cache serves its
+        answer without asking again (`fresh_until`; None: it asks every time)."""
+        with self._failed_lock:
+            return dict(self._pages)
+
+    def cache_entry(self, url: str) -> tuple[int, int] | None:
+        """The size and modification time (ns) of the HTTP cache's file for ``url``, or
+        None where none is kept: a change of either means its answer changed."""
+        if self._cache is None:
+            return None
+        try:
+            st = Path(self._cache._fn(CacheController.cache_url(url))).stat()
+        except (OSError, AttributeError):
+            return None
+        return st.st_size, st.st_mtime_ns
 
     def cache_get(self, key: str) -> bytes | None:
         """What `cache_put` stored under ``key``, or None (also when the stored bytes no

@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import time
+import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -1232,3 +1233,45 @@ def test_users_get_the_suite_group_only_with_with_suite(
     capsys.readouterr()
     assert cli.main(["export", OK, "--lock", str(lockfile), "--with-suite"]) == 2
     assert "this suite group was locked against lock sha256 '0000" in capsys.readouterr().err
+
+
+def test_a_run_that_asked_nothing_keeps_its_answers_for_the_next_while_they_hold(
+    wheels: Wheels, tmp_path: Path, resolve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-run whose pages are all fresh decides nothing again: it takes the answers and
+    locks of the last run that asked the index nothing (`envbuilder.resolve.memo`), byte
+    for byte, into the same --out or a fresh one; an edited lock, stale pages or
+    --upgrade decide again."""
+    with _server(wheels, cache_control="max-age=600") as server:
+        _keeps_answers(_matrix_for(tmp_path, server), tmp_path, resolve, monkeypatch)
+
+
+def _keeps_answers(
+    matrix: Path, tmp_path: Path, resolve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = resolve(matrix)
+    locks = {p.name: p.read_bytes() for p in first.out.iterdir()}
+    second = resolve(matrix)  # no request: this one keeps its answers
+    assert "0 requests" in second.stderr and "(kept)" not in second.stderr
+    third = resolve(matrix)
+    assert "every page it read is still fresh and unchanged" in third.stderr, third.stderr
+    assert third.stderr.count("(kept)") == len(EXPECTED_STATUS)
+    assert third.doc == first.doc
+    assert {p.name: p.read_bytes() for p in third.out.iterdir()} == locks
+
+    fresh = resolve(matrix, out=tmp_path / "fresh")
+    assert "(kept)" in fresh.stderr
+    written = {p.name: p.read_bytes() for p in fresh.out.iterdir()}
+    assert written.pop("resolution.json") != locks["resolution.json"]  # its paths name fresh/
+    assert written == {k: v for k, v in locks.items() if k != "resolution.json"}
+    assert fresh.by_id()[OK]["lock"] == f"fresh/{lock_filename(OK)}"
+    assert (tmp_path / fresh.by_id()[OK]["lock"]).is_file()
+
+    edited = first.out / lock_filename(OK)
+    edited.write_text(edited.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    again = resolve(matrix)
+    assert "(kept)" not in again.stderr
+    assert "(kept)" not in resolve(matrix, "--upgrade").stderr
+    later = time.time() + 86_400
+    monkeypatch.setattr("time.time", lambda: later)
+    assert "(kept)" not in resolve(matrix).stderr
