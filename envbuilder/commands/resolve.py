@@ -150,8 +150,7 @@ def _resolve(
                     raise
                 if any(r.status == "error" for r in results):
                     step.fail()
-        if client.requests_made == 0:
-            _keep_answers(args, cache_dir, key, client, results, reporter)
+        _keep_answers(args, cache_dir, key, client, results, reporter)
         return results, client.bytes_downloaded, client.requests_made
 
 

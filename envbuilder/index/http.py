@@ -329,9 +329,13 @@ class HttpClient:
         *,
         headers: Mapping[str, str] | None = None,
         max_bytes: int = MAX_BODY,
+        immutable: bool = False,
     ) -> HttpResponse:
         """GET a whole resource through the cache; 404/410 raise `HttpNotFound`, other
-        errors `IndexError_`, as does a body over ``max_bytes`` (decompressed)."""
+        errors `IndexError_`, as does a body over ``max_bytes`` (decompressed).
+
+        ``immutable``: the resource cannot change (a wheel's ``.metadata``: the wheel is
+        named by its hash), so `pages_read` does not list it."""
 
         def read(resp: requests.Response, deadline: float) -> HttpResponse:
             self._refuse_status(url, resp)
@@ -345,14 +349,20 @@ class HttpClient:
                 "cache" if from_cache else "network",
             )
             lower = {k.lower(): v for k, v in resp.headers.items()}
-            with self._failed_lock:
-                self._pages[url] = fresh_until(lower)
+            if not immutable:
+                with self._failed_lock:
+                    self._pages[url] = fresh_until(lower)
             return HttpResponse(
                 url=resp.url, status=resp.status_code, headers=lower, content=content,
                 from_cache=from_cache,
             )  # fmt: skip
 
-        return self._retrying(self._session, url, headers, read)
+        try:
+            return self._retrying(self._session, url, headers, read)
+        except IndexError_:  # a 404 or an error: not kept by the cache, asked again next run
+            with self._failed_lock:
+                self._pages[url] = None
+            raise
 
     def _range(self, url: str, spec: str) -> tuple[bytes, int, int]:
         """One Range request; returns (body, first byte offset, total size)."""
@@ -468,6 +478,7 @@ class HttpClient:
                 found = None
         with self._failed_lock:
             self._exists[url] = found
+            self._pages[f"HEAD {url}"] = None  # past the cache: asked again next run
         return found
 
     def size(self, url: str) -> int:
@@ -477,8 +488,9 @@ class HttpClient:
     # -- content-addressed store ------------------------------------------------------------
 
     def pages_read(self) -> dict[str, float | None]:
-        """Every URL `get` answered in this run, with until when the cache serves its
-        answer without asking again (`fresh_until`; None: it asks every time)."""
+        """Every URL `get` and `exists` answered in this run, with until when the cache
+        serves its answer without asking again (`fresh_until`; None: it asks every time,
+        as for a 404, an error or a HEAD)."""
         with self._failed_lock:
             return dict(self._pages)
 

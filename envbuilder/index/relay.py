@@ -209,9 +209,12 @@ class IndexRelay:
                 raise
         return future.result()
 
-    def _get(self, url: str, accept: str | None) -> tuple[_Answer | None, Any]:
+    def _get(
+        self, url: str, accept: str | None, *, immutable: bool = False
+    ) -> tuple[_Answer | None, Any]:
+        headers = {"Accept": accept} if accept else None
         try:
-            return None, self.client.get(url, headers={"Accept": accept} if accept else None)
+            return None, self.client.get(url, headers=headers, immutable=immutable)
         except HttpNotFound:
             return _Answer(status=404), None
         except IndexError_ as e:
@@ -253,7 +256,9 @@ class IndexRelay:
         else ``METADATA`` read out of the wheel by ranges (envbuilder's cache keeps it)."""
         entry = relayed.entry
         if _advertised(entry):
-            failed, response = self._get(relayed.url.split("#", 1)[0] + ".metadata", None)
+            # a wheel's metadata: the wheel is named by its hash in the page, so it cannot change
+            metadata = relayed.url.split("#", 1)[0] + ".metadata"
+            failed, response = self._get(metadata, None, immutable=True)
             return failed or _Answer(status=200, body=response.content)
         hashes, size = entry.get("hashes"), entry.get("size")
         file = DistributionFile(

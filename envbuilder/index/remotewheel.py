@@ -430,7 +430,7 @@ def _read_local(file: DistributionFile, member: str | None) -> bytes | None:
 def _read_pep658(client: HttpClient, file: DistributionFile) -> bytes | None:
     url = file.url + ".metadata"
     try:
-        data = client.get(url, max_bytes=MAX_MEMBER).content
+        data = client.get(url, max_bytes=MAX_MEMBER, immutable=True).content
     except HttpNotFound:
         logger.debug("%s advertised but missing (404); reading the wheel by ranges", url)
         return None

@@ -3,8 +3,8 @@
 A re-run of ``envbuilder resolve`` over an unchanged matrix makes no request: every
 index page it reads is still fresh in the HTTP cache. It then decides every
 combination again from those pages and re-checks every lock, which costs most of its
-second and gives the answers it gave before. So a run that made **no request** and
-ended without an error keeps its answers (`Memo`) in the cache directory, under a key
+second and gives the answers it gave before. So a run that ended without an error
+keeps its answers (`Memo`) in the cache directory, under a key
 of everything else the answers depend on (`memo_key`: the matrix, the selection, the
 index settings and variables, uv, the Python, envbuilder's own code), with the
 identity and freshness of every cached page it read and the bytes of every lock it
@@ -19,9 +19,10 @@ to the kept one. Anything else (an edited lock, a page revalidated or dropped,
 ``--upgrade``) runs the resolver as before. Offline runs read stale pages anyway, so
 for them only the pages' identity counts.
 
-Only a run that made no request writes a memo: a run that reached the network may
-have seen answers that are not kept (a 404, a HEAD), which the memo could not vouch
-for; its re-run, one second later, writes it.
+A run whose every answer came from such pages (or from files named by their hash,
+which do not change) keeps a memo, whether it read them from the cache or the
+network. One that saw an answer the cache does not keep (a 404, an error, a HEAD)
+keeps none: the next run asks again and may hear otherwise.
 """
 
 from __future__ import annotations
