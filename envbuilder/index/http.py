@@ -104,6 +104,10 @@ class HttpResponse:
         return self.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
+#: requests the relay makes for uv at once (`envbuilder.index.relay.UPSTREAM_CONNECTIONS`)
+RELAY_CONNECTIONS = 16
+
+
 class HttpClient:
     """One HTTP session for every index request of a run; safe to share between threads.
 
@@ -145,7 +149,10 @@ class HttpClient:
         self._exists: dict[str, bool | None] = {}
         self._failed_lock = threading.Lock()
         self._cancelled = threading.Event()
-        pool = max(10, max_workers)
+        # connections kept per host: the deciding threads and the relay's upstream fetches
+        # for uv (16) share them; a smaller pool discards connections mid-run (a warning
+        # each, and a new TLS handshake for the next request)
+        pool = max_workers + RELAY_CONNECTIONS
         gate_kwargs: dict[str, Any] = {
             "counters": self._counters,
             "offline": offline,

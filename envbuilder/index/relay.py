@@ -36,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from envbuilder.errors import HttpNotFound, IndexError_
-from envbuilder.index.http import HttpClient
+from envbuilder.index.http import RELAY_CONNECTIONS, HttpClient
 from envbuilder.index.remotewheel import metadata_member_name, read_member
 from envbuilder.index.simple import ACCEPT, JSON_TYPE, DistributionFile, project_url
 
@@ -45,7 +45,7 @@ __all__ = ["IndexRelay"]
 logger = logging.getLogger(__name__)
 
 #: Requests the relay sends to the indexes at once, whatever the number of uv processes.
-UPSTREAM_CONNECTIONS = 16
+UPSTREAM_CONNECTIONS = RELAY_CONNECTIONS
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -303,3 +303,28 @@ def test_local_directory_of_wheels(wheel_factory: WheelFactory, http_client: Cli
         file = _only(page.files)
         assert (file.filename, file.sha256, file.size) == (torch.filename, torch.sha256, torch.size)
         assert read_core_metadata(client, file).get_all("Requires-Dist") == ["sympy"]
+
+
+def test_the_deciding_threads_and_the_relay_s_fetches_share_the_pool_without_discarding(
+    wheel_factory: WheelFactory,
+    index_server: ServerFactory,
+    http_client: ClientFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A resolve's requests at once: its deciding threads (--jobs) and the relay's fetches
+    for uv. A pool smaller than that discarded a connection for each extra one, with a
+    warning on the user's terminal."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from envbuilder.index.http import RELAY_CONNECTIONS
+
+    projects = {f"p{n}": [wheel_factory(f"p{n}", "1.0")] for n in range(8 + RELAY_CONNECTIONS)}
+    server = index_server(projects)
+    server.delay_next(len(projects), 0.3)  # all of them in flight together
+    client = http_client(max_workers=8)
+    with ThreadPoolExecutor(len(projects)) as pool:
+        pages = list(
+            pool.map(lambda p: client.get(server.index_url("simple") + f"/{p}/"), projects)
+        )
+    assert all(page.status == 200 for page in pages)
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
