@@ -192,11 +192,13 @@ def probe(argv: list[str] | None = None) -> dict[str, Any]:
     if compiler is not None:
         compiler.join()
     phases.done("import compiler")
-    compiled_sdpa = torch.compile(sdpa, dynamic=True)
+    # torch.compile's default, as a model's first call compiles: static shapes (measured on
+    # an H100: both compiles 3.2 s against 4.7 s with dynamic=True, one run each)
+    compiled_sdpa = torch.compile(sdpa)
     _attempt(report, "compile_sdpa", lambda: check(compiled_sdpa(q, k, v)))
     phases.done("compile sdpa")
     if xops is not None:
-        compiled_xf: Any = torch.compile(xops.memory_efficient_attention, dynamic=True)
+        compiled_xf: Any = torch.compile(xops.memory_efficient_attention)
         _attempt(report, "compile_xformers", lambda: check(compiled_xf(q, k, v)))
         phases.done("compile xformers")
     note = cc.write_record(cache, key, report)
