@@ -44,6 +44,8 @@ __all__ = ["MEMO_DIR", "Memo", "code_fingerprint", "memo_key"]
 SCHEMA = "envbuilder.resolve-memo/1"
 #: under the cache directory
 MEMO_DIR = "resolve-memo"
+#: memos kept in the cache directory, the newest first (`_prune`)
+KEEP = 8
 #: environment variables that change what uv or envbuilder resolve (hashed into the key)
 SETTING_PREFIXES = ("UV_", "PIP_", "ENVBUILDER_")
 #: the path fields of an answer, and of its source build: each names a file in --out as
@@ -175,6 +177,7 @@ class Memo:
             write_atomic(cache_dir / MEMO_DIR / f"{self.key}.json", json.dumps(doc))
         except OSError as e:
             return f"the resolution was not kept for the next run: {e}"
+        _prune(cache_dir / MEMO_DIR)
         return ""
 
     # -- reading ------------------------------------------------------------------------
@@ -229,6 +232,17 @@ class Memo:
                 holder[name] = (prefix / holder[name]).as_posix()
             found.append(ResolvedCombination.from_json(data))
         return found
+
+
+def _prune(directory: Path, keep: int = KEEP) -> None:
+    """Drop all but the *keep* newest memos: each matrix edit or selection leaves one
+    (about 1.5 MB for the default matrix), and only the latest can still be used."""
+    try:
+        memos = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+        for old in memos[:-keep]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass  # another run pruned first, or the cache is read-only: nothing lost
 
 
 def _inside(out: Path, path: str) -> str | None:

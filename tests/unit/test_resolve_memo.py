@@ -4,6 +4,7 @@ relies on (`envbuilder.index._httpcache.fresh_until`)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from envbuilder.index._httpcache import fresh_until
 from envbuilder.model import Combination, ResolvedCombination
-from envbuilder.resolve.memo import Memo, memo_key
+from envbuilder.resolve.memo import KEEP, MEMO_DIR, Memo, memo_key
 
 DATE = "Sat, 05 Dec 2026 12:00:00 GMT"
 NOON = 1_796_472_000.0  # DATE in seconds since the epoch
@@ -129,3 +130,16 @@ def test_the_key_changes_with_everything_else_the_answers_depend_on() -> None:
         {"environ": {"PIP_INDEX_URL": "https://x"}},
     ):
         assert memo_key(**{**base, **change}) != key, change
+
+
+def test_only_the_newest_memos_are_kept(tmp_path: Path) -> None:
+    out = tmp_path / "locks"
+    out.mkdir()
+    cache = tmp_path / "cache"
+    for n in range(KEEP + 3):
+        memo = Memo.of_run(f"key{n}", [_answer(out)], out, PAGES, ENTRIES.get)
+        assert memo is not None and memo.save(cache) == ""
+        path = cache / MEMO_DIR / f"key{n}.json"
+        os.utime(path, ns=(n * 10**9, n * 10**9))  # one second apart, oldest first
+    kept = sorted(p.stem for p in (cache / MEMO_DIR).glob("*.json"))
+    assert kept == sorted(f"key{n}" for n in range(3, KEEP + 3))
