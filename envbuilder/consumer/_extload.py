@@ -130,6 +130,11 @@ def cuda_runtime_candidates(paths: list[str], torch_cuda: str | None) -> list[Pa
     return found
 
 
+def gpu_present() -> bool:
+    """Whether an NVIDIA GPU's device node exists here (`GPU_NODES`)."""
+    return any(map(os.path.exists, GPU_NODES))
+
+
 def probe(argv: list[str] | None = None) -> dict[str, Any]:
     args = list(sys.argv[1:] if argv is None else argv)
     fast = "--fast" in args
@@ -143,7 +148,7 @@ def probe(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def _light() -> dict[str, Any]:
-    report: dict[str, Any] = {"light": True, "gpu_present": any(map(os.path.exists, GPU_NODES))}
+    report: dict[str, Any] = {"light": True, "gpu_present": gpu_present()}
     torch_dir = _package_dir("torch")
     if torch_dir is None:
         return {**report, "torch": None, "torch_error": "no module named 'torch'"}

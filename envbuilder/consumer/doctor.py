@@ -27,7 +27,6 @@ asks the driver for the GPU and reports the checks' last results where they hold
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envbuilder.consumer import _envprobe, _extload, _smoke
+from envbuilder.consumer._extload import gpu_present
 from envbuilder.consumer.record_check import check_files, expected_files, stamp_path
 from envbuilder.errors import InputError
 from envbuilder.lockfile.model import CompatLock, Entry
@@ -358,7 +358,7 @@ class ProbeRun:
         seconds: dict[str, float] = {}
         # with a GPU device (and not --fast) the smoke test runs whatever the light probe
         # would find: it starts at once
-        if not full and (fast or not gpu_node()):
+        if not full and (fast or not gpu_present()):
             start = time.perf_counter()
             light = _report_of(_extload, python, timeout, self._light_args)
             seconds["light probe"] = round(time.perf_counter() - start, 3)
@@ -373,11 +373,6 @@ class ProbeRun:
     def report(self) -> dict[str, Any]:
         self._thread.join()
         return self._report
-
-
-def gpu_node() -> bool:
-    """Whether an NVIDIA GPU's device node exists here (`_extload.GPU_NODES`)."""
-    return any(map(os.path.exists, _extload.GPU_NODES))
 
 
 def light_failed(report: Mapping[str, Any]) -> bool:

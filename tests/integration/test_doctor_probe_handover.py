@@ -52,7 +52,7 @@ def test_with_a_gpu_device_the_smoke_test_starts_without_the_light_probe(
     """The smoke test runs on a GPU host whatever the light probe finds: it starts at once,
     and the report says how long each probe took."""
     _stand_in(tmp_path, monkeypatch)
-    monkeypatch.setattr("envbuilder.consumer.doctor.gpu_node", lambda: True)
+    monkeypatch.setattr("envbuilder.consumer.doctor.gpu_present", lambda: True)
     report = start_probe(sys.executable, timeout=300).report()
     assert not report.get("light"), report
     assert set(report["probe_seconds"]) == {"full probe"}, report
@@ -66,7 +66,7 @@ def test_without_a_gpu_device_the_light_probe_answers_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _stand_in(tmp_path, monkeypatch)
-    monkeypatch.setattr("envbuilder.consumer.doctor.gpu_node", lambda: False)
+    monkeypatch.setattr("envbuilder.consumer.doctor.gpu_present", lambda: False)
     report = start_probe(sys.executable, timeout=300).report()
     # the stand-in's libraries do not load, so an import decided after the light probe
     assert list(report["probe_seconds"]) == ["light probe", "full probe"], report
