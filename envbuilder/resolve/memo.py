@@ -129,8 +129,9 @@ class Memo:
         pages: Mapping[str, float | None],
         entry_of: Any,
     ) -> Memo | None:
-        """The memo of a run that made no request, or None where one cannot vouch for it:
-        an error, a page without freshness or no longer cached, a lock not readable."""
+        """The memo of a run, or None where it cannot vouch for the run's answers: an
+        error, a page without freshness (a 404, a HEAD) or no longer cached, a lock not
+        readable."""
         if any(r.status == "error" for r in results) or not pages:
             return None
         kept = []
