@@ -101,6 +101,9 @@ def committed_run(results: Mapping[str, Any], size: str, folder: Path) -> Path |
     path = folder / f"{combination}.{model}{suffix}"
     if path.is_file():
         return path
+    capability = gpu.get("compute_capability")
+    if not capability:
+        return None
     for other in sorted(folder.glob(f"{combination}.*{suffix}")):
         rest = other.name[len(combination) + 1 : -len(suffix)]
         if "." in rest:  # another size's file, or another combination's
@@ -109,10 +112,7 @@ def committed_run(results: Mapping[str, Any], size: str, folder: Path) -> Path |
             ran = json.loads(other.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        theirs = (ran.get("runner", {}).get("gpus") or [{}])[0]
-        if gpu.get("compute_capability") and theirs.get("compute_capability") == gpu.get(
-            "compute_capability"
-        ):
+        if (ran.get("runner", {}).get("gpus") or [{}])[0].get("compute_capability") == capability:
             return other
     return None
 
