@@ -492,8 +492,6 @@ class HttpClient:
         """The size of ``url`` in bytes, from a one-byte suffix range (some servers lie to HEAD)."""
         return self.get_tail(url, 1)[1]
 
-    # -- content-addressed store ------------------------------------------------------------
-
     def pages_read(self) -> dict[str, float | None]:
         """Every URL `get` and `exists` answered in this run, with until when the cache
         serves its answer without asking again (`fresh_until`; None: it asks every time,
@@ -511,6 +509,8 @@ class HttpClient:
         except (OSError, AttributeError):
             return None
         return st.st_size, st.st_mtime_ns
+
+    # -- content-addressed store ------------------------------------------------------------
 
     def cache_get(self, key: str) -> bytes | None:
         """What `cache_put` stored under ``key``, or None (also when the stored bytes no
