@@ -134,7 +134,7 @@ def _resolve(
                 for result in kept:
                     progress.done(result, None)
             return kept, 0, 0
-        with IndexRelay(client) as relay:
+        with IndexRelay(client, platforms=_platforms(selected)) as relay:
             settings = _settings(args, matrix, cache_dir, relay)
             resolver = Resolver(
                 indexes=dict(matrix.indexes),
@@ -152,6 +152,16 @@ def _resolve(
                     step.fail()
         _keep_answers(args, cache_dir, key, client, results, reporter)
         return results, client.bytes_downloaded, client.requests_made
+
+
+def _platforms(selected: Sequence[Combination]) -> set[str]:
+    """Every platform tag a wheel may carry to fit one of *selected*'s targets."""
+    from envbuilder.resolve.decisions import target_of
+
+    found = {"any"}
+    for combination in selected:
+        found.update(target_of(combination.python, combination.platform).platforms)
+    return found
 
 
 def _memo_key(args: argparse.Namespace, matrix: Matrix, selected: Sequence[Combination]) -> str:

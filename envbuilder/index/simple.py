@@ -51,6 +51,7 @@ __all__ = [
     "parse_json_page",
     "parse_project_page",
     "project_url",
+    "wheel_platforms",
 ]
 
 logger = logging.getLogger(__name__)
@@ -106,6 +107,11 @@ class ProjectPage:
     versions: tuple[str, ...] = ()
     etag: str | None = None
     last_modified: str | None = None
+
+
+def wheel_platforms(filename: str) -> list[str]:
+    """The platform tags in a wheel's filename (``manylinux_2_28_x86_64``, ``any``)."""
+    return filename.removesuffix(".whl").rsplit("-", 1)[-1].split(".")
 
 
 def _parse_filename(filename: str) -> tuple[str, Version] | None:

@@ -32,6 +32,7 @@ from envbuilder.errors import EnvbuilderError
 from envbuilder.extras import missing
 from envbuilder.index import http as index_http
 from envbuilder.index.relay import IndexRelay
+from envbuilder.index.simple import wheel_platforms
 from envbuilder.pylock import (
     LockedArchive,
     LockedPackage,
@@ -386,8 +387,9 @@ def _for_platforms(closure: Pylock, target: Target) -> Pylock:
 
 def _wheel_platforms(wheel: PackageWheel) -> list[str]:
     """The platform tags in a wheel's filename (``manylinux_2_28_x86_64``, ``any``)."""
-    name = wheel.name or unquote((wheel.url or wheel.path or "").rsplit("/", 1)[-1])
-    return name.removesuffix(".whl").rsplit("-", 1)[-1].split(".")
+    return wheel_platforms(
+        wheel.name or unquote((wheel.url or wheel.path or "").rsplit("/", 1)[-1])
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -77,7 +77,10 @@ def read_sdist_info(data: bytes, filename: str) -> SdistInfo:
 
 
 def _top_level_members(data: bytes, filename: str, names: Sequence[str]) -> dict[str, bytes]:
-    """``<name>-<version>/<member>`` for each of ``names`` that the archive has."""
+    """``<name>-<version>/<member>`` for each of ``names`` that the archive has. A tar is
+    read only as far as the last of them: its headers are decompressed and checksummed
+    one by one (xformers 0.0.35's has PKG-INFO and pyproject.toml 4th and 6th of 2,429
+    members; reading them all took 0.4 s of CPU)."""
     found: dict[str, bytes] = {}
     try:
         if filename.endswith(".zip"):
@@ -94,6 +97,8 @@ def _top_level_members(data: bytes, filename: str, names: Sequence[str]) -> dict
                     extracted = archive.extractfile(member)
                     if extracted is not None:
                         found[parts[1]] = extracted.read()
+                        if len(found) == len(names):
+                            break
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as e:
         raise ValueError(f"{filename!r} is not a readable sdist archive ({e})") from e
     return found

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder.index.relay import IndexRelay
+from envbuilder.index.relay import IndexRelay, fitting
 from envbuilder.index.simple import JSON_TYPE
 from tests.integration.conftest import ClientFactory, ServerFactory, WheelFactory
 
@@ -124,3 +124,43 @@ def test_restore_leaves_other_urls_and_unknown_numbers_alone(
         assert relay.restore(text) == (
             f"https://index.invalid/simple/numpy/ {base}/f/7/x.whl https://elsewhere.invalid/a.whl"
         )
+
+
+def test_a_page_keeps_only_the_wheels_the_run_s_targets_accept(
+    wheel_factory: WheelFactory, index_server: ServerFactory, http_client: ClientFactory
+) -> None:
+    """A universal closure would list every platform's wheels; envbuilder reads and drops
+    them. A release with no wheel for the targets keeps them all (uv sees the same releases)."""
+    linux = "cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64"
+    wheels = [
+        wheel_factory("numpy", "2.0.0", tags=linux),
+        wheel_factory("numpy", "2.0.0", tags="cp312-cp312-win_amd64"),
+        wheel_factory("numpy", "2.0.0", tags="cp312-cp312-macosx_14_0_arm64"),
+        wheel_factory("numpy", "2.0.0", tags="py3-none-any", build="1"),
+        wheel_factory("numpy", "2.1.0", tags="cp312-cp312-win_amd64"),
+        wheel_factory("numpy", "2.1.0", tags="cp312-cp312-macosx_14_0_arm64"),
+    ]
+    server = index_server({"numpy": wheels}, format="json")
+    served = {}
+    for platforms in (None, {"manylinux_2_17_x86_64", "linux_x86_64", "any"}):
+        with IndexRelay(http_client(), platforms=platforms) as relay:
+            status, _, body = _get(relay.index_url(server.index_url("simple")) + "numpy/")
+            assert status == 200
+            served[platforms is None] = sorted(e["filename"] for e in json.loads(body)["files"])
+    assert served[True] == sorted(w.filename for w in wheels)
+    assert served[False] == sorted(
+        [wheels[0].filename, wheels[3].filename, wheels[4].filename, wheels[5].filename]
+    )
+
+
+def test_fitting_leaves_sdists_and_unknown_entries_alone() -> None:
+    files: list[Any] = [
+        {"filename": "pkg-1.0.tar.gz"},
+        {"filename": "pkg-1.0-py3-none-win_amd64.whl"},
+        {"filename": "pkg-1.0-py3-none-manylinux_2_28_x86_64.whl"},
+        {"filename": "not-a-wheel.whl"},
+        {"url": "no-filename"},
+        "junk",
+    ]
+    kept = fitting(files, {"manylinux_2_28_x86_64"})
+    assert kept == [files[0], files[2], files[3], files[4], files[5]]
