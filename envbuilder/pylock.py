@@ -35,6 +35,7 @@ __all__ = [
     "LockedPackage",
     "PylockError",
     "assemble",
+    "assembled",
     "constraints_text",
     "packages",
     "read_lock",
@@ -232,6 +233,18 @@ def assemble(
     header: Sequence[str] = (),
 ) -> str:
     """The PEP 751 text of these packages (one file each), validated, after ``# header`` lines."""
+    return assembled(locked, requires_python=requires_python, tool=tool, header=header)[0]
+
+
+def assembled(
+    locked: Sequence[LockedPackage],
+    *,
+    requires_python: str,
+    tool: Mapping[str, Any],
+    header: Sequence[str] = (),
+) -> tuple[str, Pylock]:
+    """`assemble`'s text and the lock it validated: what `read_lock` of the text gives,
+    without parsing it again."""
     tables: list[dict[str, Any]] = []
     for package in locked:
         entry: dict[str, Any] = {"name": package.name}
@@ -252,10 +265,10 @@ def assemble(
         "tool": dict(tool),
     }
     try:
-        Pylock.from_dict(doc)
+        lock = Pylock.from_dict(doc)
     except PylockValidationError as e:
         raise PylockError(f"the assembled lock is not valid PEP 751: {e}") from e
-    return "".join(f"# {line}\n" for line in header) + tomli_w.dumps(doc)
+    return "".join(f"# {line}\n" for line in header) + tomli_w.dumps(doc), lock
 
 
 def requirements_text(

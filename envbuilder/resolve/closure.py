@@ -37,7 +37,7 @@ from envbuilder.pylock import (
     LockedArchive,
     LockedPackage,
     PylockError,
-    assemble,
+    assembled,
     read_lock,
     requirements_text,
     select,
@@ -50,6 +50,7 @@ __all__ = [
     "IndexArgument",
     "PinnedFile",
     "assemble_lock",
+    "assembled_lock",
     "compile_closure",
     "find_uv",
     "lock_inputs",
@@ -412,6 +413,18 @@ def assemble_lock(
     target: Target,
     group: Literal["suite"] | None = None,
 ) -> str:
+    """`assembled_lock`'s text."""
+    return assembled_lock(selected, pinned=pinned, inputs=inputs, target=target, group=group)[0]
+
+
+def assembled_lock(
+    selected: Sequence[LockedPackage],
+    *,
+    pinned: Sequence[PinnedFile],
+    inputs: Mapping[str, Any],
+    target: Target,
+    group: Literal["suite"] | None = None,
+) -> tuple[str, Pylock]:
     """The PEP 751 text of uv's closure plus the pinned files, sorted, with envbuilder's header.
 
     ``group="suite"``: the conformance suite's own dependencies beyond the lock, as
@@ -436,7 +449,7 @@ def assemble_lock(
         packages.append(LockedPackage(name=pin.name, version=pin.version, wheels=(wheel,)))
     packages.sort(key=lambda p: (p.name, p.version or ""))
     try:
-        return assemble(
+        return assembled(
             packages,
             requires_python=f"=={target.python}.*",
             tool={"envbuilder": dict(inputs)},

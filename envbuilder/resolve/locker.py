@@ -50,7 +50,7 @@ from envbuilder.resolve.closure import (
     GENERATED_BY,
     ClosureError,
     PinnedFile,
-    assemble_lock,
+    assembled_lock,
     compile_closure,
     lock_inputs,
     lock_requirements,
@@ -214,13 +214,13 @@ def _lock_pending(
             results[d.combination.id] = d.result("error", failure)
             continue
         try:
-            text = assemble_lock(
+            text, lock = assembled_lock(
                 select_for_target(closure, d.target), pinned=pinned, inputs=inputs, target=d.target
             )
         except ClosureError as e:
             results[d.combination.id] = d.result("error", str(e))
             continue
-        results[d.combination.id] = _write(d, text, inputs=inputs, settings=settings)
+        results[d.combination.id] = _write(d, text, lock, inputs=inputs, settings=settings)
 
 
 def _solve(
@@ -429,10 +429,10 @@ def _suite_write(
     results: Mapping[str, ResolvedCombination],
 ) -> ResolvedCombination:
     try:
-        text = assemble_lock(group, pinned=(), inputs=inputs, target=d.target, group="suite")
+        text, lock = assembled_lock(group, pinned=(), inputs=inputs, target=d.target, group="suite")
     except ClosureError as e:
         return _suite_failed(d, settings, str(e))
-    return _write_suite(d, results[d.combination.id], text, settings=settings, inputs=inputs)
+    return _write_suite(d, results[d.combination.id], text, lock, settings=settings, inputs=inputs)
 
 
 def _beyond(
@@ -516,10 +516,12 @@ def lock_build_group(
             closure = _solve(
                 tuple(build.build_requirements_in), (), d.target.python, indexes, settings, solved
             )
-            text = assemble_lock(
+            text, lock = assembled_lock(
                 select_for_target(closure, d.target), pinned=(), inputs=inputs, target=d.target
             )
-        locked = packages(read_lock(text, source=lock_path))
+        else:
+            lock = read_lock(text, source=lock_path)
+        locked = packages(lock)
         requirements = lock_requirements(f"{c.id} (build)", locked, indexes)
         sha = write_atomic(lock_path, text)
         write_atomic(req_path, requirements)
