@@ -21,11 +21,11 @@ URLs in uv's answer back into the index's. The address holds a random token:
 another user of the machine cannot read the pages through it.
 
 Given the platform tags of the run's targets, the relay leaves out of each page the
-wheels that none of them accepts (a universal closure would otherwise list every
-platform's wheels, which envbuilder then reads and drops: uv's answers for the
-default matrix were 2.2 MB, 6,416 wheels, for 18 runs). A release none of whose
-wheels fits keeps them all, so that uv sees the same releases and selection's own
-error names a package that has nothing for a target.
+wheels that none of them accepts. A universal closure would otherwise list every
+platform's wheels, which envbuilder then reads and drops: uv's 18 answers for the
+default matrix came to 2.2 MB with 6,416 wheels, now 0.5 MB with 1,015. A release
+none of whose wheels fits keeps them all, so that uv sees the same releases and
+selection's own error names a package that has nothing for a target.
 """
 
 from __future__ import annotations
