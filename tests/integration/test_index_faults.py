@@ -36,6 +36,7 @@ from tests.integration.test_resolver import (  # the resolver's wheels, index la
     wheels,
 )
 from tests.support.index_server import IndexServer, PageFault
+from tests.support.signals import sigint_at_default
 
 __all__ = ["resolve", "uv", "wheels"]  # fixtures, used by name
 
@@ -282,6 +283,7 @@ def test_ctrl_c_stops_a_run_on_a_hung_index_at_once_writing_nothing(
             text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT), "PIP_CONFIG_FILE": os.devnull},
             cwd=tmp_path,
+            preexec_fn=sigint_at_default,
         )
         deadline = time.monotonic() + 60
         while server.stats.arrivals < 2 and time.monotonic() < deadline:

@@ -37,6 +37,7 @@ from tests.integration.test_resolver import (  # the resolver's wheels, index la
     uv,
     wheels,
 )
+from tests.support.signals import sigint_at_default
 from tests.support.wheels import BuiltWheel, build_wheel
 
 __all__ = ["resolve", "uv", "wheels"]  # fixtures, used by name
@@ -122,6 +123,7 @@ def test_a_signal_to_envbuilder_alone_stops_uv_and_leaves_no_password(
             stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmpdir)},
             start_new_session=True,  # the signal goes to envbuilder only, not its group
+            preexec_fn=sigint_at_default,
         )
         deadline = time.monotonic() + 60
         while not _uv_children(proc.pid) and time.monotonic() < deadline:
