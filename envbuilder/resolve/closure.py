@@ -49,7 +49,6 @@ __all__ = [
     "ClosureError",
     "IndexArgument",
     "PinnedFile",
-    "assemble_lock",
     "assembled_lock",
     "compile_closure",
     "find_uv",
@@ -405,18 +404,6 @@ class PinnedFile:
     size: int | None
 
 
-def assemble_lock(
-    selected: Sequence[LockedPackage],
-    *,
-    pinned: Sequence[PinnedFile],
-    inputs: Mapping[str, Any],
-    target: Target,
-    group: Literal["suite"] | None = None,
-) -> str:
-    """`assembled_lock`'s text."""
-    return assembled_lock(selected, pinned=pinned, inputs=inputs, target=target, group=group)[0]
-
-
 def assembled_lock(
     selected: Sequence[LockedPackage],
     *,
@@ -425,7 +412,8 @@ def assembled_lock(
     target: Target,
     group: Literal["suite"] | None = None,
 ) -> tuple[str, Pylock]:
-    """The PEP 751 text of uv's closure plus the pinned files, sorted, with envbuilder's header.
+    """The PEP 751 text of uv's closure plus the pinned files, sorted, with envbuilder's
+    header, and the lock it validated (what `read_lock` of the text gives).
 
     ``group="suite"``: the conformance suite's own dependencies beyond the lock, as
     the header says.

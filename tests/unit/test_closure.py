@@ -15,7 +15,7 @@ from envbuilder.resolve.closure import (
     ClosureError,
     IndexArgument,
     PinnedFile,
-    assemble_lock,
+    assembled_lock,
     lock_inputs,
     lock_requirements,
     select_for_target,
@@ -71,9 +71,9 @@ def _inputs() -> dict[str, Any]:
 
 def _assemble(*uv: dict[str, Any]) -> str:
     closure = {"lock-version": "1.0", "created-by": "uv", "packages": list(uv)}
-    return assemble_lock(
+    return assembled_lock(
         packages(Pylock.from_dict(closure)), pinned=_pins(), inputs=_inputs(), target=PY311
-    )
+    )[0]
 
 
 def test_the_assembled_lock_is_valid_pep_751_with_the_pinned_files_added_sorted() -> None:
@@ -237,7 +237,9 @@ def test_a_target_takes_its_packages_and_files_from_a_universal_closure(
     selected = select_for_target(Pylock.from_dict(UNIVERSAL), Target(python=python))
     assert {p.name: p.archive.filename for p in selected if p.archive} == expected
     # the selection assembles into a valid lock for that target
-    text = assemble_lock(selected, pinned=_pins(), inputs=_inputs(), target=Target(python=python))
+    text, _ = assembled_lock(
+        selected, pinned=_pins(), inputs=_inputs(), target=Target(python=python)
+    )
     assert Pylock.from_dict(tomllib.loads(text)).packages
 
 

@@ -27,7 +27,7 @@ from envbuilder.model import (
     lock_filename,
     suite_lock_filename,
 )
-from envbuilder.resolve.closure import assemble_lock, lock_inputs
+from envbuilder.resolve.closure import assembled_lock, lock_inputs
 from envbuilder.resolve.decisions import decide
 from envbuilder.resolve.locker import LockSettings, lock_build_group
 from envbuilder.resolve.matrix import parse_matrix
@@ -294,7 +294,7 @@ def test_a_build_group_under_its_old_name_is_renamed_offline(tmp_path: Path) -> 
     }
     old = tmp_path / "locks" / legacy_build_lock_filename(row().id)
     old.parent.mkdir()
-    text = assemble_lock([], pinned=(), inputs=inputs, target=d.target)
+    text, _ = assembled_lock([], pinned=(), inputs=inputs, target=d.target)
     old.write_text(text, encoding="utf-8")
     settings = LockSettings(out_dir=old.parent, cache_dir=tmp_path / "cache", uv="uv", offline=True)
     result = lock_build_group(d, d.result("resolved", d.resolved_reason()), settings)
