@@ -499,28 +499,28 @@ def lock_build_group(
     lock_path = out / build_lock_filename(c.id)
     legacy = out / legacy_build_lock_filename(c.id)  # renamed: PEP 751 allows no dot in <name>
     req_path = out / f"requirements.{c.id}.build.txt"
-    text = None
+    kept: tuple[str, Pylock] | None = None
     if not settings.upgrade:
         for path in (lock_path, legacy, _cached_path(inputs, settings)):
             try:
                 candidate = path.read_text(encoding="utf-8")
-                if tool_table(read_lock(candidate, source=path)) == inputs:
-                    text = candidate
+                found = read_lock(candidate, source=path)
+                if tool_table(found) == inputs:
+                    kept = candidate, found
                     break
             except (OSError, UnicodeDecodeError, PylockError):
                 continue
     try:
-        if text is None:
+        if kept is None:
             if settings.offline:
                 return replace(result, status="error", reason=_offline_miss(inputs, settings))
             closure = _solve(
                 tuple(build.build_requirements_in), (), d.target.python, indexes, settings, solved
             )
-            text, lock = assembled_lock(
+            kept = assembled_lock(
                 select_for_target(closure, d.target), pinned=(), inputs=inputs, target=d.target
             )
-        else:
-            lock = read_lock(text, source=lock_path)
+        text, lock = kept
         locked = packages(lock)
         requirements = lock_requirements(f"{c.id} (build)", locked, indexes)
         sha = write_atomic(lock_path, text)
