@@ -19,12 +19,14 @@ from envbuilder.resolve.sdists import SdistInfo, read_sdist_info
 PYPROJECT = b'[build-system]\nrequires = ["setuptools>=64", "torch"]\nbuild-backend = "x.y"\n'
 
 
-def _sdist() -> bytes:
+def _sdist(*more: tuple[str, bytes]) -> bytes:
+    """xformers 0.0.35's declarations, then *more* members (name, bytes)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         for name, data in (
             ("PKG-INFO", b"Metadata-Version: 2.1\nName: xformers\nRequires-Dist: numpy\n"),
             ("pyproject.toml", PYPROJECT),
+            *more,
         ):
             member = tarfile.TarInfo(f"xformers-0.0.35/{name}")
             member.size = len(data)
@@ -103,17 +105,8 @@ def test_a_tar_sdist_is_read_only_as_far_as_its_declarations() -> None:
     """PKG-INFO and pyproject.toml come first in an sdist (4th and 6th of xformers 0.0.35's
     2,429 members): the rest is neither decompressed nor checksummed. Proved with an
     archive whose tail is cut off: read to its end, it would be an error."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for name, data in (
-            ("PKG-INFO", b"Metadata-Version: 2.1\nName: xformers\nRequires-Dist: numpy\n"),
-            ("pyproject.toml", PYPROJECT),
-            ("csrc/big.bin", random.Random(0).randbytes(1 << 20)),
-        ):
-            member = tarfile.TarInfo(f"xformers-0.0.35/{name}")
-            member.size = len(data)
-            archive.addfile(member, io.BytesIO(data))
-    cut = buffer.getvalue()[: len(buffer.getvalue()) // 2]
+    whole = _sdist(("csrc/big.bin", random.Random(0).randbytes(1 << 20)))
+    cut = whole[: len(whole) // 2]
     info = read_sdist_info(cut, "xformers-0.0.35.tar.gz")
     assert info.requires_dist == ("numpy",)
     assert info.build_requires == ("setuptools>=64", "torch")
