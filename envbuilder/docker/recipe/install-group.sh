@@ -43,9 +43,21 @@ for group in "$@"; do
     continue
   fi
   if [ -z "$installer" ]; then
-    # pip for this container only: the image's venv has none.
-    python3 -m venv /opt/venv
+    # pip for this container only: the image's venv has none. pip runs from the wheel
+    # that `python3 -m venv` would install (ensurepip's, or Debian's python-wheels),
+    # unpacked: a venv with pip installs and byte-compiles pip and setuptools (4 s).
+    python3 -m venv --without-pip /opt/venv
     installer=/opt/venv/bin/python
+    wheel=$(python3 -c 'import ensurepip, glob, os
+here = os.path.join(os.path.dirname(ensurepip.__file__), "_bundled")
+found = sorted(glob.glob(os.path.join(here, "pip-*.whl")) + glob.glob("/usr/share/python-wheels/pip-*.whl"))
+print(found[-1] if found else "")' 2>/dev/null || true)
+    if [ -n "$wheel" ] && python3 -m zipfile -e "$wheel" /opt/envbuilder-pip; then
+      export PYTHONPATH=/opt/envbuilder-pip
+    else
+      rm -rf /opt/venv /opt/envbuilder-pip
+      python3 -m venv /opt/venv
+    fi
   fi
   wheels=/envbuilder/wheels/$group
   mkdir -p "$stage/opt/venv/.envbuilder"
