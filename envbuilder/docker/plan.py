@@ -12,7 +12,12 @@ decided by the lock alone. Layers, in order:
 2. ``runtime``: the rest of the CUDA runtime, which moves with each torch
    release (NCCL, NVSHMEM, ``cuda-bindings``, ``cuda-pathfinder``).
 3. ``torch``: torch and triton.
-4. ``rest``: xformers and everything else.
+4. ``libs``: the pure-Python libraries torch requires (sympy, networkx, jinja2,
+   fsspec, …) and theirs (mpmath, MarkupSafe). They are most of what a
+   ``rest`` would hold (84 MB of the CPU torch image's), and they move with torch
+   and their own releases, not with xformers or the matrix's extras.
+5. ``rest``: xformers and everything else: a change here (an extra added, another
+   xformers build) installs and sends only this layer and the suite's above it.
 """
 
 from __future__ import annotations
@@ -46,10 +51,10 @@ __all__ = [
     "with_built_wheel",
 ]
 
-Group = Literal["cuda", "runtime", "torch", "rest"]
+Group = Literal["cuda", "runtime", "torch", "libs", "rest"]
 
 #: Layer order in the image: the biggest and most widely shared content first.
-GROUPS: tuple[Group, ...] = ("cuda", "runtime", "torch", "rest")
+GROUPS: tuple[Group, ...] = ("cuda", "runtime", "torch", "libs", "rest")
 
 _RUNTIME_PREFIXES = ("nvidia-", "cuda-")
 #: CUDA runtime projects released on their own cadence, not with the toolkit.
@@ -61,6 +66,21 @@ _OWN_CADENCE = (
     "cuda-python",
 )
 _TORCH_PROJECTS = frozenset({"torch", "triton", "pytorch-triton"})
+#: What torch's wheels (2.4 to 2.13) require beyond the CUDA runtime and triton, and what
+#: those require in turn.
+_TORCH_LIBRARIES = frozenset(
+    {
+        "filelock",
+        "fsspec",
+        "jinja2",
+        "markupsafe",
+        "mpmath",
+        "networkx",
+        "setuptools",
+        "sympy",
+        "typing-extensions",
+    }
+)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -100,6 +120,8 @@ def group_of(name: str) -> Group:
         return "runtime"
     if canonical in _TORCH_PROJECTS:
         return "torch"
+    if canonical in _TORCH_LIBRARIES:
+        return "libs"
     return "rest"
 
 

@@ -29,7 +29,7 @@ from envbuilder.docker.build import (
     suite_lock_path,
 )
 from envbuilder.docker.cache import WheelCache
-from envbuilder.docker.plan import image_tag, load_lock, lock_digest
+from envbuilder.docker.plan import group_of, image_tag, load_lock, lock_digest
 from envbuilder.errors import InputError
 from envbuilder.reporter import Reporter
 from tests.docker.conftest import Locked
@@ -142,8 +142,10 @@ def test_the_torch_image_holds_exactly_its_lock(
     assert labels["io.envbuilder.lock.sha256"] == lock_digest(lock_bytes)
     assert labels["io.envbuilder.version"] == __version__
     assert labels["org.opencontainers.image.revision"] not in ("", "unknown")
+    libs = sum(group_of(name) == "libs" for name in locked)
+    assert libs >= 5  # sympy, networkx, jinja2, … beside torch, in their own layer
     assert labels["io.envbuilder.layers"] == (
-        f"cuda=0,runtime=0,torch=1,rest={len(locked) - 1},suite={len(suite)}"
+        f"cuda=0,runtime=0,torch=1,libs={libs},rest={len(locked) - 1 - libs},suite={len(suite)}"
     )
     assert labels["io.envbuilder.suite.lock.sha256"] == lock_digest(suite_lock.read_bytes())
     # the compiler triton and inductor need, recorded where people and the manifest see it
@@ -165,7 +167,9 @@ def test_the_torch_image_holds_exactly_its_lock(
     base_layers = docker_client.images.get(base_image).attrs["RootFS"]["Layers"]
     layers = image.attrs["RootFS"]["Layers"]
     assert layers[: len(base_layers)] == base_layers
-    assert len(layers) == len(base_layers) + 7  # compiler, venv, cuda, runtime, torch, rest, suite
+    assert (
+        len(layers) == len(base_layers) + 8
+    )  # compiler, venv, cuda, runtime, torch, libs, rest, suite
 
 
 def test_a_later_build_makes_every_layer_again_from_the_lock(
@@ -186,7 +190,7 @@ def test_a_later_build_makes_every_layer_again_from_the_lock(
     out = io.StringIO()
     again = build(locked, wheel_cache, base_image, tmp_path / "b", reporter=Reporter(out))
     assert again == first
-    assert "make layer(s) compiler, venv, cuda, runtime, torch, rest, suite; reuse none" in out.getvalue()  # fmt: skip
+    assert "make layer(s) compiler, venv, cuda, runtime, torch, libs, rest, suite; reuse none" in out.getvalue()  # fmt: skip
     # the compiler layer is apt's work and not always the same bytes; the lock's layers are
     below = len(layer_ids(docker_client, base_image)) + 1
     assert layer_ids(docker_client, again)[below:] == before[below:]
@@ -235,10 +239,11 @@ def test_combinations_that_share_a_runtime_share_its_layer(
     )
     base = len(docker_client.images.get(base_image).attrs["RootFS"]["Layers"])
     compiler, venv, cuda_layer, runtime_layer = base, base + 1, base + 2, base + 3
-    torch_layer, rest_layer = base + 4, base + 5
+    torch_layer, libs_layer, rest_layer = base + 4, base + 5, base + 6
     la, lb, lc = (layer_ids(docker_client, t) for t in (a, b, c))
     # same runtime and torch wheels -> same layers, whatever the lock's order or the rest
     assert la[:rest_layer] == lb[:rest_layer]
+    assert la[libs_layer] == lb[libs_layer] == lc[libs_layer]  # none of torch's libraries
     assert la[rest_layer] != lb[rest_layer]
     # same runtime, other torch -> the runtime layer is shared, torch's is not
     assert la[:torch_layer] == lc[:torch_layer]
@@ -303,7 +308,10 @@ def test_two_builds_without_cache_give_the_same_layers_and_image_id(
     after = docker_client.images.get(second)
     assert second == first
     # every layer of the lock made again; the compiler is the base's, made once per process
-    assert "make layer(s) venv, cuda, runtime, torch, rest, suite; reuse compiler" in out.getvalue()
+    assert (
+        "make layer(s) venv, cuda, runtime, torch, libs, rest, suite; reuse compiler"
+        in out.getvalue()
+    )
     assert "docker load" in out.getvalue()
     assert after.attrs["RootFS"]["Layers"] == before.attrs["RootFS"]["Layers"]  # venv layer too
     assert after.id == before.id  # the config's times are the base's: the same image id
@@ -348,10 +356,13 @@ def test_a_change_of_rest_only_sends_the_layer_above_again_without_installing_it
     out = io.StringIO()
     changed = [*common, build_wheel(wheels, "demo-extra", "1.0")]
     second = build(synthetic_lock("test-rest-b", changed), wheel_cache, base_image, tmp_path, reporter=Reporter(out))  # fmt: skip
-    assert "make layer(s) rest; reuse compiler, venv, cuda, runtime, torch, suite" in out.getvalue()
+    assert (
+        "make layer(s) rest; reuse compiler, venv, cuda, runtime, torch, libs, suite"
+        in out.getvalue()
+    )
     assert "docker load" in out.getvalue() and "(2 new layer(s))" in out.getvalue()
     a, b = layer_ids(docker_client, first), layer_ids(docker_client, second)
-    assert a[:-2] == b[:-2]  # up to torch
+    assert a[:-2] == b[:-2]  # up to torch's libraries
     assert a[-2] != b[-2]  # rest
     assert a[-1] == b[-1]  # suite: the same bytes, on another parent
     where = probe(docker_client, second, "import json, shutil; print(json.dumps({'tool': shutil.which('demo-tool')}))")  # fmt: skip
@@ -475,7 +486,7 @@ def test_a_build_leaves_no_stage_container_or_dangling_image(
     kept = [Path(line.split("stages kept in ", 1)[1].strip()) for line in out.getvalue().splitlines() if "stages kept in " in line]  # fmt: skip
     assert len(kept) == 1
     # the layers this build made (the compiler's was made by the first)
-    assert sorted(p.name for p in kept[0].glob("*.tar")) == [f"{g}.tar" for g in sorted(("venv", "cuda", "runtime", "torch", "rest", "suite"))]  # fmt: skip
+    assert sorted(p.name for p in kept[0].glob("*.tar")) == [f"{g}.tar" for g in sorted(("venv", "cuda", "runtime", "torch", "libs", "rest", "suite"))]  # fmt: skip
     assert (kept[0] / "out" / "rest" / "opt" / "venv" / ".envbuilder" / "rest.txt").is_file()
     shutil.rmtree(kept[0])
 

@@ -48,7 +48,10 @@ def wheel(name: str, version: str = "1.0", sha256: str = SHA_A) -> LockedWheel:
         ("triton", "torch"),
         ("pytorch-triton", "torch"),
         ("xformers", "rest"),
-        ("sympy", "rest"),
+        ("sympy", "libs"),  # what torch requires, and what that requires
+        ("MarkupSafe", "libs"),
+        ("typing_extensions", "libs"),
+        ("numpy", "rest"),  # torch does not require it
         ("torchvision", "rest"),
         ("nvidiax", "rest"),  # only the `nvidia-` prefix marks the runtime
         ("cudax", "rest"),
@@ -58,25 +61,29 @@ def test_each_project_has_a_layer(project: str, group: str) -> None:
     assert group_of(project) == group
 
 
-def test_the_plan_orders_layers_cuda_runtime_torch_rest_and_sorts_within_each() -> None:
+def test_the_plan_orders_layers_cuda_runtime_torch_libs_rest_and_sorts_within_each() -> None:
     plan = plan_layers(
         [
             wheel("xformers"),
             wheel("torch"),
             wheel("sympy"),
+            wheel("numpy"),
+            wheel("networkx"),
             wheel("nvidia-nccl-cu12"),
             wheel("nvidia-cudnn-cu12"),
             wheel("triton"),
             wheel("nvidia-cublas-cu12"),
         ]
     )
-    assert GROUPS == ("cuda", "runtime", "torch", "rest")
+    assert GROUPS == ("cuda", "runtime", "torch", "libs", "rest")
     assert [w.name for w in plan.groups["cuda"]] == ["nvidia-cublas-cu12", "nvidia-cudnn-cu12"]
     assert [w.name for w in plan.groups["runtime"]] == ["nvidia-nccl-cu12"]
     assert [w.name for w in plan.groups["torch"]] == ["torch", "triton"]
-    assert [w.name for w in plan.groups["rest"]] == ["sympy", "xformers"]
+    assert [w.name for w in plan.groups["libs"]] == ["networkx", "sympy"]
+    assert [w.name for w in plan.groups["rest"]] == ["numpy", "xformers"]
     assert plan.describe() == (
-        "cuda: 2 wheel(s), runtime: 1 wheel(s), torch: 2 wheel(s), rest: 2 wheel(s)"
+        "cuda: 2 wheel(s), runtime: 1 wheel(s), torch: 2 wheel(s), libs: 2 wheel(s), "
+        "rest: 2 wheel(s)"
     )
 
 
@@ -242,7 +249,7 @@ def test_labels_carry_the_combination_the_lock_and_the_manifest() -> None:
         "io.envbuilder.recipe.sha256": SHA_A,
         "io.envbuilder.manifest.sha256": SHA_A,
         "io.envbuilder.manifest.files": "3",
-        "io.envbuilder.layers": "cuda=0,runtime=0,torch=1,rest=2",
+        "io.envbuilder.layers": "cuda=0,runtime=0,torch=1,libs=2,rest=0",
     }
 
 
