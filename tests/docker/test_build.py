@@ -411,6 +411,42 @@ def test_the_image_extends_the_base_paths(
     assert seen == {"PATH": env["PATH"], "LD_LIBRARY_PATH": "/opt/base-lib"}
 
 
+def test_pip_comes_from_ensurepip_s_own_wheel_where_the_base_keeps_it_there(
+    docker_client: Any,
+    base_image: str,
+    wheel_cache: WheelCache,
+    synthetic_lock: Callable[[str, Sequence[BuiltWheel]], Locked],
+    derived_base: Callable[[str, str], str],
+    tmp_path: Path,
+) -> None:
+    """The python:X-slim images keep pip's wheel in ensurepip's ``_bundled`` directory,
+    Debian's Python in /usr/share/python-wheels: the install's pip comes from either, and
+    the same wheel installs the same bytes."""
+    bundled = derived_base(
+        "bundled-pip",
+        "RUN d=$(python3 -c 'import ensurepip, os; print(os.path.dirname(ensurepip.__file__))')"
+        " && mkdir -p $d/_bundled && mv /usr/share/python-wheels/pip-*.whl $d/_bundled/",
+    )
+    locked = synthetic_lock("test-bundled-pip", [demo_tool(tmp_path / "wheels")])
+    said: dict[str, list[str]] = {}
+    ours: dict[str, Sequence[str]] = {}
+    for name, base in (("debian", base_image), ("bundled", bundled)):
+        tag = build(locked, wheel_cache, base, tmp_path / name)  # one tag: the lock's
+        log = tmp_path / name / "logs" / "test-bundled-pip.log"
+        said[name] = [
+            line
+            for line in log.read_text(encoding="utf-8").splitlines()
+            if line.startswith("install-group.sh: pip from ")
+        ]
+        # venv, cuda, runtime, torch, libs, rest and suite: the lock's own layers
+        ours[name] = layer_ids(docker_client, tag)[-7:]
+    assert len(said["debian"]) == 1 and "/usr/share/python-wheels/pip-" in said["debian"][0]
+    assert len(said["bundled"]) == 1 and "/ensurepip/_bundled/pip-" in said["bundled"][0]
+    assert ours["debian"] == ours["bundled"]  # the same pip installs the same bytes
+    where = probe(docker_client, tag, "import json, shutil; print(json.dumps({'tool': shutil.which('demo-tool')}))")  # fmt: skip
+    assert where == {"tool": "/opt/venv/bin/demo-tool"}
+
+
 def test_a_base_with_another_python_is_refused_before_any_download(
     docker_client: Any,
     base_image: str,

@@ -54,9 +54,11 @@ found = sorted(glob.glob(os.path.join(here, "pip-*.whl")) + glob.glob("/usr/shar
 print(found[-1] if found else "")' 2>/dev/null || true)
     if [ -n "$wheel" ] && python3 -m zipfile -e "$wheel" /opt/envbuilder-pip; then
       export PYTHONPATH=/opt/envbuilder-pip
+      echo "install-group.sh: pip from $wheel"
     else
       rm -rf /opt/venv /opt/envbuilder-pip
       python3 -m venv /opt/venv
+      echo "install-group.sh: pip from a venv (no pip wheel found beside ensurepip)"
     fi
   fi
   wheels=/envbuilder/wheels/$group
