@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from envbuilder.errors import HttpNotFound, IndexError_
+from envbuilder.errors import EnvbuilderError, HttpNotFound
 from envbuilder.index.http import RELAY_CONNECTIONS, HttpClient
 from envbuilder.index.remotewheel import metadata_member_name, read_member
 from envbuilder.index.simple import (
@@ -253,7 +253,7 @@ class IndexRelay:
             return None, self.client.get(url, headers=headers, immutable=immutable)
         except HttpNotFound:
             return _Answer(status=404), None
-        except IndexError_ as e:
+        except EnvbuilderError as e:  # an index's failure, or a URL the client refuses
             logger.debug("relay: %s", e)
             return _Answer(status=502, body=str(e).encode(), content_type="text/plain"), None
 
@@ -307,7 +307,7 @@ class IndexRelay:
         )
         try:
             data = read_member(self.client, file, metadata_member_name(file.filename))
-        except (IndexError_, ValueError) as e:
+        except (EnvbuilderError, ValueError) as e:
             logger.debug("relay: %s", e)
             return _Answer(status=404)
         return _Answer(status=404) if data is None else _Answer(status=200, body=data)

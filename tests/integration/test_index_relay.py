@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from envbuilder.errors import InputError
 from envbuilder.index.relay import IndexRelay, fitting
 from envbuilder.index.simple import JSON_TYPE
 from tests.integration.conftest import ClientFactory, ServerFactory, WheelFactory
@@ -112,6 +113,23 @@ def test_another_user_without_the_token_reads_nothing(
         assert _get(guessed + "numpy/")[0] == 404
         assert _get(index + "numpy/")[0] == 200
     assert server.stats.paths().count("/simple/numpy/") == 1
+
+
+class _RefusingClient:
+    """A client that refuses every URL, as `HttpClient` refuses a malformed index URL."""
+
+    def get(self, url: str, **kwargs: Any) -> Any:
+        raise InputError(f"malformed index-url {url!r}")
+
+
+def test_an_error_of_envbuilder_s_own_is_a_502_not_a_dropped_connection(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """uv hears the reason; no traceback reaches the user's terminal from the relay's thread."""
+    with IndexRelay(_RefusingClient()) as relay:  # type: ignore[arg-type]
+        status, _, body = _get(relay.index_url("not a url") + "numpy/")
+    assert status == 502 and b"malformed index-url 'not a url/numpy/'" in body
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_restore_leaves_other_urls_and_unknown_numbers_alone(
