@@ -13,9 +13,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _server(tmp_path: Path, preload: str) -> subprocess.Popen[str]:
-    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(2)\n")
+def _server(tmp_path: Path, preload: str, *, gate: Path | None = None) -> subprocess.Popen[str]:
+    """The fork server preloading ``preload``; its ``slow_import`` takes 2 s and, with
+    ``gate``, does not finish before that file exists."""
+    (tmp_path / "slow_import.py").write_text(
+        "import os, time\n"
+        "time.sleep(2)\n"
+        "gate = os.environ.get('SLOW_IMPORT_GATE')\n"
+        "deadline = time.monotonic() + 120\n"
+        "while gate and not os.path.exists(gate) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+    )
     env = dict(os.environ)
+    if gate is not None:
+        env["SLOW_IMPORT_GATE"] = str(gate)
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT), env.get("PYTHONPATH", "")])
     env["ENVBUILDER_CONFORMANCE_PRELOAD"] = preload
     return subprocess.Popen(
@@ -52,12 +63,15 @@ def _read_until(server: subprocess.Popen[str], done: Any) -> list[dict[str, Any]
 def test_each_request_waits_for_the_preload_modules_up_to_its_own(tmp_path: Path) -> None:
     """A request naming a module is forked once the modules up to it are imported, even
     while an earlier request still waits; one naming no listed module waits for all."""
-    server = _server(tmp_path, "json,slow_import,email.message")
+    gate = tmp_path / "slow_import.go"  # slow_import ends only after the early fork
+    server = _server(tmp_path, "json,slow_import,email.message", gate=gate)
     assert _read_until(server, lambda m: m) == [{"ready": True}]  # after json
     _request(server, tmp_path / "all.log", 1, None)
     _request(server, tmp_path / "late.log", 2, "email.message")
     _request(server, tmp_path / "early.log", 3, "json")  # as the runner facts: torch only
-    messages = _read_until(server, lambda m: sum("exited" in x for x in m) == 3)
+    messages = _read_until(server, lambda m: any(x.get("id") == 3 and "pid" in x for x in m))
+    gate.touch()
+    messages += _read_until(server, lambda m: sum("exited" in x for x in messages + m) == 3)
     assert server.stdin is not None
     server.stdin.close()
     assert server.wait(timeout=30) == 0
