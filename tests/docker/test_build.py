@@ -167,9 +167,8 @@ def test_the_torch_image_holds_exactly_its_lock(
     base_layers = docker_client.images.get(base_image).attrs["RootFS"]["Layers"]
     layers = image.attrs["RootFS"]["Layers"]
     assert layers[: len(base_layers)] == base_layers
-    assert (
-        len(layers) == len(base_layers) + 8
-    )  # compiler, venv, cuda, runtime, torch, libs, rest, suite
+    # compiler, venv, cuda, runtime, torch, libs, rest, suite
+    assert len(layers) == len(base_layers) + 8
 
 
 def test_a_later_build_makes_every_layer_again_from_the_lock(
@@ -285,6 +284,13 @@ def demo_tool(wheels: Path) -> BuiltWheel:
     return build_wheel(wheels, "demo-tool", "1.0", members=scripts)
 
 
+def demo_tool_path(client: Any, tag: str) -> str | None:
+    """Where ``demo-tool`` is on the image's PATH, as a container of ``tag`` finds it."""
+    found = probe(client, tag, "import json, shutil; print(json.dumps({'tool': shutil.which('demo-tool')}))")  # fmt: skip
+    tool: str | None = found["tool"]
+    return tool
+
+
 def test_two_builds_without_cache_give_the_same_layers_and_image_id(
     docker_client: Any,
     base_image: str,
@@ -317,8 +323,7 @@ def test_two_builds_without_cache_give_the_same_layers_and_image_id(
     assert after.id == before.id  # the config's times are the base's: the same image id
     manifest = after.labels["io.envbuilder.manifest.sha256"]
     assert manifest == measure_manifest(docker_client, second).sha256
-    where = probe(docker_client, second, "import json, shutil; print(json.dumps({'tool': shutil.which('demo-tool')}))")  # fmt: skip
-    assert where == {"tool": "/opt/venv/bin/demo-tool"}
+    assert demo_tool_path(docker_client, second) == "/opt/venv/bin/demo-tool"
 
 
 def test_a_forced_rebuild_without_change_reuses_every_layer(
@@ -365,8 +370,7 @@ def test_a_change_of_rest_only_sends_the_layer_above_again_without_installing_it
     assert a[:-2] == b[:-2]  # up to torch's libraries
     assert a[-2] != b[-2]  # rest
     assert a[-1] == b[-1]  # suite: the same bytes, on another parent
-    where = probe(docker_client, second, "import json, shutil; print(json.dumps({'tool': shutil.which('demo-tool')}))")  # fmt: skip
-    assert where == {"tool": "/opt/venv/bin/demo-tool"}
+    assert demo_tool_path(docker_client, second) == "/opt/venv/bin/demo-tool"
     assert measure_manifest(docker_client, second).sha256 == docker_client.images.get(second).labels["io.envbuilder.manifest.sha256"]  # fmt: skip
 
 
@@ -443,8 +447,7 @@ def test_pip_comes_from_ensurepip_s_own_wheel_where_the_base_keeps_it_there(
     assert len(said["debian"]) == 1 and "/usr/share/python-wheels/pip-" in said["debian"][0]
     assert len(said["bundled"]) == 1 and "/ensurepip/_bundled/pip-" in said["bundled"][0]
     assert ours["debian"] == ours["bundled"]  # the same pip installs the same bytes
-    where = probe(docker_client, tag, "import json, shutil; print(json.dumps({'tool': shutil.which('demo-tool')}))")  # fmt: skip
-    assert where == {"tool": "/opt/venv/bin/demo-tool"}
+    assert demo_tool_path(docker_client, tag) == "/opt/venv/bin/demo-tool"
 
 
 def test_a_base_with_another_python_is_refused_before_any_download(
