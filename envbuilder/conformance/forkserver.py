@@ -47,6 +47,15 @@ why}, "import_s": S, "module_s": {module: S}, "threads": N}``
 when a child ends, ``{"exited": PID, "status": S}`` (S as ``subprocess``:
 negative for a signal). It exits when its input closes, killing the
 children still running.
+
+Once ``WARM_AFTER`` (inductor) is imported, the server probes inductor's CPU vector
+instruction set in background threads (``_warm.CpuIsa``: a compiler and a Python
+process per instruction set, 31-40 s on a fresh H200 host, which every check process
+compiling a CPU kernel paid again). When they end it writes ``{"warmed": {"cpu_vec_isa":
+{"seconds": S, "isa": ..., "probed": [...]}}}`` (or ``{"error": ...}``), and each later
+answer's ``"warmed"`` lists it: that child finds the answer in memory. A child forked
+before probes for itself, as without the server. ``ENVBUILDER_CONFORMANCE_WARM=0``
+turns this off.
 """
 
 from __future__ import annotations
@@ -85,6 +94,13 @@ HOLD_S = 60.0
 
 #: a comma-separated preload list replacing the default (``""``: torch only is not implied).
 PRELOAD_VARIABLE = "ENVBUILDER_CONFORMANCE_PRELOAD"
+
+#: after this preload module the server probes inductor's CPU vector ISA in threads
+#: (``_warm.CpuIsa``), so that children forked once it is done do not probe it themselves
+WARM_AFTER = "torch._inductor.compile_fx"
+
+#: ``"0"``: no background work (each check process probes the CPU's ISA itself, as before)
+WARM_VARIABLE = "ENVBUILDER_CONFORMANCE_WARM"
 
 #: the CUDA driver's shared object.
 DRIVER_LIBRARIES: tuple[str, ...] = ("libcuda.so",)
@@ -311,6 +327,8 @@ def _preload(
             through.add(name)
             if server is None:
                 continue
+            if name == WARM_AFTER:
+                server.warm()
             server.loaded = list(loaded)
             server.announce()
             if probe is None and not _state["restarted"]:
@@ -389,6 +407,30 @@ class Server:
         #: preloading paused by a ``hold`` request until a ``resume`` one (or HOLD_S)
         self.holding = False
         self.hold_until = 0.0
+        self.warming: list[Any] = []  # background work not yet reported (``_warm``)
+        self.warmed: list[str] = []  # what a child forked now finds done
+
+    def warm(self) -> None:
+        """Start the background work (unless ``WARM_VARIABLE`` is ``"0"``)."""
+        if os.environ.get(WARM_VARIABLE, "1") == "0":
+            return
+        from envbuilder.conformance._warm import CpuIsa
+
+        work = CpuIsa()
+        try:
+            work.start()
+        except Exception as e:  # the check processes probe for themselves
+            self.send({"warmed": {work.name: {"error": f"{type(e).__name__}: {e}"[:300]}}})
+            return
+        self.warming.append(work)
+
+    def report_warmed(self) -> None:
+        for work in [w for w in self.warming if w.done()]:
+            self.warming.remove(work)
+            report = work.report()
+            if "error" not in report:
+                self.warmed.append(work.name)
+            self.send({"warmed": {work.name: report}})
 
     def send(self, message: dict[str, Any]) -> None:
         self.channel.write(json.dumps(message) + "\n")
@@ -436,6 +478,7 @@ class Server:
         modules are through and report ended children."""
         ready, _, _ = select.select([self.requests_fd], [], [], timeout)
         self.reap()
+        self.report_warmed()
         if ready:
             chunk = os.read(self.requests_fd, 65536).decode("utf-8")
             if not chunk:
@@ -460,7 +503,14 @@ class Server:
             if pid == 0:
                 _child([str(a) for a in request["argv"]], str(request["output"]), self.channel_fd)
             self.children.add(pid)
-            self.send({"id": request.get("id"), "pid": pid, "preloaded": self.loaded})
+            self.send(
+                {
+                    "id": request.get("id"),
+                    "pid": pid,
+                    "preloaded": self.loaded,
+                    "warmed": self.warmed,
+                }
+            )
         self.queue = waiting
 
     def serve(self) -> None:

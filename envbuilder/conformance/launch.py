@@ -144,6 +144,8 @@ class ForkServer:
         self.ready = False  # the server answers requests
         self.report: dict[str, Any] = {}  # what the server preloaded, once it has
         self.forked_with: list[str] = []  # the preload modules the latest child had
+        self.warmed: dict[str, Any] = {}  # the server's background work, as each ended
+        self.forked_warm: dict[str, int] = {}  # children forked after each had ended
         self._reader = threading.Thread(
             target=self._read, args=(self._proc.stdout,), name="forkserver-reader", daemon=True
         )
@@ -162,6 +164,10 @@ class ForkServer:
                 elif "pid" in message:
                     preloaded = [str(m) for m in message.get("preloaded", [])]
                     self._forked[int(message.get("id") or 0)] = (int(message["pid"]), preloaded)
+                    for name in message.get("warmed", []):
+                        self.forked_warm[str(name)] = self.forked_warm.get(str(name), 0) + 1
+                elif "warmed" in message:
+                    self.warmed |= dict(message["warmed"])
                 elif "preloaded" in message:
                     self.report = message
                 elif "exited" in message:
@@ -274,6 +280,11 @@ class Launcher:
                 "preload_module_s": dict(report.get("module_s", {})),
                 "threads_at_fork": report.get("threads"),
             }
+            if self._used.warmed:
+                notes["warmed"] = {
+                    name: {**done, "children_after": self._used.forked_warm.get(name, 0)}
+                    for name, done in self._used.warmed.items()
+                }
         if self._error is not None:
             notes["fork_server_error"] = self._error
         return notes
