@@ -48,10 +48,10 @@ when a child ends, ``{"exited": PID, "status": S}`` (S as ``subprocess``:
 negative for a signal). It exits when its input closes, killing the
 children still running.
 
-Once ``WARM_AFTER`` (inductor) is imported, the server probes inductor's CPU vector
-instruction set in background threads (``_warm.CpuIsa``: a compiler and a Python
-process per instruction set, 31-40 s on a fresh H200 host, which every check process
-compiling a CPU kernel paid again). When they end it writes ``{"warmed": {"cpu_vec_isa":
+Once ``WARM_AFTER`` (inductor) is imported, the server forks a process that probes
+inductor's CPU vector instruction set (``_warm.CpuIsa``: a compiler and a Python process
+per instruction set, 31 s on a fresh H200 host, which every check process compiling a
+CPU kernel paid again) and, when its answers arrive, fills torch's caches with them. When they end it writes ``{"warmed": {"cpu_vec_isa":
 {"seconds": S, "isa": ..., "probed": [...]}}}`` (or ``{"error": ...}``), and each later
 answer's ``"warmed"`` lists it: that child finds the answer in memory. A child forked
 before probes for itself, as without the server. ``ENVBUILDER_CONFORMANCE_WARM=0``
@@ -96,7 +96,7 @@ HOLD_S = 60.0
 PRELOAD_VARIABLE = "ENVBUILDER_CONFORMANCE_PRELOAD"
 
 #: after this preload module the server probes inductor's CPU vector ISA in threads
-#: (``_warm.CpuIsa``), so that children forked once it is done do not probe it themselves
+#: (``_warm.CpuIsa``, in a process of its own), so that children forked once it is done do not probe it themselves
 WARM_AFTER = "torch._inductor.compile_fx"
 
 #: ``"0"``: no background work (each check process probes the CPU's ISA itself, as before)
@@ -418,7 +418,7 @@ class Server:
 
         work = CpuIsa()
         try:
-            work.start()
+            work.start(closing=(self.requests_fd, self.channel_fd))
         except Exception as e:  # the check processes probe for themselves
             self.send({"warmed": {work.name: {"error": f"{type(e).__name__}: {e}"[:300]}}})
             return

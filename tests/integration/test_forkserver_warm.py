@@ -81,35 +81,56 @@ def test_with_warming_off_nothing_is_probed_in_the_background(tmp_path: Path) ->
 
 CHILD = textwrap.dedent(
     """
-    import os, subprocess, sys
+    import os, signal, subprocess, sys, time
     from envbuilder.conformance._warm import CpuIsa
     from torch._inductor import cpu_vec_isa
 
+    def pick_in_a_child(probing_allowed):
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(150)  # a child waiting for a lock it inherited: killed, not hung
+            if not probing_allowed:
+                def refuse(*args, **kwargs):
+                    raise AssertionError(f"the child probed again: {args[:1]}")
+                subprocess.run = subprocess.check_call = subprocess.Popen = refuse
+            try:
+                print("child picked", cpu_vec_isa.pick_vec_isa(), flush=True)
+            except BaseException as e:
+                print("child failed", e, flush=True)
+                os._exit(1)
+            os._exit(0)
+        return pid
+
     work = CpuIsa()
     work.start()
-    work._thread.join()
+    time.sleep(float(sys.argv[1]))
+    early = pick_in_a_child(True) if sys.argv[2] == "early" else None
+    while not work.done():
+        time.sleep(0.05)
     print(work.report(), flush=True)
-    pid = os.fork()
-    if pid == 0:
-        def refuse(*args, **kwargs):
-            raise AssertionError(f"the child probed again: {args[:1]}")
-        subprocess.run = subprocess.check_call = subprocess.Popen = refuse
-        try:
-            print("child picked", cpu_vec_isa.pick_vec_isa(), flush=True)
-        except BaseException as e:
-            print("child failed", e, flush=True)
-            os._exit(1)
-        os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    sys.exit(os.waitstatus_to_exitcode(status))
+    late = pick_in_a_child(False)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in (early, late) if p]
+    sys.exit(max(abs(c) for c in codes))
     """
 )
 
 
-def test_a_child_forked_after_the_probes_picks_the_isa_without_a_process(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD], env=_env(tmp_path), capture_output=True, text=True,
-        timeout=300, check=False,
+def _run_child(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, *args], env=_env(tmp_path), capture_output=True,
+        text=True, timeout=400, check=False,
     )  # fmt: skip
+
+
+def test_a_child_forked_after_the_answer_picks_the_isa_without_a_process(tmp_path: Path) -> None:
+    done = _run_child(tmp_path, "0", "none")
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
-    assert "child picked" in done.stdout
+    assert "child picked" in done.stdout and "'probed_again': []" in done.stdout
+
+
+def test_a_child_forked_while_the_probes_run_probes_for_itself_and_ends(tmp_path: Path) -> None:
+    """The server holds none of the probes' file locks: a child forked meanwhile waits at
+    most for the probing process, never for a lock it inherited."""
+    done = _run_child(tmp_path, "1.0", "early")
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert done.stdout.count("child picked") == 2
