@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import threading
 import time
 from collections.abc import Sequence
@@ -58,8 +59,6 @@ class CpuIsa:
 
     def done(self) -> bool:
         """Whether the answer is in (and applied); reads what has arrived, never waits."""
-        import select
-
         if self._fd is None:
             return bool(self._report)
         while select.select([self._fd], [], [], 0)[0]:

@@ -51,11 +51,11 @@ children still running.
 Once ``WARM_AFTER`` (inductor) is imported, the server forks a process that probes
 inductor's CPU vector instruction set (``_warm.CpuIsa``: a compiler and a Python process
 per instruction set, 31 s on a fresh H200 host, which every check process compiling a
-CPU kernel paid again) and, when its answers arrive, fills torch's caches with them. When they end it writes ``{"warmed": {"cpu_vec_isa":
-{"seconds": S, "isa": ..., "probed": [...]}}}`` (or ``{"error": ...}``), and each later
-answer's ``"warmed"`` lists it: that child finds the answer in memory. A child forked
-before probes for itself, as without the server. ``ENVBUILDER_CONFORMANCE_WARM=0``
-turns this off.
+CPU kernel paid again). When its answers arrive, the server fills torch's caches with
+them and writes ``{"warmed": {"cpu_vec_isa": {"seconds": S, "isa": ..., "probed":
+[...], ...}}}`` (or ``{"error": ...}``); each later answer's ``"warmed"`` lists it: that
+child finds the answer in memory. A child forked before probes for itself, as without
+the server. ``ENVBUILDER_CONFORMANCE_WARM=0`` turns this off.
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ HOLD_S = 60.0
 #: a comma-separated preload list replacing the default (``""``: torch only is not implied).
 PRELOAD_VARIABLE = "ENVBUILDER_CONFORMANCE_PRELOAD"
 
-#: after this preload module the server probes inductor's CPU vector ISA in threads
-#: (``_warm.CpuIsa``, in a process of its own), so that children forked once it is done do not probe it themselves
+#: after this preload module the server has inductor's CPU vector ISA probed in a process
+#: of its own (``_warm.CpuIsa``): children forked once the answer is in do not probe it
 WARM_AFTER = "torch._inductor.compile_fx"
 
 #: ``"0"``: no background work (each check process probes the CPU's ISA itself, as before)
