@@ -10,6 +10,7 @@ import logging
 import os
 import shutil
 import socket
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -195,19 +196,45 @@ _GONE = "gone"
 
 def _discard(container: DockerContainer) -> str | None:
     """Remove ``container``: None when done, `_GONE` when someone else removed it or is
-    removing it, else what went wrong. Never raises: the error that ended the run stays
-    the one the user sees."""
+    removing it, else what went wrong. Never raises but the interruption it was given: the
+    error that ended the run stays the one the user sees.
+
+    An interruption (Ctrl-C, SIGTERM) that lands inside the request may have kept it from
+    the daemon: the container is removed once more before the interruption goes on."""
+    try:
+        return _remove(container)
+    except KeyboardInterrupt:
+        _remove(container)  # a second interruption ends this one too
+        raise
+
+
+#: How long a removal the daemon refused (a kill it did not see end in time, on a loaded
+#: machine) is tried again, and how long one already in progress is waited for.
+_REMOVE_PATIENCE_S = 30.0
+_REMOVE_RETRY_S = 0.5
+
+
+def _remove(container: DockerContainer) -> str | None:
+    """`_discard` without its interruption handling."""
     from docker.errors import APIError, NotFound
 
-    try:
-        container.remove(force=True)
-    except NotFound:
-        return _GONE
-    except APIError as e:
-        if e.status_code == 409 and "in progress" in str(e):
+    deadline = time.monotonic() + _REMOVE_PATIENCE_S
+    while True:
+        try:
+            container.remove(force=True)
+        except NotFound:
             return _GONE
-        return f"could not remove the container {container.short_id}: {e}"
-    return None
+        except APIError as e:
+            in_progress = e.status_code == 409 and "in progress" in str(e)
+            if time.monotonic() >= deadline:
+                return (
+                    _GONE
+                    if in_progress
+                    else f"could not remove the container {container.short_id}: {e}"
+                )
+            time.sleep(_REMOVE_RETRY_S)
+            continue
+        return None
 
 
 def remove_stage(client: DockerClient, stage: Path, *, image: str) -> None:

@@ -91,6 +91,16 @@ def install_container(client: Any, root: Path, process: subprocess.Popen[str]) -
     pytest.fail(f"no install container appeared (build exit {process.poll()}): {err[-2000:]}")
 
 
+def build_logs(root: Path) -> str:
+    """The ends of the build's logs under ``root``: what its containers said, and what
+    went wrong removing them."""
+    return "".join(
+        f"--- {log.name}\n{log.read_text(encoding='utf-8', errors='replace')[-3000:]}\n"
+        for log in sorted((root / "logs").glob("*"))
+        if log.is_file()
+    )
+
+
 def mounting(client: Any, root: Path, *, role: str | None = None) -> list[str]:
     """The ids of the containers that mount something under ``root`` (the daemon is shared:
     the list is read in one call, as others' containers come and go); with ``role``, only the
@@ -141,7 +151,7 @@ def test_sigterm_removes_the_install_container_and_the_stage(
     _, err = process.communicate(timeout=300)
     assert process.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert "interrupted" in err
-    assert not container_exists(docker_client, container)
+    assert not container_exists(docker_client, container), build_logs(build_root) + err[-2000:]
     assert list((build_root / "cache" / "wheels").glob("envbuilder-build-*")) == []
 
 
