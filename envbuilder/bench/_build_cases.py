@@ -186,6 +186,18 @@ def _write_lock(path: Path, wheels: Sequence[Path]) -> None:
     path.write_text(tomli_w.dumps(document), encoding="utf-8")
 
 
+#: `random.Random.randbytes` takes at most 2**28 - 1 bytes a call (its bits must fit a C int).
+_RANDOM_PIECE = 2**28 - 1
+
+
+def _random_bytes(size: int, *, seed: int) -> bytes:
+    """``size`` reproducible random bytes (the CUDA-sized payloads in pieces)."""
+    rng = random.Random(seed)
+    return b"".join(
+        rng.randbytes(min(_RANDOM_PIECE, size - i)) for i in range(0, size, _RANDOM_PIECE)
+    )
+
+
 def _wheel(directory: Path, name: str, version: str, payload: int, *, seed: int) -> Path:
     """A real, reproducible wheel of ``payload`` incompressible bytes (stored, not deflated)."""
     module = name.replace("-", "_")
@@ -196,7 +208,7 @@ def _wheel(directory: Path, name: str, version: str, payload: int, *, seed: int)
     dist_info = f"{module}-{version}.dist-info"
     members = {
         f"{module}/__init__.py": f'__version__ = "{version}"\n'.encode(),
-        f"{module}/payload.bin": random.Random(seed).randbytes(payload),
+        f"{module}/payload.bin": _random_bytes(payload, seed=seed),
         f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n".encode(),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: envbuilder-bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
