@@ -13,7 +13,9 @@ group installs. The host hashes each tree as a reproducible layer (``layers.py``
 as soon as it is final, while the others install, and ``docker load``s the
 image config with the layers the daemon lacks, their tars made again from the
 trees as they are sent (and checked against the hashes once more); no tar is
-written to disk. Nothing is sent as a build context, no build stage or
+written to disk. Where the final layers below the ones still installing are big
+(a CUDA lock's toolkit libraries), ``early_load`` loads them first, so that the
+daemon applies them while the rest installs. Nothing is sent as a build context, no build stage or
 dangling image is left, and the same inputs give the same layers and image id
 on any machine.
 
@@ -91,6 +93,7 @@ from envbuilder.docker.daemon import (
     load_image,
     push_image,
 )
+from envbuilder.docker.early_load import EarlyLoader, sweep_early_images
 from envbuilder.docker.identity import (
     LABEL_PREFIX,
     SUITE_GROUP,
@@ -115,10 +118,10 @@ from envbuilder.docker.image_inputs import (
     image_config_of,
     labels_of,
     layer_keys,
+    trees_to_send,
 )
 from envbuilder.docker.layers import (
     BaseImage,
-    LayerTree,
     archive_chunks,
     chain_ids,
     image_id,
@@ -257,6 +260,7 @@ def make_image(
     # What a killed build left (its install container, a stage of a gigabyte), first.
     request.cache.root.mkdir(parents=True, exist_ok=True)
     sweep_leftovers(client, request.cache.root, image=base.id, reporter=reporter)
+    sweep_early_images(client, reporter)
     what = _inputs(
         request, plan, suite=suite, suite_sha256=suite_sha256, base=base, lock_sha256=lock_sha256
     )
@@ -399,12 +403,14 @@ def _make_image(
     cache.root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="envbuilder-build-", dir=cache.root))
     (work / _STAGE_OWNER).write_text(owner_token() + "\n", encoding="utf-8")
+    early: EarlyLoader | None = None
     try:
         if needed:
             reporter.line(
                 f"    make layer(s) {', '.join(needed)}; reuse {', '.join(records) or 'none'}"
             )
-            made = _make_layers(client, inputs, needed, work, cache=cache, log=log, reporter=reporter)  # fmt: skip
+            early = EarlyLoader(client, inputs, records, reporter=reporter, log=log)
+            made = _make_layers(client, inputs, needed, work, cache=cache, log=log, reporter=reporter, early=early)  # fmt: skip
             for name in needed:
                 record = made[name]
                 if not keep_stages:
@@ -430,6 +436,8 @@ def _make_image(
             reporter.line(f"    stages kept in {work}")
         return made_id
     finally:
+        if early is not None:
+            early.remove()
         if not keep_stages:
             remove_stage(client, work, image=inputs.base.id)
 
@@ -484,18 +492,8 @@ def _load(
     """``docker load`` the image ``config`` as ``tag``, with the layers the daemon lacks
     (every layer with ``send_all``), each made again from its tree as it is sent."""
     all_diffs = json.loads(config)["rootfs"]["diff_ids"]
-    chains = chain_ids(all_diffs)
     present = set() if send_all else _daemon_chains(client)  # as late as can be
-    trees = {
-        r.layer.diff_id: LayerTree(root=r.tree, layer=r.layer, owners=OWNERS)
-        for r in records.values()
-        if r.tree is not None
-    }
-    missing = {
-        d: trees[d]
-        for d, c in zip(all_diffs, chains, strict=True)
-        if c not in present and d in trees
-    }
+    missing = trees_to_send(all_diffs, records.values(), present)
     with reporter.step(f"docker load {tag} ({len(missing)} new layer(s))"):
         load_image(client, archive_chunks(config, tag=tag, layer_trees=missing))
 
@@ -509,12 +507,15 @@ def _make_layers(
     cache: WheelCache,
     log: IO[str],
     reporter: Reporter,
+    early: EarlyLoader | None = None,
 ) -> dict[str, LayerRecord]:
     """Install the ``needed`` layers' trees under ``work/out`` and hash each as a layer.
 
     The compiler's container (network: apt) runs beside the wheels' (no network), and
     each tree is hashed as soon as its container says it is final, while the others
-    still install; nothing is written but the trees.
+    still install; nothing is written but the trees. ``early`` is told each layer as it
+    is hashed (and loads the final ones below while the rest install); it is done with
+    the trees when this returns.
     """
     out = work / "out"
     out.mkdir()
@@ -523,10 +524,16 @@ def _make_layers(
     hashed: dict[str, Future[LayerRecord]] = {}
     lock = threading.Lock()
 
+    def hash_and_tell(name: str) -> LayerRecord:
+        record = hash_tree(name, out / name)
+        if early is not None:
+            early.layer_done(name, record)
+        return record
+
     def final(name: str) -> None:
         with lock:
             if name in needed and name not in hashed:
-                hashed[name] = hashing.submit(hash_tree, name, out / name)
+                hashed[name] = hashing.submit(hash_and_tell, name)
 
     def install_compiler() -> None:
         _install_compiler(client, inputs.base, out, log=log, reporter=reporter)
@@ -542,9 +549,14 @@ def _make_layers(
         if compiler is not None:
             compiler.result()
         with reporter.step(f"hash {len(needed)} layer(s)"):
-            return {name: hashed[name].result() for name in needed}
+            records = {name: hashed[name].result() for name in needed}
+        if early is not None:
+            early.finish()  # the trees move when this returns
+        return records
     except BaseException:
         _stop_containers(client, role="compiler")  # apt need not finish for nothing
+        if early is not None:
+            early.abort()
         raise
     finally:
         others.shutdown(wait=True)

@@ -7,7 +7,7 @@ hashed from its tree by `hash_tree`), and the labels and config they give the im
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +24,8 @@ from envbuilder.docker.identity import (
 from envbuilder.docker.layers import (
     BaseImage,
     Layer,
+    LayerTree,
+    chain_ids,
     hash_layer,
     image_config,
     image_env,
@@ -47,6 +49,7 @@ __all__ = [
     "image_config_of",
     "labels_of",
     "layer_keys",
+    "trees_to_send",
 ]
 
 
@@ -161,6 +164,24 @@ def hash_tree(name: str, stage: Path) -> LayerRecord:
         facts=_compiler_facts(stage) if name == "compiler" else {},
         tree=stage,
     )  # fmt: skip
+
+
+def trees_to_send(
+    diff_ids: Sequence[str], records: Iterable[LayerRecord], present: Collection[str]
+) -> dict[str, LayerTree]:
+    """The layers of an image (``diff_ids``, bottom first) that the daemon lacks (``present``
+    holds the chain ids it has), by diff id, each to be made again from its record's tree;
+    a layer whose record keeps no tree is left out (the daemon must hold it)."""
+    trees = {
+        r.layer.diff_id: LayerTree(root=r.tree, layer=r.layer, owners=OWNERS)
+        for r in records
+        if r.tree is not None
+    }
+    return {
+        diff_id: trees[diff_id]
+        for diff_id, chain in zip(diff_ids, chain_ids(diff_ids), strict=True)
+        if chain not in present and diff_id in trees
+    }
 
 
 def _describe(name: str, inputs: Inputs) -> str:
