@@ -9,6 +9,7 @@ A daemon that accepts the connection and never answers is an error after
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -59,19 +60,36 @@ def docker_client(
     return found
 
 
+#: The `_quick` blocks open on each API client (by id): how many, and the client's
+#: timeout before the first. The build's threads share one client, and their blocks
+#: overlap; the last to close puts the timeout back.
+_QUICK_OPEN: dict[int, tuple[int, object]] = {}
+_QUICK_LOCK = threading.Lock()
+
+
 @contextmanager
 def _quick(client: DockerClient) -> Iterator[None]:
     """Calls inside give up after `_QUICK_TIMEOUT_S` (inspect, list: the daemon answers at once)."""
     api = getattr(client, "api", None)
-    before = getattr(api, "timeout", None)
-    if not isinstance(before, (int, float)) or before <= _QUICK_TIMEOUT_S:
+    key = id(api)
+    with _QUICK_LOCK:
+        depth, before = _QUICK_OPEN.get(key, (0, getattr(api, "timeout", None)))
+        lowered = depth > 0 or (isinstance(before, (int, float)) and before > _QUICK_TIMEOUT_S)
+        if lowered:
+            _QUICK_OPEN[key] = (depth + 1, before)
+            api.timeout = _QUICK_TIMEOUT_S  # type: ignore[union-attr]
+    if not lowered:
         yield
         return
-    api.timeout = _QUICK_TIMEOUT_S  # type: ignore[union-attr]
     try:
         yield
     finally:
-        api.timeout = before  # type: ignore[union-attr]
+        with _QUICK_LOCK:
+            depth, before = _QUICK_OPEN.pop(key)
+            if depth > 1:
+                _QUICK_OPEN[key] = (depth - 1, before)
+            else:
+                api.timeout = before  # type: ignore[union-attr]
 
 
 def inspect_base(client: DockerClient, ref: str) -> BaseImage:
