@@ -27,6 +27,7 @@ __all__ = [
     "build_error",
     "owner_gone",
     "owner_token",
+    "remove_container",
     "remove_stage",
     "run_container",
     "sweep_leftovers",
@@ -206,6 +207,14 @@ def _discard(container: DockerContainer) -> str | None:
     except KeyboardInterrupt:
         _remove(container)  # a second interruption ends this one too
         raise
+
+
+def remove_container(container: DockerContainer) -> str | None:
+    """Remove a container envbuilder ran (a build's, the suite's): None when it is gone,
+    else what kept it (refused past `_REMOVE_PATIENCE_S`), for the user to remove by hand.
+    Never raises but an interruption, after one more try."""
+    problem = _discard(container)
+    return None if problem == _GONE else problem
 
 
 #: How long a removal the daemon refused (a kill it did not see end in time, on a loaded

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from envbuilder.docker.containers import remove_container
 from envbuilder.errors import InputError, MissingToolError
 from envbuilder.files import write_atomic
 
@@ -182,7 +183,9 @@ def run_suite_container(
                 sys.stderr.write(chunk.decode("utf-8", errors="replace"))
             status = int(container.wait().get("StatusCode", 1))
         finally:
-            container.remove(force=True)
+            # a removal the daemon refuses must not cost the results: they are copied anyway
+            if problem := remove_container(container):
+                print(f"warning: {problem}; remove it with `docker rm -f`", file=sys.stderr)
             made, partial = Path(scratch) / results, Path(scratch) / stream
             copied: str | None = None
             if made.is_file():

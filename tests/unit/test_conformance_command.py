@@ -173,6 +173,37 @@ def test_what_a_container_wrote_is_copied_without_losing_earlier_results(
     assert client.containers.kwargs["network_mode"] == "none"
 
 
+class _RefusingContainer(_Container):
+    """A container the daemon will not remove (a kill it did not see end)."""
+
+    short_id = "c0ffee"
+
+    def remove(self, *, force: bool) -> None:
+        from docker.errors import APIError
+
+        raise APIError("500 Server Error: could not kill: tried to kill container, but did not receive an exit event")  # fmt: skip
+
+
+def test_a_container_the_daemon_will_not_remove_costs_no_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import envbuilder.docker.containers as containers
+    from envbuilder.docker.run import run_suite_container
+
+    monkeypatch.setattr(containers, "_REMOVE_PATIENCE_S", 0.0)
+    out_dir = tmp_path / "results"
+    out_dir.mkdir()
+    client = _Client({"c.json": "{}", "c.json.jsonl": "{'a'}\n"}, 0)
+    client.containers.container = _RefusingContainer(0)
+    got = run_suite_container(
+        client, "tag", ["python"], devices=[], suite_dir=tmp_path, out_dir=out_dir, results="c.json"
+    )
+    assert got == (0, "c.json")
+    assert (out_dir / "c.json").read_text(encoding="utf-8") == "{}"
+    warning = capsys.readouterr().err
+    assert "could not remove the container" in warning and "docker rm -f" in warning
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
