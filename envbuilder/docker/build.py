@@ -93,7 +93,7 @@ from envbuilder.docker.daemon import (
     load_image,
     push_image,
 )
-from envbuilder.docker.early_load import EarlyLoader, sweep_early_images
+from envbuilder.docker.early_load import EarlyLoader
 from envbuilder.docker.identity import (
     LABEL_PREFIX,
     SUITE_GROUP,
@@ -260,7 +260,6 @@ def make_image(
     # What a killed build left (its install container, a stage of a gigabyte), first.
     request.cache.root.mkdir(parents=True, exist_ok=True)
     sweep_leftovers(client, request.cache.root, image=base.id, reporter=reporter)
-    sweep_early_images(client, reporter)
     what = _inputs(
         request, plan, suite=suite, suite_sha256=suite_sha256, base=base, lock_sha256=lock_sha256
     )

@@ -1,7 +1,8 @@
 """The containers a build runs: each one labelled with the process that made it,
 its output streamed and its files handed to the user who runs envbuilder, and removed
 when it ends, also when the build is interrupted. What builds killed before they could
-clean up left (containers, stage directories) is swept by the next build.
+clean up left (containers, images loaded early, stage directories) is swept by the next
+build.
 """
 
 from __future__ import annotations
@@ -12,16 +13,17 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol, TypeVar
 
-from envbuilder.docker.client import DockerClient, DockerContainer
+from envbuilder.docker.client import DockerClient, DockerContainer, DockerImage
 from envbuilder.docker.daemon import BuildFailed, _quick
 from envbuilder.docker.identity import LABEL_PREFIX
 from envbuilder.reporter import Reporter
 
 __all__ = [
+    "EARLY_ROLE",
     "OWNER_LABEL",
     "ROLE_LABEL",
     "build_error",
@@ -40,6 +42,9 @@ logger = logging.getLogger(__name__)
 OWNER_LABEL = f"{LABEL_PREFIX}.build.owner"
 ROLE_LABEL = f"{LABEL_PREFIX}.build.role"
 _RUN_LABEL = f"{LABEL_PREFIX}.build.run"  # one container of the build
+#: The role of an image a build loads before its own (`early_load`): labelled like a
+#: container, and swept like one.
+EARLY_ROLE = "early"
 #: The file in a stage directory that names the process that made it.
 _STAGE_OWNER = "owner"
 #: The name of a process's directory of kept trees (beside the stages, and swept like them).
@@ -270,22 +275,53 @@ def remove_stage(client: DockerClient, stage: Path, *, image: str) -> None:
     shutil.rmtree(stage, ignore_errors=True)
 
 
+class _Labelled(Protocol):
+    @property
+    def labels(self) -> dict[str, str]: ...
+
+
+_Found = TypeVar("_Found", bound=_Labelled)
+
+
+def _of_ended_builds(found: Iterable[_Found]) -> Iterator[tuple[_Found, str]]:
+    """Each of ``found`` whose `OWNER_LABEL` names a process that is gone, with that owner."""
+    for thing in found:
+        token = str((thing.labels or {}).get(OWNER_LABEL, ""))
+        if owner_gone(token):
+            yield thing, token
+
+
 def sweep_leftovers(client: DockerClient, stages: Path, *, image: str, reporter: Reporter) -> None:
     """Remove what builds killed before they could clean up (SIGKILL, a lost machine) left:
-    their containers (by `OWNER_LABEL`) and stage directories under ``stages``, where the
-    process that made them is gone. Others' builds, running or not ours, are left alone."""
+    their containers (by `OWNER_LABEL`), the images they loaded early (`EARLY_ROLE`) and
+    stage directories under ``stages``, where the process that made them is gone. Others'
+    builds, running or not ours, are left alone."""
+    from docker.errors import DockerException
+
     with _quick(client):
         found = client.containers.list(all=True, filters={"label": OWNER_LABEL})
-    for container in found:
-        token = str((container.labels or {}).get(OWNER_LABEL, ""))
-        if not owner_gone(token):
-            continue
+    for container, token in _of_ended_builds(found):
         problem = _discard(container)
         what = f"the container {container.short_id} of an ended build ({token})"
         if problem in (None, _GONE):
             reporter.detail(f"removed {what}")
         else:
             reporter.line(f"    {what} stays: {problem}")
+    early: list[DockerImage] = []
+    try:
+        with _quick(client):
+            early = client.images.list(filters={"label": f"{ROLE_LABEL}={EARLY_ROLE}"})
+    except DockerException as e:
+        reporter.line(f"    cannot list early-loaded images: {e}")
+    for loaded, token in _of_ended_builds(early):
+        for tag in loaded.tags or [loaded.id]:
+            try:
+                with _quick(client):
+                    client.images.remove(tag)
+            except DockerException as e:
+                reporter.line(f"    the early-loaded image {tag} of an ended build stays: {e}")
+            else:
+                reporter.detail(f"removed the early-loaded image {tag} of an ended build ({token})")
     left = [*stages.glob("envbuilder-build-*"), *stages.glob(f"{_KEPT_PREFIX}*")]
     for stage in sorted(left) if stages.is_dir() else ():
         try:

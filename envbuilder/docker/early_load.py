@@ -9,8 +9,8 @@ the image's own load then finds them on the daemon and sends only what is above 
 
 That image is tagged ``envbuilder-early/<combination>:<token>`` (a prune does not take a
 tagged image while the build runs) and labelled with the build's owner (`OWNER_LABEL`):
-the build removes it once its own image holds the layers, and `sweep_early_images`
-removes what a killed build left. Its layers are the build's own: the same trees, hashed
+the build removes it once its own image holds the layers, and the next build's
+`containers.sweep_leftovers` removes what a killed build left. Its layers are the build's own: the same trees, hashed
 the same way, checked again while they are sent.
 """
 
@@ -24,18 +24,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO
 
 from envbuilder.docker.client import DockerClient
-from envbuilder.docker.containers import OWNER_LABEL, ROLE_LABEL, owner_gone, owner_token
+from envbuilder.docker.containers import EARLY_ROLE, OWNER_LABEL, ROLE_LABEL, owner_token
 from envbuilder.docker.daemon import _daemon_chains, _quick, load_image
 from envbuilder.docker.image_inputs import LAYERS, Inputs, LayerRecord, trees_to_send
 from envbuilder.docker.layers import archive_chunks, image_config
 from envbuilder.reporter import Reporter
 
-__all__ = ["EARLY_MIN_BYTES", "EarlyLoader", "sweep_early_images"]
+__all__ = ["EARLY_MIN_BYTES", "EarlyLoader"]
 
 #: A prefix is loaded early when the layers it would send (those the daemon lacks) hold
 #: at least this many bytes: below that, a load of its own costs more than it saves.
 EARLY_MIN_BYTES = 64 * 2**20
-_ROLE = "early"
 _REPOSITORY = "envbuilder-early"
 
 
@@ -138,7 +137,7 @@ class EarlyLoader:
             base,
             [(f"envbuilder: {name} layer", records[name].layer) for name in prefix],
             env=base.config.get("Env") or [],
-            labels={OWNER_LABEL: owner_token(), ROLE_LABEL: _ROLE},
+            labels={OWNER_LABEL: owner_token(), ROLE_LABEL: EARLY_ROLE},
             user="",
             workdir="",
             cmd=[],
@@ -158,27 +157,3 @@ class EarlyLoader:
             if self._stop.is_set():
                 raise _Stopped
             yield chunk
-
-
-def sweep_early_images(client: DockerClient, reporter: Reporter) -> None:
-    """Remove the images that builds killed before they could clean up loaded early."""
-    from docker.errors import DockerException
-
-    try:
-        with _quick(client):
-            found = client.images.list(filters={"label": f"{ROLE_LABEL}={_ROLE}"})
-    except DockerException as e:
-        reporter.line(f"    cannot list early-loaded images: {e}")
-        return
-    for image in found:
-        token = str((image.labels or {}).get(OWNER_LABEL, ""))
-        if not owner_gone(token):
-            continue
-        for tag in image.tags or [image.id]:
-            try:
-                with _quick(client):
-                    client.images.remove(tag)
-            except DockerException as e:
-                reporter.line(f"    the early-loaded image {tag} of an ended build stays: {e}")
-            else:
-                reporter.detail(f"removed the early-loaded image {tag} of an ended build ({token})")

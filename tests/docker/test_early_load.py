@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 import envbuilder.docker.early_load as early_load
-from envbuilder.docker.containers import OWNER_LABEL, ROLE_LABEL, _pid_namespace, owner_token
+from envbuilder.docker.containers import (
+    OWNER_LABEL,
+    ROLE_LABEL,
+    _pid_namespace,
+    owner_token,
+    sweep_leftovers,
+)
 from envbuilder.docker.daemon import inspect_base, load_image
 from envbuilder.docker.image_inputs import LAYERS
 from envbuilder.docker.layers import archive_chunks, image_config
@@ -88,7 +94,7 @@ def dead_token() -> str:
 
 
 def test_an_early_image_a_killed_build_left_is_swept_and_a_running_build_s_stays(
-    docker_client: Any, base_image: str
+    docker_client: Any, base_image: str, tmp_path: Path
 ) -> None:
     base = inspect_base(docker_client, base_image)
     tags = {"gone": dead_token(), "alive": owner_token()}
@@ -105,7 +111,7 @@ def test_an_early_image_a_killed_build_left_is_swept_and_a_running_build_s_stays
         load_image(docker_client, archive_chunks(config, tag=f"envbuilder-early/test-sweep:{name}"))  # fmt: skip
     try:
         out = io.StringIO()
-        early_load.sweep_early_images(docker_client, Reporter(out, verbose=1))
+        sweep_leftovers(docker_client, tmp_path, image=base.id, reporter=Reporter(out, verbose=1))
         left = {t for image in early_images(docker_client) for t in image.tags}
         assert "envbuilder-early/test-sweep:gone" not in left, out.getvalue()
         assert "envbuilder-early/test-sweep:alive" in left
