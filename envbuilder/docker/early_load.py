@@ -10,8 +10,8 @@ the image's own load then finds them on the daemon and sends only what is above 
 That image is tagged ``envbuilder-early/<combination>:<token>`` (a prune does not take a
 tagged image while the build runs) and labelled with the build's owner (`OWNER_LABEL`):
 the build removes it once its own image holds the layers, and the next build's
-`containers.sweep_leftovers` removes what a killed build left. Its layers are the build's own: the same trees, hashed
-the same way, checked again while they are sent.
+`containers.sweep_leftovers` removes what a killed build left. Its layers are the build's
+own: the same trees, hashed the same way, checked again while they are sent.
 """
 
 from __future__ import annotations

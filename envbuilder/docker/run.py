@@ -185,7 +185,10 @@ def run_suite_container(
         finally:
             # a removal the daemon refuses must not cost the results: they are copied anyway
             if problem := remove_container(container):
-                print(f"warning: {problem}; remove it with `docker rm -f`", file=sys.stderr)
+                print(
+                    f"warning: {problem}; remove it with `docker rm -f {container.short_id}`",
+                    file=sys.stderr,
+                )
             made, partial = Path(scratch) / results, Path(scratch) / stream
             copied: str | None = None
             if made.is_file():
