@@ -30,6 +30,7 @@ __all__ = [
     "owner_gone",
     "owner_token",
     "remove_container",
+    "remove_image_tag",
     "remove_stage",
     "run_container",
     "sweep_leftovers",
@@ -167,8 +168,7 @@ def run_container(
                         reporter.detail(line)
         status = _wait(container)
     except BaseException:
-        problem = _discard(container)
-        if problem and problem != _GONE:
+        if problem := remove_container(container):
             log.write(f"{problem}\n")
         raise
     problem = _discard(container)
@@ -275,6 +275,19 @@ def remove_stage(client: DockerClient, stage: Path, *, image: str) -> None:
     shutil.rmtree(stage, ignore_errors=True)
 
 
+def remove_image_tag(client: DockerClient, tag: str) -> str | None:
+    """Untag ``tag`` (its layers go with it where no other image holds them): None when
+    done, else the daemon's refusal."""
+    from docker.errors import DockerException
+
+    try:
+        with _quick(client):
+            client.images.remove(tag)
+    except DockerException as e:
+        return str(e)
+    return None
+
+
 class _Labelled(Protocol):
     @property
     def labels(self) -> dict[str, str]: ...
@@ -301,12 +314,11 @@ def sweep_leftovers(client: DockerClient, stages: Path, *, image: str, reporter:
     with _quick(client):
         found = client.containers.list(all=True, filters={"label": OWNER_LABEL})
     for container, token in _of_ended_builds(found):
-        problem = _discard(container)
         what = f"the container {container.short_id} of an ended build ({token})"
-        if problem in (None, _GONE):
-            reporter.detail(f"removed {what}")
-        else:
+        if problem := remove_container(container):
             reporter.line(f"    {what} stays: {problem}")
+        else:
+            reporter.detail(f"removed {what}")
     early: list[DockerImage] = []
     try:
         with _quick(client):
@@ -315,11 +327,10 @@ def sweep_leftovers(client: DockerClient, stages: Path, *, image: str, reporter:
         reporter.line(f"    cannot list early-loaded images: {e}")
     for loaded, token in _of_ended_builds(early):
         for tag in loaded.tags or [loaded.id]:
-            try:
-                with _quick(client):
-                    client.images.remove(tag)
-            except DockerException as e:
-                reporter.line(f"    the early-loaded image {tag} of an ended build stays: {e}")
+            if problem := remove_image_tag(client, tag):
+                reporter.line(
+                    f"    the early-loaded image {tag} of an ended build stays: {problem}"
+                )
             else:
                 reporter.detail(f"removed the early-loaded image {tag} of an ended build ({token})")
     left = [*stages.glob("envbuilder-build-*"), *stages.glob(f"{_KEPT_PREFIX}*")]

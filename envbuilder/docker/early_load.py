@@ -24,8 +24,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO
 
 from envbuilder.docker.client import DockerClient
-from envbuilder.docker.containers import EARLY_ROLE, OWNER_LABEL, ROLE_LABEL, owner_token
-from envbuilder.docker.daemon import _daemon_chains, _quick, load_image
+from envbuilder.docker.containers import (
+    EARLY_ROLE,
+    OWNER_LABEL,
+    ROLE_LABEL,
+    owner_token,
+    remove_image_tag,
+)
+from envbuilder.docker.daemon import _daemon_chains, load_image
 from envbuilder.docker.image_inputs import LAYERS, Inputs, LayerRecord, trees_to_send
 from envbuilder.docker.layers import archive_chunks, image_config
 from envbuilder.reporter import Reporter
@@ -102,14 +108,9 @@ class EarlyLoader:
 
     def remove(self) -> None:
         """Remove the images loaded early; the layers the build's image holds stay."""
-        from docker.errors import DockerException
-
         for tag in self._tags:
-            try:
-                with _quick(self._client):
-                    self._client.images.remove(tag)
-            except DockerException as e:
-                self._log.write(f"cannot remove the early-loaded image {tag}: {e}\n")
+            if problem := remove_image_tag(self._client, tag):
+                self._log.write(f"cannot remove the early-loaded image {tag}: {problem}\n")
 
     def _load_final_prefix(self) -> None:
         """Load the layers from the base up to the highest final one, when what the daemon
