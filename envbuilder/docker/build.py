@@ -8,14 +8,14 @@ A build checks the base's Python first, then makes only the layers this
 process does not hold: it fetches and verifies those wheels into the host's
 wheel cache, mounts hard links of them read-only into one container of the
 base image (network ``none``), where ``envbuilder/docker/recipe/install-group.sh`` installs each
-group with pip (checking every hash again) and byte-compiles it while the next
-group installs. The host hashes each tree as a reproducible layer (``layers.py``)
+group with pip (checking every hash again) and byte-compiles it, into the tree of
+the layer right above the group's, while the next group installs. The host hashes each tree as a reproducible layer (``layers.py``)
 as soon as it is final, while the others install, and ``docker load``s the
 image config with the layers the daemon lacks, their tars made again from the
 trees as they are sent (and checked against the hashes once more); no tar is
 written to disk. Where the final layers below the ones still installing are big
-(a CUDA lock's toolkit libraries), ``early_load`` loads them first, so that the
-daemon applies them while the rest installs. Nothing is sent as a build context, no build stage or
+(a CUDA lock's toolkit libraries, or torch while its bytecode is compiled), ``early_load``
+loads them first, so that the daemon applies them while the rest installs. Nothing is sent as a build context, no build stage or
 dangling image is left, and the same inputs give the same layers and image id
 on any machine.
 
@@ -110,10 +110,12 @@ from envbuilder.docker.identity import (
     suite_wheels,
 )
 from envbuilder.docker.image_inputs import (
+    BYTECODE,
     LAYERS,
     OWNERS,
     Inputs,
     LayerRecord,
+    group_of_layer,
     hash_tree,
     image_config_of,
     labels_of,
@@ -451,14 +453,16 @@ def _reusable_layers(
 ) -> tuple[dict[str, LayerRecord], list[str]]:
     """The layers this process made that the image can reuse (by name), and the names of
     those it must make: a layer is reused while this process keeps its tree, or while the
-    daemon holds its bytes on the very layers below it."""
+    daemon holds its bytes on the very layers below it. A group and its bytecode are made
+    together (the bytecode is compiled where the group is installed)."""
     present = _daemon_chains(client)
     records: dict[str, LayerRecord] = {}
     needed: list[str] = []
     diff_ids = list(inputs.base.diff_ids)
     for name in LAYERS:
+        group = group_of_layer(name)  # a group's bytecode is made by installing the group
         # ``no_cache`` makes the lock's layers again; the compiler is the base's, not the lock's
-        fresh = send_all or (no_cache and name != "compiler")
+        fresh = send_all or (no_cache and name != "compiler") or group in needed
         record = None if fresh else _MADE_HERE.get(keys[name])
         if record is not None and record.tree is not None and not record.tree.is_dir():
             record = dataclasses.replace(record, tree=None)
@@ -472,6 +476,8 @@ def _reusable_layers(
         ):
             record = None  # neither this process nor the daemon holds its bytes
         if record is None:
+            if group != name and records.pop(group, None) is not None:
+                needed.append(group)
             needed.append(name)
         else:
             records[name] = record
@@ -573,9 +579,12 @@ def _install_groups(
     reporter: Reporter,
     final: Callable[[str], None],
 ) -> None:
-    """Install the wheels' ``groups`` into their trees under ``work/out``, in one container
-    of the base (no network) that mounts only those trees; ``final(group)`` as each is."""
+    """Install the wheels' ``groups`` into their trees under ``work/out`` and compile their
+    bytecode into the trees of the layers above them (``groups`` names both), in one
+    container of the base (no network) that mounts only those trees; ``final(name)`` as
+    each tree is."""
     out = work / "out"
+    trees, groups = groups, [name for name in groups if not name.endswith(BYTECODE)]
     wheels = [w for name in groups for w in inputs.wheels_of(name)]
     with reporter.step(f"fetch {len(wheels)} wheel(s) into {cache.root}"):
         for wheel in wheels:
@@ -586,7 +595,7 @@ def _install_groups(
     (work / "wheels").mkdir(exist_ok=True)
     # each group's tree is its own mount: the compiler's container writes beside
     # them, and neither container's hand-over (chown) may walk the other's tree
-    for name in groups:
+    for name in trees:
         (out / name).mkdir()
 
     def on_line(line: str) -> None:
@@ -604,7 +613,7 @@ def _install_groups(
                 str(work / "wheels"): {"bind": "/envbuilder/wheels", "mode": "ro"},
                 **{
                     str(out / name): {"bind": f"/envbuilder/out/{name}", "mode": "rw"}
-                    for name in groups
+                    for name in trees
                 },
             },
             log=log,
@@ -617,8 +626,8 @@ def _install_groups(
         raise BuildFailed(
             f"installing {inputs.resolved.id}'s wheels failed:\n  {build_error(output)}"
         )
-    for name in groups:
-        final(name)  # an older recipe's container, or a line lost: hash it now
+    for name in trees:
+        final(name)  # a line lost: hash it now
 
 
 #: At most this many bytes of layer trees stay on disk for the rest of the process (oldest

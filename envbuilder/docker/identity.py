@@ -216,7 +216,7 @@ def recipe_digest() -> str:
     """sha256 of the recipe: the in-container installer and the code that writes layers and
     config. An image with the lock's tag is up to date only when the same recipe made it."""
     digest = hashlib.sha256()
-    scripts = ("install-group.sh", "install-compiler.sh")
+    scripts = ("install-group.sh", "bytecode.py", "install-compiler.sh")
     for path in (*(DOCKER_DIR / n for n in scripts), Path(__file__).with_name("layers.py")):
         digest.update(path.name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b""))
     return digest.hexdigest()

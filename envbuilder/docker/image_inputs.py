@@ -41,10 +41,12 @@ from envbuilder.docker.plan import GROUPS, LayerPlan, LockedWheel, install_requi
 from envbuilder.model import ResolvedCombination
 
 __all__ = [
+    "BYTECODE",
     "LAYERS",
     "OWNERS",
     "Inputs",
     "LayerRecord",
+    "group_of_layer",
     "hash_tree",
     "image_config_of",
     "labels_of",
@@ -77,17 +79,34 @@ class Inputs:
         return ()
 
     def requirements(self, layer: str) -> str:
-        """What a layer is made from, as its layer key takes it."""
+        """What a layer is made from, as its layer key takes it (a bytecode layer: its
+        group's wheels)."""
         if layer == "compiler":
             return " ".join(COMPILER_PACKAGES)
         if layer == "venv":
             return ""
-        return install_requirements(self.wheels_of(layer))
+        return install_requirements(self.wheels_of(group_of_layer(layer)))
 
+
+#: The suffix of the layer that holds a group's bytecode, right above the group's own.
+BYTECODE = "-bytecode"
 
 #: Every layer envbuilder adds, bottom to top: the compiler (shared by every image of a
-#: base), the venv and user, the plan's groups, the suite's dependencies.
-LAYERS: tuple[str, ...] = ("compiler", "venv", *GROUPS, SUITE_GROUP)
+#: base), the venv and user, the plan's groups, the suite's dependencies; above each
+#: group, its bytecode (so that the group's layer is final, and can be sent to the
+#: daemon, while its bytecode is still compiled).
+LAYERS: tuple[str, ...] = (
+    "compiler",
+    "venv",
+    *(name for group in (*GROUPS, SUITE_GROUP) for name in (group, group + BYTECODE)),
+)
+
+
+def group_of_layer(name: str) -> str:
+    """The group whose wheels a layer comes from: itself, or the group a bytecode layer
+    compiles (``torch-bytecode``: ``torch``)."""
+    return name.removesuffix(BYTECODE)
+
 
 #: Owners other than root:root in envbuilder's layers.
 OWNERS = {"home/envbuilder": (10001, 10001)}
@@ -189,4 +208,6 @@ def _describe(name: str, inputs: Inputs) -> str:
         return f"envbuilder: compiler, Debian packages {' '.join(COMPILER_PACKAGES)}"
     if name == "venv":
         return f"envbuilder: empty venv {VENV} and user envbuilder (10001)"
+    if name.endswith(BYTECODE):
+        return f"envbuilder: bytecode of the {group_of_layer(name)} layer"
     return f"envbuilder: {name} layer, {len(inputs.wheels_of(name))} wheel(s)"

@@ -29,6 +29,7 @@ from envbuilder.docker.build import (
     suite_lock_path,
 )
 from envbuilder.docker.cache import WheelCache
+from envbuilder.docker.image_inputs import LAYERS
 from envbuilder.docker.plan import group_of, image_tag, load_lock, lock_digest
 from envbuilder.errors import InputError
 from envbuilder.reporter import Reporter
@@ -167,8 +168,8 @@ def test_the_torch_image_holds_exactly_its_lock(
     base_layers = docker_client.images.get(base_image).attrs["RootFS"]["Layers"]
     layers = image.attrs["RootFS"]["Layers"]
     assert layers[: len(base_layers)] == base_layers
-    # compiler, venv, cuda, runtime, torch, libs, rest, suite
-    assert len(layers) == len(base_layers) + 8
+    # compiler, venv, then cuda, runtime, torch, libs, rest and suite, each with its bytecode
+    assert len(layers) == len(base_layers) + 14
 
 
 def test_a_later_build_makes_every_layer_again_from_the_lock(
@@ -189,7 +190,7 @@ def test_a_later_build_makes_every_layer_again_from_the_lock(
     out = io.StringIO()
     again = build(locked, wheel_cache, base_image, tmp_path / "b", reporter=Reporter(out))
     assert again == first
-    assert "make layer(s) compiler, venv, cuda, runtime, torch, libs, rest, suite; reuse none" in out.getvalue()  # fmt: skip
+    assert f"make layer(s) {', '.join(LAYERS)}; reuse none" in out.getvalue()
     # the compiler layer is apt's work and not always the same bytes; the lock's layers are
     below = len(layer_ids(docker_client, base_image)) + 1
     assert layer_ids(docker_client, again)[below:] == before[below:]
@@ -237,8 +238,14 @@ def test_combinations_that_share_a_runtime_share_its_layer(
         tmp_path,
     )
     base = len(docker_client.images.get(base_image).attrs["RootFS"]["Layers"])
-    compiler, venv, cuda_layer, runtime_layer = base, base + 1, base + 2, base + 3
-    torch_layer, libs_layer, rest_layer = base + 4, base + 5, base + 6
+    at = {name: base + i for i, name in enumerate(LAYERS)}
+    compiler, venv, cuda_layer, runtime_layer = (
+        at["compiler"],
+        at["venv"],
+        at["cuda"],
+        at["runtime"],
+    )
+    torch_layer, libs_layer, rest_layer = at["torch"], at["libs"], at["rest"]
     la, lb, lc = (layer_ids(docker_client, t) for t in (a, b, c))
     # same runtime and torch wheels -> same layers, whatever the lock's order or the rest
     assert la[:rest_layer] == lb[:rest_layer]
@@ -314,10 +321,7 @@ def test_two_builds_without_cache_give_the_same_layers_and_image_id(
     after = docker_client.images.get(second)
     assert second == first
     # every layer of the lock made again; the compiler is the base's, made once per process
-    assert (
-        "make layer(s) venv, cuda, runtime, torch, libs, rest, suite; reuse compiler"
-        in out.getvalue()
-    )
+    assert f"make layer(s) {', '.join(LAYERS[1:])}; reuse compiler" in out.getvalue()
     assert "docker load" in out.getvalue()
     assert after.attrs["RootFS"]["Layers"] == before.attrs["RootFS"]["Layers"]  # venv layer too
     assert after.id == before.id  # the config's times are the base's: the same image id
@@ -361,15 +365,14 @@ def test_a_change_of_rest_only_sends_the_layer_above_again_without_installing_it
     out = io.StringIO()
     changed = [*common, build_wheel(wheels, "demo-extra", "1.0")]
     second = build(synthetic_lock("test-rest-b", changed), wheel_cache, base_image, tmp_path, reporter=Reporter(out))  # fmt: skip
-    assert (
-        "make layer(s) rest; reuse compiler, venv, cuda, runtime, torch, libs, suite"
-        in out.getvalue()
-    )
-    assert "docker load" in out.getvalue() and "(2 new layer(s))" in out.getvalue()
+    reused = [n for n in LAYERS if n not in ("rest", "rest-bytecode")]
+    assert f"make layer(s) rest, rest-bytecode; reuse {', '.join(reused)}" in out.getvalue()
+    # rest and its bytecode, the suite and its bytecode
+    assert "docker load" in out.getvalue() and "(4 new layer(s))" in out.getvalue()
     a, b = layer_ids(docker_client, first), layer_ids(docker_client, second)
-    assert a[:-2] == b[:-2]  # up to torch's libraries
-    assert a[-2] != b[-2]  # rest
-    assert a[-1] == b[-1]  # suite: the same bytes, on another parent
+    assert a[:-4] == b[:-4]  # up to torch's libraries' bytecode
+    assert a[-4] != b[-4]  # rest
+    assert a[-2:] == b[-2:]  # the suite and its bytecode: the same bytes, on another parent
     assert demo_tool_path(docker_client, second) == "/opt/venv/bin/demo-tool"
     assert measure_manifest(docker_client, second).sha256 == docker_client.images.get(second).labels["io.envbuilder.manifest.sha256"]  # fmt: skip
 
@@ -525,7 +528,7 @@ def test_a_build_leaves_no_stage_container_or_dangling_image(
     kept = [Path(line.split("stages kept in ", 1)[1].strip()) for line in out.getvalue().splitlines() if "stages kept in " in line]  # fmt: skip
     assert len(kept) == 1
     # the layers this build made (the compiler's was made by the first)
-    assert sorted(p.name for p in kept[0].glob("*.tar")) == [f"{g}.tar" for g in sorted(("venv", "cuda", "runtime", "torch", "libs", "rest", "suite"))]  # fmt: skip
+    assert sorted(p.name for p in kept[0].glob("*.tar")) == sorted(f"{name}.tar" for name in LAYERS[1:])  # fmt: skip
     assert (kept[0] / "out" / "rest" / "opt" / "venv" / ".envbuilder" / "rest.txt").is_file()
     shutil.rmtree(kept[0])
 

@@ -84,25 +84,38 @@ def done(early: EarlyLoader, name: str, records: Mapping[str, LayerRecord]) -> N
     early._worker.submit(lambda: None).result()
 
 
-SIZES = {"compiler": 260, "venv": 1, "cuda": 2000, "runtime": 10, "torch": 700, "libs": 80, "rest": 5, "suite": 90}  # fmt: skip
+SIZES = {
+    "compiler": 260, "venv": 1, "cuda": 2000, "cuda-bytecode": 1, "runtime": 10,
+    "runtime-bytecode": 1, "torch": 700, "torch-bytecode": 60, "libs": 80, "libs-bytecode": 20,
+    "rest": 5, "rest-bytecode": 1, "suite": 90, "suite-bytecode": 30,
+}  # fmt: skip
+
+
+def upto(name: str) -> tuple[str, ...]:
+    return LAYERS[: LAYERS.index(name) + 1]
 
 
 def test_a_big_low_layer_loads_with_the_final_layers_below_it(daemon: Any) -> None:
+    assert set(SIZES) == set(LAYERS)
     records = {n: record(n, mb * MB) for n, mb in SIZES.items()}
     fake = daemon(records, holds=["compiler"])
     early = loader({"compiler": replace(records["compiler"], tree=None)})
     done(early, "cuda", records)  # venv, below it, is not final yet
     done(early, "venv", records)
-    done(early, "runtime", records)  # 10 MB more than the daemon holds: not worth a load
-    done(early, "torch", records)
-    done(early, "libs", records)
-    done(early, "suite", records)  # rest, below it, is not final yet
-    done(early, "rest", records)  # the whole image: the build's own load
+    for name in ("cuda-bytecode", "runtime", "runtime-bytecode"):
+        done(early, name, records)  # 12 MB more than the daemon holds: not worth a load
+    done(early, "torch", records)  # its bytecode is still compiled
+    done(early, "libs", records)  # torch's bytecode, below it, is not final yet
+    done(early, "torch-bytecode", records)
+    for name in ("libs-bytecode", "rest", "rest-bytecode", "suite"):
+        done(early, name, records)
+    done(early, "suite-bytecode", records)  # the whole image: the build's own load
     early.finish()
     assert fake.loads == [
-        (("compiler", "venv", "cuda"), ["venv", "cuda"]),
-        (("compiler", "venv", "cuda", "runtime", "torch"), ["runtime", "torch"]),
-        (("compiler", "venv", "cuda", "runtime", "torch", "libs"), ["libs"]),
+        (upto("cuda"), ["venv", "cuda"]),
+        (upto("torch"), ["cuda-bytecode", "runtime", "runtime-bytecode", "torch"]),
+        (upto("libs"), ["torch-bytecode", "libs"]),
+        (upto("suite"), ["libs-bytecode", "rest", "rest-bytecode", "suite"]),
     ]
 
 

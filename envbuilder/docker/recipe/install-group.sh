@@ -7,15 +7,17 @@
 # Any other GROUP: the wheels in /envbuilder/wheels/GROUP (mounted read-only from the
 #   host's wheel cache, with requirements.txt: name==version --hash=sha256:...), installed
 #   by pip into OUT/GROUP/opt/venv. Every wheel is checked against its hash, nothing is
-#   resolved (--no-deps) or fetched (--no-index). Then the tree is byte-compiled with
-#   unchecked-hash .pyc files (no timestamps, one process, fixed hash seed), so the same
-#   wheels give the same bytes; test directories (tests/, test/, testing/_internal/), which
-#   no program imports, stay source only. OUT/GROUP/opt/venv/.envbuilder/GROUP.txt records the group's
-#   requirements (it also keeps an empty group's layer distinct from its neighbours').
-# Each group's bytecode is compiled in the background while the next group installs; when
-# a group's tree is final (and handed to $ENVBUILDER_OWNER, uid:gid, where set), the line
-# "install-group.sh: GROUP done" says so: envbuilder hashes it while the rest installs.
-# envbuilder writes each OUT/GROUP as one layer (envbuilder/docker/layers.py).
+#   resolved (--no-deps) or fetched (--no-index). OUT/GROUP/opt/venv/.envbuilder/GROUP.txt
+#   records the group's requirements (it also keeps an empty group's layer distinct from
+#   its neighbours'). Then its bytecode goes into OUT/GROUP-bytecode, a layer of its own
+#   right above the group's (envbuilder/docker/recipe/bytecode.py: unchecked-hash .pyc
+#   files, the same bytes from the same wheels; test directories stay source only), with
+#   OUT/GROUP-bytecode/opt/venv/.envbuilder/GROUP-bytecode.txt saying so.
+# A group's tree is final as soon as pip is done, and its bytecode is compiled in the
+# background while the next group installs; when a tree is final (and handed to
+# $ENVBUILDER_OWNER, uid:gid, where set), the line "install-group.sh: NAME done" says so:
+# envbuilder hashes it, and may send it to the daemon, while the rest installs.
+# envbuilder writes each OUT/NAME as one layer (envbuilder/docker/layers.py).
 set -eu
 out=$1
 shift
@@ -64,6 +66,9 @@ print(found[-1] if found else "")' 2>/dev/null || true)
   wheels=/envbuilder/wheels/$group
   mkdir -p "$stage/opt/venv/.envbuilder"
   cp "$wheels/requirements.txt" "$stage/opt/venv/.envbuilder/$group.txt"
+  bytecode="$out/$group-bytecode"
+  mkdir -p "$bytecode/opt/venv/.envbuilder"
+  echo "unchecked-hash .pyc files of the $group layer" > "$bytecode/opt/venv/.envbuilder/$group-bytecode.txt"
   if grep -q '[^[:space:]]' "$wheels/requirements.txt"; then
     echo "install-group.sh: installing $group"
     started=$(now)
@@ -73,17 +78,19 @@ print(found[-1] if found else "")' 2>/dev/null || true)
       --no-warn-script-location --root-user-action=ignore --progress-bar off \
       -r "$wheels/requirements.txt"
     echo "install-group.sh: byte-compiling $group (installed in $(seconds "$started") s)"
+    finish "$group"
     (
       started=$(now)
-      PYTHONHASHSEED=0 "$installer" -m compileall -q --invalidation-mode unchecked-hash \
-        -x '/(tests?|testing/_internal)/' -s "$stage" -p / "$stage/opt/venv" \
-        || echo "install-group.sh: some files of $group did not byte-compile; they stay source only"
+      PYTHONHASHSEED=0 "$installer" /envbuilder/recipe/bytecode.py "$stage" "$bytecode" \
+        || { echo "install-group.sh: $group did not byte-compile; it stays source only"
+             find "$bytecode" -name __pycache__ -prune -exec rm -rf {} +; }
       echo "install-group.sh: $group byte-compiled in $(seconds "$started") s"
-      finish "$group"
+      finish "$group-bytecode"
     ) &
   else
     echo "install-group.sh: no wheels in $group"
     finish "$group"
+    finish "$group-bytecode"
   fi
 done
 wait
