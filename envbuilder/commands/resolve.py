@@ -134,7 +134,9 @@ def _resolve(
                 for result in kept:
                     progress.done(result, None)
             return kept, 0, 0
-        with IndexRelay(client, platforms=_platforms(selected)) as relay:
+        with IndexRelay(
+            client, platforms=_platforms(selected), pythons={c.python for c in selected}
+        ) as relay:
             settings = _settings(args, matrix, cache_dir, relay)
             resolver = Resolver(
                 indexes=dict(matrix.indexes),

@@ -31,6 +31,7 @@ from envbuilder.credentials import Credentials, redact_text
 from envbuilder.errors import EnvbuilderError
 from envbuilder.extras import missing
 from envbuilder.index import http as index_http
+from envbuilder.index.relay import UV_DOWNLOADS as RELAYED_UV_DOWNLOADS
 from envbuilder.index.relay import IndexRelay
 from envbuilder.index.simple import wheel_platforms
 from envbuilder.pylock import (
@@ -228,7 +229,8 @@ def compile_closure(
     each run uv's search of the PATH for an interpreter of the target's version
     (seconds where the PATH holds version-manager shims). The target comes from
     ``python_floor`` either way. ``downloads`` caps uv's concurrent downloads (so its
-    connections per host) unless the environment sets ``UV_CONCURRENT_DOWNLOADS``.
+    connections per host) unless the environment sets ``UV_CONCURRENT_DOWNLOADS``; through
+    a relay, at least the relay's `UV_DOWNLOADS`.
     uv's requests get envbuilder's read timeout and as many retries as fit in its
     time budget per URL (``UV_HTTP_TIMEOUT``, ``UV_HTTP_RETRIES``, unless the
     environment sets them): a hung page costs uv what it costs envbuilder.
@@ -238,6 +240,9 @@ def compile_closure(
     """
     if not requirements:
         return read_lock('lock-version = "1.0"\ncreated-by = "uv"\npackages = []\n', source="uv")
+    if relay is not None and not offline and downloads is not None:
+        # uv's requests reach the relay on loopback; the relay bounds what reaches the index
+        downloads = max(downloads, RELAYED_UV_DOWNLOADS)
     env = _uv_environment(
         os.environ if environ is None else environ,
         cache_dir=cache_dir,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -17,6 +18,7 @@ from envbuilder.errors import InputError
 from envbuilder.index.relay import IndexRelay, fitting
 from envbuilder.index.simple import JSON_TYPE
 from tests.integration.conftest import ClientFactory, ServerFactory, WheelFactory
+from tests.support.index_server import IndexServer
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -182,3 +184,71 @@ def test_fitting_leaves_sdists_and_unknown_entries_alone() -> None:
     ]
     kept = fitting(files, {"manylinux_2_28_x86_64"})
     assert kept == [files[0], files[2], files[3], files[4], files[5]]
+
+
+def _wait_for(condition: Any, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.fixture
+def chain_index(wheel_factory: WheelFactory, index_server: ServerFactory) -> Any:
+    """numpy requires packaging<24 (and pytest only for an extra); packaging's newest is 24."""
+    numpy = wheel_factory(
+        "numpy", "2.0.0", requires_dist=["packaging<24", 'pytest; extra == "test"']
+    )
+    packaging = [wheel_factory("packaging", v) for v in ("22.0", "23.0", "24.0")]
+    projects = {"numpy": [numpy], "packaging": packaging, "pytest": []}
+    server = index_server(projects, format="json", advertise_metadata=True, cache_control=None)
+    return server, numpy, packaging
+
+
+def test_the_relay_fetches_what_uv_will_ask_next_before_it_asks(
+    chain_index: Any, http_client: ClientFactory
+) -> None:
+    """numpy's page brings its metadata, that the page of packaging it requires, and that
+    the metadata of the release the requirement allows (23.0, not 24.0); an extra's
+    requirement is not followed. uv's own requests then find them fetched, once."""
+    server: IndexServer = chain_index[0]
+    numpy, packaging = chain_index[1:]
+
+    def paths() -> list[str]:
+        return server.stats.paths()
+
+    def metadata_path(filename: str) -> str:
+        return urllib.parse.urlsplit(server.file_url("simple", filename)).path + ".metadata"
+
+    wanted = metadata_path(packaging[1].filename)
+    with IndexRelay(http_client(), pythons={"3.12"}) as relay:
+        index = relay.index_url(server.index_url("simple"))
+        assert _get(index + "numpy/")[0] == 200
+        assert _wait_for(lambda: wanted in paths()), paths()
+        fetched = Counter(paths())
+        assert fetched["/simple/packaging/"] == 1
+        assert fetched[metadata_path(numpy.filename)] == 1
+        assert metadata_path(packaging[2].filename) not in fetched  # excluded by <24
+        assert "/simple/pytest/" not in fetched  # only for an extra
+        # what uv then asks is answered from what the relay fetched
+        (entry,) = json.loads(_get(index + "numpy/")[2])["files"]
+        assert _get(entry["url"] + ".metadata", accept="*/*")[0] == 200
+        page = json.loads(_get(index + "packaging/")[2])["files"]
+        (older,) = [e for e in page if e["filename"] == packaging[1].filename]
+        assert b"Version: 23.0" in _get(older["url"] + ".metadata", accept="*/*")[2]
+    # nothing fetched twice (uv asking for a page on its own also guesses its newest release)
+    assert max(Counter(paths()).values()) == 1 and set(fetched) <= set(paths())
+
+
+def test_without_the_run_s_pythons_the_relay_fetches_only_what_is_asked(
+    chain_index: Any, http_client: ClientFactory
+) -> None:
+    server, _, _ = chain_index
+    with IndexRelay(http_client()) as relay:
+        index = relay.index_url(server.index_url("simple"))
+        (entry,) = json.loads(_get(index + "numpy/")[2])["files"]
+        assert _get(entry["url"] + ".metadata", accept="*/*")[0] == 200
+        time.sleep(0.3)
+    assert "/simple/packaging/" not in server.stats.paths()

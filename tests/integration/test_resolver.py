@@ -29,6 +29,7 @@ from packaging.pylock import is_valid_pylock_path
 
 from envbuilder import cli
 from envbuilder.errors import MissingToolError
+from envbuilder.index.relay import UV_DOWNLOADS
 from envbuilder.model import lock_filename, suite_lock_filename
 from envbuilder.resolve.closure import find_uv
 from tests.support.index_server import IndexedFile, IndexServer
@@ -694,9 +695,12 @@ def test_a_rerun_is_byte_identical_keeps_locks_and_upgrade_re_resolves(
     assert {p.name: p.read_bytes() for p in upgraded.out.iterdir()} == snapshot
 
 
-def test_uv_builds_with_this_interpreter_and_opens_few_connections(
+def test_uv_builds_with_this_interpreter_and_asks_the_relay_many_at_once(
     server: IndexServer, tmp_path: Path, resolve: Any, uv: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """uv reads the index through the relay, which bounds what reaches the index: each uv
+    run may ask the relay `UV_DOWNLOADS` things at once (2, the bound without a relay,
+    made uv wait on loopback)."""
     wrapper, calls = _uv_wrapper(tmp_path, uv)
     monkeypatch.setattr("envbuilder.resolve.closure.find_uv", lambda: str(wrapper))
     monkeypatch.delenv("UV_CONCURRENT_DOWNLOADS", raising=False)
@@ -705,7 +709,7 @@ def test_uv_builds_with_this_interpreter_and_opens_few_connections(
     assert run.lock(OK)["requires-python"] == "==3.11.*"  # the target still comes from the matrix
     compiles = [c for c in calls.read_text(encoding="utf-8").splitlines() if " pip compile " in c]
     assert compiles and all(f"--python {sys.executable} " in c for c in compiles)
-    assert all(c.startswith("UV_CONCURRENT_DOWNLOADS=2 ") for c in compiles)
+    assert all(c.startswith(f"UV_CONCURRENT_DOWNLOADS={UV_DOWNLOADS} ") for c in compiles)
 
 
 @pytest.mark.parametrize(
