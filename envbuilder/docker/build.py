@@ -546,10 +546,10 @@ def _make_layers(
 
     try:
         compiler = others.submit(install_compiler) if "compiler" in needed else None
-        groups = [name for name in needed if name != "compiler"]
-        if groups:
+        trees = [name for name in needed if name != "compiler"]
+        if trees:
             _install_groups(
-                client, inputs, groups, work, cache=cache, log=log, reporter=reporter, final=final
+                client, inputs, trees, work, cache=cache, log=log, reporter=reporter, final=final
             )
         if compiler is not None:
             compiler.result()
@@ -571,7 +571,7 @@ def _make_layers(
 def _install_groups(
     client: DockerClient,
     inputs: Inputs,
-    groups: list[str],
+    trees: list[str],
     work: Path,
     *,
     cache: WheelCache,
@@ -579,12 +579,12 @@ def _install_groups(
     reporter: Reporter,
     final: Callable[[str], None],
 ) -> None:
-    """Install the wheels' ``groups`` into their trees under ``work/out`` and compile their
-    bytecode into the trees of the layers above them (``groups`` names both), in one
+    """Make the layer ``trees`` under ``work/out``: install the wheels of each group among
+    them, and compile each group's bytecode into its ``<group>-bytecode`` tree, in one
     container of the base (no network) that mounts only those trees; ``final(name)`` as
     each tree is."""
     out = work / "out"
-    trees, groups = groups, [name for name in groups if not name.endswith(BYTECODE)]
+    groups = [name for name in trees if not name.endswith(BYTECODE)]
     wheels = [w for name in groups for w in inputs.wheels_of(name)]
     with reporter.step(f"fetch {len(wheels)} wheel(s) into {cache.root}"):
         for wheel in wheels:

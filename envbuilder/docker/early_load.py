@@ -131,7 +131,8 @@ class EarlyLoader:
         base = self._inputs.base
         diff_ids = [*base.diff_ids, *(records[name].layer.diff_id for name in prefix)]
         missing = trees_to_send(diff_ids, records.values(), _daemon_chains(self._client))
-        if sum(t.layer.size for t in missing.values()) < EARLY_MIN_BYTES:
+        size = sum(t.layer.size for t in missing.values())
+        if size < EARLY_MIN_BYTES:
             return
         tag = f"{_REPOSITORY}/{self._inputs.resolved.id}:{self._token}-{len(prefix)}"
         config = image_config(
@@ -148,7 +149,6 @@ class EarlyLoader:
         except _Stopped:
             return
         self._tags.append(tag)
-        size = sum(t.layer.size for t in missing.values())
         what = f"loaded {', '.join(prefix)} ({len(missing)} new layer(s), {size / 1e6:.0f} MB)"
         self._reporter.line(f"    {what} while the rest installs, in {time.monotonic() - started:.1f}s")  # fmt: skip
         self._log.write(f"{what} early\n")
