@@ -48,7 +48,7 @@ def test_defaults() -> None:
     assert (args.offline, args.upgrade, args.jobs, args.json, args.verbose) == (
         False,
         False,
-        8,
+        16,
         False,
         0,
     )
