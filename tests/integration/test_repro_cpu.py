@@ -130,6 +130,7 @@ def test_the_causal_cause_runs_on_the_cpu_as_the_results_say(scripts: Path) -> N
     assert done.stdout.rstrip().splitlines()[-1].startswith("REPRODUCED: ")
 
 
+@NEEDS_XFORMERS  # the script imports xformers before diffusers
 def test_a_missing_package_cannot_run(scripts: Path, tmp_path: Path) -> None:
     done = _run(
         scripts / "repro_diffusers_xformers_bool_mask.py", _stand_in(tmp_path, NO_DIFFUSERS)
