@@ -18,8 +18,6 @@ told, since uv still asks for everything it uses and gets the index's answer.
 
 from __future__ import annotations
 
-import email.parser
-import email.policy
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
@@ -33,7 +31,9 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-__all__ = ["Wanted", "likely_wheels", "required"]
+from envbuilder.index.remotewheel import parse_metadata
+
+__all__ = ["Wanted", "likely_wheels", "pythons_of", "required"]
 
 #: (project, specifier): a project some fetched metadata requires, and the releases it allows
 Wanted = tuple[NormalizedName, SpecifierSet]
@@ -43,9 +43,7 @@ def required(metadata: bytes) -> list[Wanted]:
     """The projects a wheel's core metadata requires outside its extras, each with the
     releases its requirement allows; nothing for metadata that does not parse."""
     try:
-        message = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(
-            metadata, headersonly=True
-        )
+        message = parse_metadata(metadata)
     except (ValueError, TypeError):
         return []
     found: list[Wanted] = []

@@ -363,8 +363,9 @@ class IndexRelay:
                 relayed = self._relay_file(entry, response.url)
                 if relayed.filename.endswith(".whl"):
                     wheels[relayed.filename] = relayed
-            with self._lock:
-                self._listed[url] = wheels
+            if self._ahead is not None:  # what `_releases` picks from
+                with self._lock:
+                    self._listed[url] = wheels
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return _Answer(status=302, location=response.url)  # uv's own error for it
         body = json.dumps(page, ensure_ascii=False).encode("utf-8")

@@ -88,7 +88,8 @@ class LockSettings:
     uv_downloads: int | None = 2
     """Connections each uv run opens to an index host (its concurrent downloads) unless
     the environment says otherwise. uv's default (50) suits one process; the closures
-    run many at once, and their connections add up to what an index or a proxy limits."""
+    run many at once, and their connections add up to what an index or a proxy limits.
+    Through the relay, where they reach loopback, at least `relay.UV_DOWNLOADS`."""
     offline: bool = False
     upgrade: bool = False
     suite: tuple[str, ...] = ()
