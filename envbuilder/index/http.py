@@ -61,7 +61,7 @@ from envbuilder.index._httpfailures import (
     status_message,
     tls_may_pass,
 )
-from envbuilder.index._httpgate import CachingGate, Counters, NetworkGate
+from envbuilder.index._httpgate import CachingGate, Counters, NetworkGate, TrustStore
 from envbuilder.index._httpretry import (
     DEFAULT_TIMEOUT,
     DEFAULT_URL_BUDGET,
@@ -155,6 +155,7 @@ class HttpClient:
         pool = max_workers + RELAY_CONNECTIONS
         gate_kwargs: dict[str, Any] = {
             "counters": self._counters,
+            "trust": TrustStore(),  # both sessions' connections load each CA bundle once
             "offline": offline,
             "max_retries": 0,  # retried here, body reads included, under one time budget
             "pool_connections": pool,
