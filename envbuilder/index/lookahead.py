@@ -18,6 +18,7 @@ told, since uv still asks for everything it uses and gets the index's answer.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
@@ -58,17 +59,38 @@ def required(metadata: bytes) -> list[Wanted]:
     return found
 
 
+@functools.lru_cache(maxsize=1024)
+def _python_specifier(requires_python: str) -> SpecifierSet | None:
+    # a page repeats one requires-python over hundreds of wheels: parsed once each
+    try:
+        return SpecifierSet(requires_python)
+    except InvalidSpecifier:
+        return None
+
+
 def _admits(requires_python: object, python: Version) -> bool:
     if not isinstance(requires_python, str) or not requires_python.strip():
         return True
-    try:
-        return SpecifierSet(requires_python).contains(python, prereleases=True)
-    except InvalidSpecifier:
-        return True
+    specifier = _python_specifier(requires_python)
+    return specifier is None or specifier.contains(python, prereleases=True)
 
 
 def _interpreters(filename: str) -> set[str]:
-    return {tag.interpreter for tag in parse_wheel_filename(filename)[3]}
+    try:
+        return {tag.interpreter for tag in parse_wheel_filename(filename)[3]}
+    except (InvalidWheelFilename, InvalidVersion):
+        return set()
+
+
+def _allowed(version_text: str, specifier: SpecifierSet) -> Version | None:
+    """The version a wheel's filename names, if final and ``specifier`` allows it."""
+    try:
+        version = Version(version_text)
+    except InvalidVersion:
+        return None
+    if version.is_prerelease or not specifier.contains(version, prereleases=False):
+        return None
+    return version
 
 
 def likely_wheels(
@@ -82,17 +104,22 @@ def likely_wheels(
     allows and whose wheel admits that Python, and of its wheels the one built for that
     Python (``cp310``) if any, else the first. At most one entry per Python."""
     releases: dict[Version, list[dict[str, Any]]] = {}
+    # a release's wheels share its version text: parsed and checked once, not per wheel
+    # (a page lists up to thousands of wheels, and the relay asks this of every page)
+    versions: dict[str, Version | None] = {}
     for entry in files:
         name = entry.get("filename")
         if not isinstance(name, str) or not name.endswith(".whl") or entry.get("yanked"):
             continue
-        try:
-            version = parse_wheel_filename(name)[1]
-        except (InvalidWheelFilename, InvalidVersion):
+        parts = name.split("-")
+        if len(parts) not in (5, 6):  # name-version[-build]-python-abi-platform.whl
             continue
-        if version.is_prerelease or not specifier.contains(version, prereleases=False):
-            continue
-        releases.setdefault(version, []).append(entry)
+        text = parts[1]
+        if text not in versions:
+            versions[text] = _allowed(text, specifier)
+        version = versions[text]
+        if version is not None:
+            releases.setdefault(version, []).append(entry)
     chosen: list[dict[str, Any]] = []
     newest_first = sorted(releases, reverse=True)
     for python in pythons:

@@ -84,6 +84,15 @@ def test_a_malformed_requires_python_admits_and_a_bad_filename_is_skipped() -> N
     assert [w["filename"] for w in chosen] == ["demo-1.0-py3-none-any.whl"]
 
 
+def test_a_wheel_whose_tags_do_not_parse_still_counts_for_its_release() -> None:
+    # only the version is read from each filename; the tags only of the release chosen
+    odd = {"filename": "demo-2.0-x-cp310-cp310-manylinux_2_17_x86_64.whl"}  # a bad build tag
+    files = [_wheel("1.0", "cp310-cp310-manylinux_2_17_x86_64"), odd]
+    assert likely_wheels(files, specifier=SpecifierSet(), pythons=["3.10"]) == [odd]
+    bounded = likely_wheels(files, specifier=SpecifierSet("<2"), pythons=["3.10"])
+    assert [w["filename"] for w in bounded] == ["demo-1.0-cp310-cp310-manylinux_2_17_x86_64.whl"]
+
+
 def test_pythons_of_gives_sorted_distinct_minors() -> None:
     assert pythons_of({"3.12", "3.10", "3.12.1", "3.9"}) == ["3.9", "3.10", "3.12"]
     assert pythons_of(()) == []

@@ -13,6 +13,7 @@ from envbuilder.pylock import (
     LockedPackage,
     PylockError,
     assemble,
+    assembled,
     constraints_text,
     packages,
     read_lock,
@@ -204,6 +205,19 @@ def test_assemble_writes_a_valid_lock_that_reads_back_to_the_same_records() -> N
     assert packages(lock) == tuple(locked)
     assert tool_table(lock, "t") == {"k": "v"}
     assert isinstance(Pylock.from_dict(lock.to_dict()), Pylock)
+
+
+def test_a_lock_assembled_here_reads_back_without_being_parsed_again() -> None:
+    wheel = LockedArchive(
+        kind="wheel", name="x-1.0-py3-none-any.whl", url="https://h/x.whl", sha256=SHA_A, size=3
+    )
+    locked = [LockedPackage(name="x", version="1.0", wheels=(wheel,))]
+    text, lock = assembled(locked, requires_python="==3.11.*", tool={}, header=["here"])
+    assert read_lock(text, source="t") is lock
+    assert read_lock(text.encode(), source="t") is lock
+    edited = read_lock(text + "# edited since\n", source="t")  # other text: parsed
+    assert edited is not lock
+    assert packages(edited) == packages(lock) == tuple(locked)
 
 
 def test_assembling_an_invalid_lock_is_an_error() -> None:
