@@ -95,6 +95,10 @@ class Settings:
         `credentials` (plus any given); other ``options`` go to `HttpClient`."""
         from envbuilder.index.http import HttpClient
 
+        return HttpClient(**self.http_client_options(**options))
+
+    def http_client_options(self, **options: Any) -> dict[str, Any]:
+        """`http_client`'s arguments to `HttpClient`, for a client made in another process."""
         extra = options.pop("credentials", None)
         credentials = self.credentials.merged(extra) if extra else self.credentials
-        return HttpClient(ca_bundle=self.ca_bundle, credentials=credentials, **options)
+        return {"ca_bundle": self.ca_bundle, "credentials": credentials, **options}

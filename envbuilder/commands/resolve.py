@@ -15,7 +15,7 @@ from envbuilder.model import ResolvedCombination
 from envbuilder.reporter import Reporter
 
 if TYPE_CHECKING:
-    from envbuilder.index.relay import IndexRelay
+    from envbuilder.index.relay import UvRelay
     from envbuilder.model import Combination
     from envbuilder.resolve.matrix import Matrix
     from envbuilder.resolve.resolver import ResolveSettings
@@ -119,7 +119,7 @@ def _resolve(
 ) -> tuple[list[ResolvedCombination], int, int]:
     """Resolve *selected* through one HTTP client and its relay for uv, with a progress
     line per combination: the results, then the bytes downloaded and requests made."""
-    from envbuilder.index.relay import IndexRelay
+    from envbuilder.index.relayproc import RelayProcess
     from envbuilder.resolve.evidence import IndexEvidence
     from envbuilder.resolve.resolver import Resolver
 
@@ -128,12 +128,13 @@ def _resolve(
     step_name = (
         f"resolve {len(selected)} of {len(matrix.combinations)} combinations from {args.matrix}"
     )
-    with args.settings.http_client(
-        cache_dir=cache_dir,
-        offline=args.offline,
-        max_workers=args.jobs,
-        credentials=matrix.credentials,
-    ) as client:
+    options = {
+        "cache_dir": cache_dir,
+        "offline": args.offline,
+        "max_workers": args.jobs,
+        "credentials": matrix.credentials,
+    }
+    with args.settings.http_client(**options) as client:
         key = _memo_key(args, matrix, selected)
         kept = None if args.upgrade else _kept_answers(args, cache_dir, key, client, reporter)
         if kept is not None:
@@ -141,9 +142,12 @@ def _resolve(
                 for result in kept:
                     progress.done(result, None)
             return kept, 0, 0
-        with IndexRelay(
-            client, platforms=_platforms(selected), pythons={c.python for c in selected}
-        ) as relay:
+        relay = RelayProcess(
+            args.settings.http_client_options(**options),
+            platforms=_platforms(selected),
+            pythons={c.python for c in selected},
+        )
+        with relay:
             settings = _settings(args, matrix, cache_dir, relay)
             resolver = Resolver(
                 indexes=dict(matrix.indexes),
@@ -159,8 +163,12 @@ def _resolve(
                     raise
                 if any(r.status == "error" for r in results):
                     step.fail()
-        _keep_answers(args, cache_dir, key, client, results, reporter)
-        return results, client.bytes_downloaded, client.requests_made
+        _keep_answers(args, cache_dir, key, client, _pages(client, relay), results, reporter)
+        return (
+            results,
+            client.bytes_downloaded + relay.bytes_downloaded,
+            client.requests_made + relay.requests_made,
+        )
 
 
 def _platforms(selected: Sequence[Combination]) -> set[str]:
@@ -212,24 +220,39 @@ def _kept_answers(
     return answers
 
 
+def _pages(client: Any, relay: Any) -> dict[str, float | None]:
+    """The pages the run read, the deciding client's and the relay's (for a URL both read,
+    the sooner end of freshness); none when the relay could not say which it read."""
+    if relay.pages_read is None:
+        return {}  # nothing vouches for what uv was told: the answers are not kept
+    pages: dict[str, float | None] = client.pages_read()
+    for url, until in relay.pages_read.items():
+        if url not in pages:
+            pages[url] = until
+        elif pages[url] is not None:
+            pages[url] = None if until is None else min(pages[url], until)
+    return pages
+
+
 def _keep_answers(
     args: argparse.Namespace,
     cache_dir: Path,
     key: str,
     client: Any,
+    pages: dict[str, float | None],
     results: Sequence[ResolvedCombination],
     reporter: Reporter,
 ) -> None:
     from envbuilder.resolve.memo import Memo
 
-    memo = Memo.of_run(key, results, args.out, client.pages_read(), client.cache_entry)
+    memo = Memo.of_run(key, results, args.out, pages, client.cache_entry)
     problem = memo.save(cache_dir) if memo is not None else ""
     if problem:
         reporter.line(f"note: {problem}")
 
 
 def _settings(
-    args: argparse.Namespace, matrix: Matrix, cache_dir: Path, relay: IndexRelay
+    args: argparse.Namespace, matrix: Matrix, cache_dir: Path, relay: UvRelay
 ) -> ResolveSettings:
     """The resolver's settings: the options, the matrix's suite and credentials, and the
     relay uv reaches the indexes through."""

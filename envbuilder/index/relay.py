@@ -46,7 +46,7 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from packaging.specifiers import SpecifierSet
 
@@ -62,7 +62,7 @@ from envbuilder.index.simple import (
     wheel_platforms,
 )
 
-__all__ = ["IndexRelay", "fitting"]
+__all__ = ["IndexRelay", "UvRelay", "fitting"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,19 @@ LOOKAHEAD_FETCHES = UPSTREAM_CONNECTIONS // 2
 #: (the relay bounds what goes upstream), so more of them only shorten uv's waits: one
 #: pairing's cold resolve took 3.4-3.6 s with 16 against 4.6-4.9 s with 2.
 UV_DOWNLOADS = 16
+
+
+class UvRelay(Protocol):
+    """What a run's uv processes need of a relay: `IndexRelay`, or the same served from a
+    process of its own (`envbuilder.index.relayproc.RelayProcess`)."""
+
+    def index_url(self, upstream: str) -> str:
+        """The relay's address for the Simple API index at ``upstream``."""
+        ...
+
+    def restore(self, text: str) -> str:
+        """``text`` with every relay URL turned back into the index's own."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,7 +32,7 @@ from envbuilder.errors import EnvbuilderError
 from envbuilder.extras import missing
 from envbuilder.index import http as index_http
 from envbuilder.index.relay import UV_DOWNLOADS as RELAYED_UV_DOWNLOADS
-from envbuilder.index.relay import IndexRelay
+from envbuilder.index.relay import UvRelay
 from envbuilder.index.simple import wheel_platforms
 from envbuilder.pylock import (
     LockedArchive,
@@ -213,7 +213,7 @@ def compile_closure(
     ca_bundle: str | None = None,
     environ: Mapping[str, str] | None = None,
     credentials: Credentials | None = None,
-    relay: IndexRelay | None = None,
+    relay: UvRelay | None = None,
 ) -> Pylock:
     """Run ``uv pip compile --universal`` from ``python_floor`` up; return its PEP 751 document.
 
@@ -335,7 +335,7 @@ def _uv_argv(
     python_floor: str,
     python: str | None,
     indexes: Sequence[IndexArgument],
-    relay: IndexRelay | None,
+    relay: UvRelay | None,
     offline: bool,
 ) -> list[str]:
     """``uv pip compile``'s command line, the indexes' http(s) pages read through ``relay``

@@ -37,7 +37,7 @@ from packaging.version import Version
 from envbuilder import __version__
 from envbuilder.credentials import Credentials
 from envbuilder.files import write_atomic
-from envbuilder.index.relay import IndexRelay
+from envbuilder.index.relay import UvRelay
 from envbuilder.model import (
     ResolvedCombination,
     build_lock_filename,
@@ -97,9 +97,9 @@ class LockSettings:
     each lock; none, no group."""
     ca_bundle: str | None = None
     credentials: Credentials = field(default_factory=Credentials)
-    relay: IndexRelay | None = None
+    relay: UvRelay | None = None
     """Where uv reads the indexes from: each page and core metadata file fetched once per
-    run for every uv process (`IndexRelay`); none, uv asks the indexes itself."""
+    run for every uv process (`UvRelay`); none, uv asks the indexes itself."""
 
 
 class SolvedClosures:
