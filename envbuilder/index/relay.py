@@ -6,7 +6,8 @@ same core metadata: asked of the index directly, every process fetches every
 one of them again, and an index that sends no validators answers each time in
 full. Through the relay each page and each ``.metadata`` file is fetched once
 per run, through envbuilder's `HttpClient` (its HTTP cache, its bounds, its
-retries, the pages the decisions already read), and the processes read it
+retries, the pages the decisions already read: in the cache on disk where the relay
+runs in a process of its own, `envbuilder.index.relayproc`), and the processes read it
 from loopback.
 
 The relay serves PEP 691 JSON pages with each file's URL pointing back at
