@@ -117,8 +117,9 @@ def _resolve(
     selected: Sequence[Combination],
     reporter: Reporter,
 ) -> tuple[list[ResolvedCombination], int, int]:
-    """Resolve *selected* through one HTTP client and its relay for uv, with a progress
-    line per combination: the results, then the bytes downloaded and requests made."""
+    """Resolve *selected* through one HTTP client, and a relay for uv in a process of its
+    own (`RelayProcess`), with a progress line per combination: the results, then the bytes
+    downloaded and requests made by both."""
     from envbuilder.index.relayproc import RelayProcess
     from envbuilder.resolve.evidence import IndexEvidence
     from envbuilder.resolve.resolver import Resolver
