@@ -44,6 +44,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A key and a self-signed certificate for 127.0.0.1 in ``directory``."""
+    key, cert = directory / "key.pem", directory / "cert.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"),
+            *("-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return key, cert
+
+
 @dataclass(frozen=True)
 class TlsServer:
     port: int
@@ -55,14 +70,7 @@ class TlsServer:
 def tls_server(tmp_path: Path) -> Iterator[TlsServer]:
     if shutil.which("openssl") is None:
         pytest.skip("needs the openssl command to make a certificate")
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
-        + ["-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"]
-        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
+    key, cert = _self_signed(tmp_path)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     handshakes: list[int] = []
@@ -132,15 +140,8 @@ def test_a_server_the_bundle_does_not_vouch_for_is_refused(
 ) -> None:
     other = tmp_path / "other"
     other.mkdir()
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
-        + ["-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"]
-        + ["-addext", "subjectAltName=IP:127.0.0.1"]
-        + ["-keyout", str(other / "key.pem"), "-out", str(other / "cert.pem")],
-        check=True,
-        capture_output=True,
-    )
-    client = http_client(ca_bundle=str(other / "cert.pem"), retries=0)
+    _, other_cert = _self_signed(other)  # for the same address, but not the server's
+    client = http_client(ca_bundle=str(other_cert), retries=0)
     for n in range(2):  # the second from the shared context too
         with pytest.raises(IndexError_, match="CERTIFICATE_VERIFY_FAILED"):
             client.get(f"https://127.0.0.1:{tls_server.port}/page-{n}")
@@ -151,7 +152,7 @@ def test_a_name_the_certificate_does_not_hold_is_refused(
 ) -> None:
     client = http_client(ca_bundle=str(tls_server.bundle), retries=0)
     assert client.get(f"https://127.0.0.1:{tls_server.port}/page").content == BODY
-    with pytest.raises(IndexError_, match="CERTIFICATE_VERIFY_FAILED|match"):
+    with pytest.raises(IndexError_, match=r"CERTIFICATE_VERIFY_FAILED|match"):
         client.get(f"https://localhost:{tls_server.port}/page")  # the certificate names the IP
 
 
