@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -141,6 +142,7 @@ class RelayProcess:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[str] | None = None
         self._ready = False
+        self._answers: queue.Queue[str] = queue.Queue()  # its lines; "" once it has ended
         self._urls: dict[str, str] = {}
         self.requests_made = 0
         self.bytes_downloaded = 0
@@ -156,6 +158,13 @@ class RelayProcess:
             text=True,
             encoding="utf-8",
         )
+        assert self._process.stdout is not None
+        threading.Thread(
+            target=_read_lines,
+            args=(self._process.stdout, self._answers),
+            name="relay-answers",
+            daemon=True,
+        ).start()
         self._send(self._start)  # it starts while the parent decides
         return self
 
@@ -163,27 +172,28 @@ class RelayProcess:
         process = self._process
         if process is None:
             return
-        if exc_type is not None:  # interrupted, or the run failed: no need of its counts
-            process.terminate()
-        elif not self._ready:  # never asked for an index: no uv process could reach it
-            self.pages_read = {}
+        stop = exc_type is None and self._ready  # else: no need of its counts, or none made
+        if not stop:
+            if exc_type is None:  # never asked for an index: no uv process could reach it
+                self.pages_read = {}
             process.terminate()
         with self._lock:
             try:
-                if self._ready and exc_type is None:
+                if stop:
                     self._send(["stop", None])
                     self.requests_made, self.bytes_downloaded, self.pages_read = self._receive()
             except EnvbuilderError as e:
                 logger.debug("relay process: %s", e)
             finally:
-                for pipe in (process.stdin, process.stdout):
-                    if pipe is not None:
-                        pipe.close()
+                if process.stdin is not None:
+                    process.stdin.close()
         try:
             process.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if process.stdout is not None:  # after the process: its reader has met the end
+            process.stdout.close()
 
     def _send(self, message: object) -> None:
         assert self._process is not None and self._process.stdin is not None
@@ -194,9 +204,12 @@ class RelayProcess:
             raise self._stopped(str(e)) from e
 
     def _receive(self) -> Any:
-        assert self._process is not None and self._process.stdout is not None
-        line = _readline(self._process.stdout, ANSWER_TIMEOUT_S)
+        try:
+            line = self._answers.get(timeout=ANSWER_TIMEOUT_S)
+        except queue.Empty:
+            raise self._stopped(f"no answer in {ANSWER_TIMEOUT_S:.0f} s") from None
         if not line:
+            self._answers.put(line)  # the end stays the end for whoever asks next
             raise self._stopped("no answer")
         return json.loads(line)
 
@@ -235,10 +248,10 @@ class RelayProcess:
         return str(self._ask("restore", text)) if text else text
 
 
-def _readline(stream: IO[str], timeout: float) -> str:
-    """One line of ``stream``, or "" when none comes within ``timeout`` seconds."""
-    got: list[str] = []
-    reader = threading.Thread(target=lambda: got.append(stream.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    return got[0] if got else ""
+def _read_lines(stream: IO[str], into: queue.Queue[str]) -> None:
+    """Each line of ``stream`` into ``into``, then "" at its end: one reader for the
+    process's life, so that a late answer is never taken by the wrong question."""
+    with contextlib.suppress(OSError, ValueError):  # the pipe closed under it
+        for line in stream:
+            into.put(line)
+    into.put("")
