@@ -60,36 +60,64 @@ def docker_client(
     return found
 
 
-#: The `_quick` blocks open on each API client (by id): how many, and the client's
-#: timeout before the first. The build's threads share one client, and their blocks
-#: overlap; the last to close puts the timeout back.
-_QUICK_OPEN: dict[int, tuple[int, object]] = {}
-_QUICK_LOCK = threading.Lock()
+#: Per thread: how many `_quick` blocks it holds open on each API client (by id). The
+#: build's threads share one client; a block shortens its own thread's calls only, so a
+#: long call another thread starts meanwhile (a log stream, a layer's load) keeps the
+#: client's long timeout.
+_QUICK_DEPTH = threading.local()
+_HOOK_LOCK = threading.Lock()
+
+
+def _depth() -> dict[int, int]:
+    depth: dict[int, int] | None = getattr(_QUICK_DEPTH, "by_api", None)
+    if depth is None:
+        depth = _QUICK_DEPTH.by_api = {}
+    return depth
+
+
+def _hooked(api: object) -> bool:
+    """Whether ``api`` gives the requests of a thread inside `_quick` the short timeout.
+
+    docker-py sets each request's timeout in ``_set_request_timeout`` (the client's
+    ``timeout`` unless the call names one); the hook, installed once per client, puts
+    `_QUICK_TIMEOUT_S` there for those threads, or the client's own when that is shorter.
+    False for a client without that method: its calls keep their own timeout."""
+    with _HOOK_LOCK:
+        if getattr(api, "_envbuilder_quick", False):
+            return True
+        original = getattr(api, "_set_request_timeout", None)
+        if original is None:
+            return False
+        key = id(api)
+
+        def set_request_timeout(kwargs: dict[str, object]) -> object:
+            if _depth().get(key) and "timeout" not in kwargs:
+                own = getattr(api, "timeout", None)
+                short = _QUICK_TIMEOUT_S
+                kwargs["timeout"] = own if isinstance(own, (int, float)) and own < short else short
+            return original(kwargs)
+
+        api._set_request_timeout = set_request_timeout  # type: ignore[attr-defined]
+        api._envbuilder_quick = True  # type: ignore[attr-defined]
+        return True
 
 
 @contextmanager
 def _quick(client: DockerClient) -> Iterator[None]:
-    """Calls inside give up after `_QUICK_TIMEOUT_S` (inspect, list: the daemon answers at once)."""
+    """This thread's calls inside give up after `_QUICK_TIMEOUT_S` (inspect, list: the
+    daemon answers at once); other threads' calls keep the client's timeout."""
     api = getattr(client, "api", None)
-    key = id(api)
-    with _QUICK_LOCK:
-        depth, before = _QUICK_OPEN.get(key, (0, getattr(api, "timeout", None)))
-        lowered = depth > 0 or (isinstance(before, (int, float)) and before > _QUICK_TIMEOUT_S)
-        if lowered:
-            _QUICK_OPEN[key] = (depth + 1, before)
-            api.timeout = _QUICK_TIMEOUT_S  # type: ignore[union-attr]
-    if not lowered:
+    if api is None or not _hooked(api):
         yield
         return
+    depth, key = _depth(), id(api)
+    depth[key] = depth.get(key, 0) + 1
     try:
         yield
     finally:
-        with _QUICK_LOCK:
-            depth, before = _QUICK_OPEN.pop(key)
-            if depth > 1:
-                _QUICK_OPEN[key] = (depth - 1, before)
-            else:
-                api.timeout = before  # type: ignore[union-attr]
+        depth[key] -= 1
+        if not depth[key]:
+            del depth[key]
 
 
 def inspect_base(client: DockerClient, ref: str) -> BaseImage:
