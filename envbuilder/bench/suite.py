@@ -20,6 +20,14 @@ status that changed is a missed goal. ``--carried-caches`` runs each size once m
 the compiler caches its first run left (what carrying them in the image would move),
 shown beside the others but not judged.
 
+The runs import torch, dynamo and inductor in the fork server, and an image built by
+envbuilder ships every package's bytecode (unchecked-hash ``.pyc`` files, a layer per
+group). An environment without it compiles those modules' sources on every import: the
+benchmark prints how many of the suite's packages' source files have bytecode, and
+``--compile-bytecode`` compiles it first as the image does (``compileall``, unchecked-hash,
+into the environment's site-packages), printing the time it took, so that the runs import
+as they would in the image.
+
 The results files (``suite-N.quick.json``, ``suite.json``) can refresh the cost table
 the schedule reads (``python -m envbuilder.conformance.costs DIR/*.json``).
 
@@ -50,6 +58,35 @@ __all__ = ["ANCHORS", "GOALS", "committed_run", "main", "status_changes"]
 #: seconds, by run: the goal (issue 27) and the anchor measured before (freshly started H200)
 GOALS: Mapping[str, float] = {"quick": 30.0, "full": 120.0}
 ANCHORS: Mapping[str, float] = {"quick": 38.0, "full": 200.0}
+
+#: the packages the suite imports whose bytecode is counted (and compiled with
+#: ``--compile-bytecode``: their whole site-packages folder, as the image does)
+BYTECODE_PACKAGES = ("torch", "triton", "sympy", "xformers", "diffusers", "envbuilder")
+
+#: run by the environment's interpreter: ``{package: [source files, with bytecode]}`` and
+#: the site-packages folders holding them (a package outside one, a checkout: its own
+#: folder); a package that is absent is left out
+_BYTECODE_SCRIPT = """
+import importlib.util, json, os, sys
+counts, folders = {}, set()
+for name in sys.argv[1:]:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        continue
+    sources = compiled = 0
+    for root in spec.submodule_search_locations:
+        parent = os.path.dirname(root)  # a site-packages folder whole, as the image compiles
+        folders.add(parent if os.path.basename(parent) in ("site-packages", "dist-packages") else root)
+        for here, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for f in files:
+                if f.endswith(".py"):
+                    sources += 1
+                    cached = importlib.util.cache_from_source(os.path.join(here, f))
+                    compiled += os.path.exists(cached)
+    counts[name] = [sources, compiled]
+print(json.dumps({"counts": counts, "folders": sorted(folders)}))
+"""
 
 #: the compiler caches a freshly started machine does not have
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
@@ -169,6 +206,47 @@ def _run(
     )
 
 
+def bytecode(python: str) -> tuple[dict[str, tuple[int, int]], list[str]]:
+    """Per package of `BYTECODE_PACKAGES`: its source files and how many have bytecode
+    the interpreter would use; and the site-packages folders they are in."""
+    found = subprocess.run(
+        [python, "-c", _BYTECODE_SCRIPT, *BYTECODE_PACKAGES],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    data = json.loads(found.stdout)
+    counts = {name: (int(n[0]), int(n[1])) for name, n in data["counts"].items()}
+    return counts, [str(f) for f in data["folders"]]
+
+
+def bytecode_line(counts: Mapping[str, tuple[int, int]]) -> str:
+    """One line saying how much of the suite's imports would compile sources."""
+    parts = [f"{name} {done} of {total}" for name, (total, done) in counts.items()]
+    missing = sum(total - done for total, done in counts.values())
+    note = (
+        "every source file has bytecode, as in the image"
+        if not missing
+        else f"{missing} source files without it compile on every import (the image ships "
+        "their bytecode: --compile-bytecode compiles it as the image does)"
+    )
+    return f"bytecode: {', '.join(parts) or 'no package found'}; {note}"
+
+
+def compile_bytecode(python: str, folders: Sequence[str]) -> float:
+    """Compile ``folders`` as the image does (unchecked-hash .pyc); the seconds it took."""
+    start = time.monotonic()
+    command = [python, "-m", "compileall", "-q", "-j", "0"]
+    command += ["--invalidation-mode", "unchecked-hash", *folders]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        # compileall exits 1 when a file does not compile (a test fixture written for
+        # another Python); the rest is compiled, and the count printed after says so
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        print("  compileall: some files did not compile: " + " | ".join(tail), flush=True)
+    return time.monotonic() - start
+
+
 def _unit_table(results: Mapping[str, Any], size: str) -> list[str]:
     """The slowest units of the run against the cost table the schedule used."""
     from envbuilder.conformance.costs import known_costs, unit_costs
@@ -255,6 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the committed results to compare statuses with (default: results)",
     )
     parser.add_argument(
+        "--compile-bytecode",
+        action="store_true",
+        help="first compile the suite's packages' bytecode as the image does (unchecked-hash)",
+    )
+    parser.add_argument(
         "--carried-caches",
         action="store_true",
         help="run each size once more with the compiler caches of its first run (not judged)",
@@ -264,6 +347,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--quick-runs {args.quick_runs}: give 0 or more")
     out: Path = args.out or Path(tempfile.mkdtemp(prefix="suite-bench-"))
     out.mkdir(parents=True, exist_ok=True)
+    counts, folders = bytecode(args.python)
+    if args.compile_bytecode:
+        seconds = compile_bytecode(args.python, folders)
+        print(f"compiled the bytecode of {', '.join(folders)} in {seconds:.1f}s", flush=True)
+        counts, _ = bytecode(args.python)
+    facts = bytecode_line(counts)
+    print(facts, flush=True)
     runs: list[Timed] = []
     for n in range(1, args.quick_runs + 1):
         runs.append(_run(f"quick #{n}", "quick", out / f"suite-{n}.quick.json", args.python, extra))
@@ -282,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     folder = args.expect if args.expect.is_dir() else None
     runs = [_compared(run, folder) for run in runs]
     lines, met = report(runs)
-    print("\n".join(lines), flush=True)
+    print("\n".join([*lines, facts]), flush=True)
     print(f"results and logs: {out}")
     if any(run.results is None for run in runs):
         return 2
