@@ -16,12 +16,6 @@ torch's own caches hold the answer. The probes never run in the server itself: a
 forked while a thread of the server held a probe's file lock would inherit the lock's
 descriptor and wait for it forever. A child forked before the answer arrives probes for
 itself, as before. Nothing here touches CUDA.
-
-`Readahead` reads the files the preloaded modules mapped (torch's libraries, CUDA's,
-triton's) into the page cache, in a process forked for it. A check process loads a CUDA
-kernel from those libraries the first time it launches it; on a freshly started machine
-each such load read the library from a cold disk (an SDPA forward and backward on a fresh
-H200: 1.8 s from a cold page cache, 0.2 s from a warm one).
 """
 
 from __future__ import annotations
@@ -33,17 +27,15 @@ import select
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuIsa", "Forked", "Readahead", "mapped_files"]
+__all__ = ["CpuIsa"]
 
 
-class Forked:
-    """Work done in a process forked for it, which writes one JSON message on a pipe and
-    exits; `done` reads what has arrived without waiting, `report` once it is done."""
+class CpuIsa:
+    """torch inductor's CPU vector ISA, probed in a forked process; `report` once `done`."""
 
-    name = ""
+    name = "cpu_vec_isa"
 
     def __init__(self) -> None:
         self._report: dict[str, Any] = {}
@@ -53,14 +45,15 @@ class Forked:
         self._received = b""
 
     def start(self, closing: Sequence[int] = ()) -> None:
-        """Fork the working process; ``closing``: descriptors it must not keep open."""
-        self._prepare()
+        """Fork the probing process; ``closing``: descriptors it must not keep open."""
+        from torch._inductor import cpu_vec_isa  # noqa: F401 - both sides need it
+
         read, write = os.pipe()
         self._began = time.monotonic()
         pid = os.fork()
         if pid == 0:
             os.close(read)
-            _work_and_exit(self._work, write, closing)
+            _probe(write, closing)
         os.close(write)
         self._pid, self._fd = pid, read
 
@@ -75,11 +68,7 @@ class Forked:
                 self._fd = None
                 with contextlib.suppress(ChildProcessError):  # the server may have reaped it
                     os.waitpid(self._pid, 0)
-                try:
-                    sent = json.loads(self._received or b"{}")
-                except ValueError:
-                    sent = {}
-                self._report = self._finish(sent)
+                self._report = self._apply()
                 return True
             self._received += chunk
         return False
@@ -87,44 +76,11 @@ class Forked:
     def report(self) -> dict[str, Any]:
         return dict(self._report)
 
-    def _prepare(self) -> None:
-        """In the server, before the fork."""
-
-    def _work(self) -> dict[str, Any]:
-        """In the forked process: the message to send."""
-        raise NotImplementedError
-
-    def _finish(self, sent: dict[str, Any]) -> dict[str, Any]:
-        """In the server, once the message is in: the report."""
-        raise NotImplementedError
-
-
-def _work_and_exit(work: Any, fd: int, closing: Sequence[int]) -> None:
-    """In the forked process: do ``work``, write its message (or its error) to ``fd``, exit."""
-    message: dict[str, Any]
-    try:
-        for other in closing:
-            with contextlib.suppress(OSError):
-                os.close(other)
-        message = work()
-    except BaseException as e:
-        message = {"error": f"{type(e).__name__}: {e}"[:300]}
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(json.dumps(message).encode())
-    finally:
-        os._exit(0)
-
-
-class CpuIsa(Forked):
-    """torch inductor's CPU vector ISA, probed in a forked process; `report` once `done`."""
-
-    name = "cpu_vec_isa"
-
-    def _prepare(self) -> None:
-        from torch._inductor import cpu_vec_isa  # noqa: F401 - both sides need it
-
-    def _finish(self, sent: dict[str, Any]) -> dict[str, Any]:
+    def _apply(self) -> dict[str, Any]:
+        try:
+            sent = json.loads(self._received or b"{}")
+        except ValueError:
+            sent = {}
         if "answers" not in sent:
             return {"error": str(sent.get("error", "the probing process sent no answer"))}
         from torch._inductor import cpu_vec_isa
@@ -154,9 +110,15 @@ class CpuIsa(Forked):
             "probed_again": missed,
         }
 
-    def _work(self) -> dict[str, Any]:
-        """Run torch's probes (one thread per instruction set the CPU claims) and record
-        every probe's answer."""
+
+def _probe(fd: int, closing: Sequence[int]) -> None:
+    """In the forked process: run torch's probes (one thread per instruction set the CPU
+    claims), write every probe's answer to ``fd`` as JSON, exit."""
+    message: dict[str, Any]
+    try:
+        for other in closing:
+            with contextlib.suppress(OSError):
+                os.close(other)
         began = time.monotonic()
         from torch._inductor import cpu_vec_isa
 
@@ -177,85 +139,14 @@ class CpuIsa(Forked):
         for thread in probes:
             thread.join()
         cpu_vec_isa.pick_vec_isa()  # what the threads did not ask (another CPU family)
-        return {"answers": answers, "seconds": round(time.monotonic() - began, 3)}
-
-
-class Readahead(Forked):
-    """Files read into the page cache by a forked process (`READERS` threads, the largest
-    file first); the report says how many files and bytes, and how long it took."""
-
-    READERS = 4
-
-    def __init__(self, paths: Sequence[str], name: str = "readahead") -> None:
-        super().__init__()
-        self.name = name
-        self.paths = list(paths)
-
-    def _work(self) -> dict[str, Any]:
-        began = time.monotonic()
-        os.nice(19)  # the server and the check processes first: this only saves them time
-        sized: list[tuple[int, str]] = []
-        for path in self.paths:
-            with contextlib.suppress(OSError):
-                sized.append((Path(path).stat().st_size, path))
-        sized.sort(reverse=True)
-        lock = threading.Lock()
-        totals = {"files": 0, "bytes": 0, "unreadable": 0}
-
-        def reader() -> None:
-            buffer = bytearray(1 << 20)
-            while True:
-                with lock:
-                    if not sized:
-                        return
-                    _, path = sized.pop(0)
-                try:
-                    read = _read_through(path, buffer)
-                except OSError:
-                    with lock:
-                        totals["unreadable"] += 1
-                    continue
-                with lock:
-                    totals["files"] += 1
-                    totals["bytes"] += read
-
-        readers = [threading.Thread(target=reader, daemon=True) for _ in range(self.READERS)]
-        for thread in readers:
-            thread.start()
-        for thread in readers:
-            thread.join()
-        return {**totals, "read_s": round(time.monotonic() - began, 3)}
-
-    def _finish(self, sent: dict[str, Any]) -> dict[str, Any]:
-        if "error" in sent or "files" not in sent:
-            return {"error": str(sent.get("error", "the reading process sent no answer"))}
-        return {"seconds": round(time.monotonic() - self._began, 3), **sent}
-
-
-def _read_through(path: str, buffer: bytearray) -> int:
-    """Read ``path`` whole (its pages then stay in the page cache); the bytes read."""
-    total = 0
-    with Path(path).open("rb", buffering=0) as f:
-        while True:
-            n = f.readinto(buffer)
-            if not n:
-                return total
-            total += n
-
-
-def mapped_files(maps: str) -> list[str]:
-    """The regular files mapped in a ``/proc/<pid>/maps`` text (shared libraries, the
-    interpreter), each once, in the order first mapped; deleted ones are left out."""
-    seen: dict[str, None] = {}
-    for line in maps.splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) < 6:
-            continue
-        path = fields[5]
-        if not path.startswith("/") or path.endswith(" (deleted)") or path.startswith("/dev/"):
-            continue
-        seen.setdefault(path, None)
-    return [path for path in seen if Path(path).is_file()]
+        message = {"answers": answers, "seconds": round(time.monotonic() - began, 3)}
+    except BaseException as e:
+        message = {"error": f"{type(e).__name__}: {e}"[:300]}
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(json.dumps(message).encode())
+    finally:
+        os._exit(0)
 
 
 def _claimed(cpu_vec_isa: Any) -> list[Any]:

@@ -56,14 +56,6 @@ them and writes ``{"warmed": {"cpu_vec_isa": {"seconds": S, "isa": ..., "probed"
 [...], ...}}}`` (or ``{"error": ...}``); each later answer's ``"warmed"`` lists it: that
 child finds the answer in memory. A child forked before probes for itself, as without
 the server. ``ENVBUILDER_CONFORMANCE_WARM=0`` turns this off.
-
-After its first preload module (torch) and after ``WARM_AFTER``, the server also forks a
-process that reads the files it has mapped by then and not read before (torch's and
-CUDA's libraries, then triton's) into the page cache (``_warm.Readahead``), reported as
-``{"warmed": {"readahead after MODULE": {"files": N, "bytes": B, "seconds": S, ...}}}``.
-A check process loads each CUDA kernel from those libraries at its first launch; on a
-freshly started machine that read the disk. ``ENVBUILDER_CONFORMANCE_READAHEAD=0`` (or
-``..._WARM=0``) turns it off.
 """
 
 from __future__ import annotations
@@ -109,9 +101,6 @@ WARM_AFTER = "torch._inductor.compile_fx"
 
 #: ``"0"``: no background work (each check process probes the CPU's ISA itself, as before)
 WARM_VARIABLE = "ENVBUILDER_CONFORMANCE_WARM"
-
-#: ``"0"``: no reading ahead (the ISA probes still run)
-READAHEAD_VARIABLE = "ENVBUILDER_CONFORMANCE_READAHEAD"
 
 #: the CUDA driver's shared object.
 DRIVER_LIBRARIES: tuple[str, ...] = ("libcuda.so",)
@@ -347,8 +336,6 @@ def _preload(
                 if later:
                     probe = Probe(later, (server.requests_fd, server.channel_fd))
             server.step(0)
-            if len(loaded) == 1 or name == WARM_AFTER:  # after the requests waiting for it
-                server.read_ahead(name)
     finally:
         if probe is not None:
             probe.stop()
@@ -422,7 +409,6 @@ class Server:
         self.hold_until = 0.0
         self.warming: list[Any] = []  # background work not yet reported (``_warm``)
         self.warmed: list[str] = []  # what a child forked now finds done
-        self.read: set[str] = set()  # the files read ahead (or being read)
 
     def warm(self) -> None:
         """Start the background work (unless ``WARM_VARIABLE`` is ``"0"``)."""
@@ -430,26 +416,10 @@ class Server:
             return
         from envbuilder.conformance._warm import CpuIsa
 
-        self._start(CpuIsa())
-
-    def read_ahead(self, after: str) -> None:
-        """Have the files mapped by now that were not read ahead yet (after torch: its and
-        CUDA's libraries) read into the page cache in a forked process, so that the check
-        processes' first kernel loads find them in memory (unless ``WARM_VARIABLE`` or
-        ``READAHEAD_VARIABLE`` is ``"0"``)."""
-        if "0" in (os.environ.get(WARM_VARIABLE, "1"), os.environ.get(READAHEAD_VARIABLE, "1")):
-            return
-        from envbuilder.conformance._warm import Readahead, mapped_files
-
-        paths = [path for path in mapped_files(_own_maps()) if path not in self.read]
-        if paths:
-            self.read.update(paths)
-            self._start(Readahead(paths, name=f"readahead after {after}"))
-
-    def _start(self, work: Any) -> None:
+        work = CpuIsa()
         try:
             work.start(closing=(self.requests_fd, self.channel_fd))
-        except Exception as e:  # the check processes do it for themselves
+        except Exception as e:  # the check processes probe for themselves
             self.send({"warmed": {work.name: {"error": f"{type(e).__name__}: {e}"[:300]}}})
             return
         self.warming.append(work)

@@ -47,8 +47,7 @@ def _messages(tmp_path: Path, **extra: str) -> list[dict[str, Any]]:
             assert line, f"the server ended early after {messages}"
             messages.append(json.loads(line))
             through = any("import_s" in m for m in messages)
-            probed = any("cpu_vec_isa" in m.get("warmed", {}) for m in messages if "pid" not in m)
-            if not sent and through and (not warming or probed):
+            if not sent and through and (not warming or any("warmed" in m for m in messages)):
                 request = {"id": 1, "argv": ["--no-such-option"], "output": str(tmp_path / "w.log")}
                 server.stdin.write(json.dumps(request) + "\n")
                 server.stdin.flush()
@@ -64,50 +63,13 @@ def test_the_server_reports_the_probed_isa_and_children_forked_after_it_have_it(
     tmp_path: Path,
 ) -> None:
     messages = _messages(tmp_path)
-    warmed = [
-        m["warmed"] for m in messages if "pid" not in m and "cpu_vec_isa" in m.get("warmed", {})
-    ]
+    warmed = [m["warmed"] for m in messages if "warmed" in m and "pid" not in m]
     assert len(warmed) == 1, messages
     report = warmed[0]["cpu_vec_isa"]
     assert "error" not in report, report
     assert report["seconds"] > 0 and report["isa"] and isinstance(report["probed"], list)
     (answer,) = [m for m in messages if "pid" in m]
-    assert "cpu_vec_isa" in answer["warmed"]
-
-
-def _read_ahead(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        name: report
-        for m in messages
-        if "pid" not in m
-        for name, report in m.get("warmed", {}).items()
-        if name.startswith("readahead")
-    }
-
-
-def test_the_libraries_torch_mapped_are_read_ahead_once_after_torch_and_after_inductor(
-    tmp_path: Path,
-) -> None:
-    messages = _messages(tmp_path)
-    read = _read_ahead(messages)
-    assert set(read) <= {"readahead after torch", "readahead after torch._inductor.compile_fx"}
-    after_torch = read["readahead after torch"]
-    assert "error" not in after_torch, after_torch
-    torch_lib = Path(str(__import__("torch").__file__)).parent / "lib"
-    libraries = sum(f.stat().st_size for f in torch_lib.glob("libtorch_cpu*.so*"))
-    assert after_torch["files"] > 5 and after_torch["unreadable"] == 0
-    assert after_torch["bytes"] >= libraries > 0  # torch's own library read whole
-    assert after_torch["seconds"] >= after_torch["read_s"] > 0
-
-
-@pytest.mark.parametrize(
-    "variable", ["ENVBUILDER_CONFORMANCE_READAHEAD", "ENVBUILDER_CONFORMANCE_WARM"]
-)
-def test_reading_ahead_can_be_turned_off(tmp_path: Path, variable: str) -> None:
-    messages = _messages(tmp_path, **{variable: "0"})
-    assert _read_ahead(messages) == {}
-    (answer,) = [m for m in messages if "pid" in m]
-    assert not any(name.startswith("readahead") for name in answer["warmed"])
+    assert answer["warmed"] == ["cpu_vec_isa"]
 
 
 def test_with_warming_off_nothing_is_probed_in_the_background(tmp_path: Path) -> None:
